@@ -1,0 +1,327 @@
+"""``Cluster``: a client's handle on one sparklog cluster (a ZooKeeper chroot + its brokers).
+
+It ties the layers together for callers: topic admin (ZooKeeper metadata then Delta
+tables, in that order, so a failed step never leaves a half-made topic behind), offset
+queries and reads over the Delta tables, and the light producer. Metadata calls never
+start Spark. One ``Cluster`` may be shared by threads.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sparklog.config import (
+    PRODUCER_CONFIGS,
+    TOPIC_CONFIGS,
+    ClusterConfig,
+    resolve_cluster_config,
+    validate_configs,
+    with_defaults,
+)
+from sparklog.controller.placement import assign_replicas
+from sparklog.coordination.metadata import MetadataStore
+from sparklog.coordination.session import ZkSession
+from sparklog.errors import (
+    ConfigError,
+    InvalidPartitionsError,
+    OffsetOutOfRangeError,
+    SparklogError,
+    TopicNotFoundError,
+    UnknownPartitionError,
+)
+from sparklog.log.reader import offset_for_timestamp, read_ranges
+from sparklog.log.table import TopicTable
+from sparklog.offsets import OffsetSpec, parse_offset_spec
+from sparklog.topic import PartitionDescription, TopicDescription, is_internal, validate_topic_name
+
+if TYPE_CHECKING:
+    from sparklog.producer import Producer
+
+__all__ = ["Cluster", "connect", "PartitionOffsets"]
+
+
+class PartitionOffsets(tuple[int, int]):
+    """``(log_start, high_watermark)`` of one partition."""
+
+    @property
+    def log_start(self) -> int:
+        return self[0]
+
+    @property
+    def high_watermark(self) -> int:
+        return self[1]
+
+
+def _new_topic_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+
+
+def _stored_configs(configs: Mapping[str, Any]) -> dict[str, str]:
+    def text(value: Any) -> str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    return {key: text(value) for key, value in sorted(configs.items())}
+
+
+class Cluster:
+    """Entry point of the Python API; create with :func:`sparklog.connect`."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        self._zk: ZkSession | None = None
+        self._metadata: MetadataStore | None = None
+        self._tables: dict[tuple[str, str], TopicTable] = {}
+        self._lock = threading.RLock()
+
+    # -- plumbing ------------------------------------------------------------------------
+    @property
+    def zk(self) -> ZkSession:
+        with self._lock:
+            if self._zk is None:
+                zk = ZkSession.from_config(self.config).start()
+                store = MetadataStore(zk)
+                store.register_broker(self.config.broker_id, self.config.log_dir, self.config.broker_rack)
+                self._zk, self._metadata = zk, store
+            return self._zk
+
+    @property
+    def metadata(self) -> MetadataStore:
+        _ = self.zk
+        assert self._metadata is not None
+        return self._metadata
+
+    def _log_dir_of(self, broker_id: int) -> str:
+        if broker_id == self.config.broker_id:
+            return self.config.log_dir
+        brokers = self.metadata.brokers()
+        if broker_id not in brokers:
+            raise SparklogError(f"Broker {broker_id} is not registered in ZooKeeper {self.zk.connect_string}")
+        return brokers[broker_id].log_dir
+
+    def table(self, topic: str, partition: int = 0) -> TopicTable:
+        """The leader replica's table of ``topic`` (its partition ``partition``)."""
+        validate_topic_name(topic)
+        assignment, _ = self.metadata.assignment(topic)
+        leader = assignment.replicas(partition)[0] if str(partition) in assignment.partitions else assignment.replicas(0)[0]
+        log_dir = self._log_dir_of(leader)
+        with self._lock:
+            key = (log_dir, topic)
+            table = self._tables.get(key)
+            if table is None:
+                table = self._tables[key] = TopicTable(log_dir, topic)
+            return table
+
+    def close(self) -> None:
+        with self._lock:
+            if self._zk is not None:
+                self._zk.close()
+            self._zk = None
+            self._metadata = None
+            self._tables.clear()
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- topic admin ---------------------------------------------------------------------
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        config: Mapping[str, Any] | None = None,
+    ) -> TopicDescription:
+        """Create a topic: ZooKeeper metadata in one multi-op, then one Delta table per replica."""
+        validate_topic_name(name)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise InvalidPartitionsError(f"Number of partitions must be larger than 0, got {partitions!r}")
+        configs = _stored_configs(validate_configs(config, TOPIC_CONFIGS, "topic"))
+        brokers = self.metadata.brokers()
+        assignment = assign_replicas(list(brokers), partitions, replication_factor)
+        topic_id = _new_topic_id()
+        self.metadata.create_topic(name, topic_id, assignment, configs)
+        try:
+            for broker_id in sorted({b for replicas in assignment.values() for b in replicas}):
+                table = TopicTable(self._log_dir_of(broker_id), name)
+                if table.exists():
+                    table.delete()  # debris of an earlier topic of this name whose delete was cut short
+                table.create(topic_id)
+        except BaseException:
+            self.metadata.delete_topic(name)
+            raise
+        return self.describe_topic(name)
+
+    def list_topics(self, include_internal: bool = True) -> list[str]:
+        return [t for t in self.metadata.list_topics() if include_internal or not is_internal(t)]
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        validate_topic_name(name)
+        assignment, _ = self.metadata.assignment(name)
+        partitions = sorted(int(p) for p in assignment.partitions)
+        states = self.metadata.partition_states(name, partitions)
+        configs, _ = self.metadata.topic_config(name)
+        return TopicDescription(
+            name=name,
+            topic_id=assignment.topic_id,
+            partitions=tuple(
+                PartitionDescription(
+                    partition=p,
+                    leader=states[p].leader,
+                    leader_epoch=states[p].leader_epoch,
+                    replicas=tuple(assignment.replicas(p)),
+                    isr=tuple(states[p].isr),
+                )
+                for p in partitions
+            ),
+            configs=configs,
+        )
+
+    def topic_config(self, name: str) -> dict[str, Any]:
+        """Effective topic configs: defaults overridden by the topic's own settings."""
+        validate_topic_name(name)
+        overrides, _ = self.metadata.topic_config(name)
+        return with_defaults(validate_configs(overrides, TOPIC_CONFIGS, "topic"), TOPIC_CONFIGS)
+
+    def alter_topic_config(
+        self, name: str, set: Mapping[str, Any] | None = None, delete: Iterable[str] | None = None
+    ) -> dict[str, str]:
+        """Set and/or remove config overrides atomically; returns the new overrides."""
+        validate_topic_name(name)
+        updates = _stored_configs(validate_configs(set, TOPIC_CONFIGS, "topic"))
+        removals = [key if key in TOPIC_CONFIGS else key.replace("_", ".") for key in (delete or [])]
+        unknown = [key for key in removals if key not in TOPIC_CONFIGS]
+        if unknown:
+            raise ConfigError(f"Invalid config(s): {', '.join(unknown)}. Allowed keys: {', '.join(sorted(TOPIC_CONFIGS))}")
+        while True:
+            current, version = self.metadata.topic_config(name)
+            new = {k: v for k, v in current.items() if k not in removals}
+            new.update(updates)
+            if self.metadata.set_topic_config(name, dict(sorted(new.items())), version):
+                return new
+
+    def create_partitions(self, name: str, total: int) -> TopicDescription:
+        """Raise the partition count to ``total`` (Kafka allows increases only)."""
+        validate_topic_name(name)
+        while True:
+            assignment, version = self.metadata.assignment(name)
+            current = len(assignment.partitions)
+            if isinstance(total, bool) or not isinstance(total, int) or total <= current:
+                raise InvalidPartitionsError(
+                    f"Topic currently has {current} partitions, which is higher than or equal to the requested "
+                    f"{total}. Partitions can only be increased."
+                )
+            rf = len(assignment.replicas(0))
+            new = assign_replicas(list(self.metadata.brokers()), total - current, rf, start_partition=current)
+            if self.metadata.add_partitions(name, assignment, version, new):
+                return self.describe_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete the topic's metadata, then its data on every replica."""
+        validate_topic_name(name)
+        assignment, _ = self.metadata.assignment(name)
+        log_dirs = {self._log_dir_of(b) for replicas in assignment.partitions.values() for b in replicas}
+        self.metadata.delete_topic(name)
+        with self._lock:
+            for log_dir in log_dirs:
+                self._tables.pop((log_dir, name), None)
+                TopicTable(log_dir, name).delete()
+
+    # -- offsets and reads ---------------------------------------------------------------
+    def partitions_of(self, topic: str) -> list[int]:
+        assignment, _ = self.metadata.assignment(topic)
+        return sorted(int(p) for p in assignment.partitions)
+
+    def _check_partition(self, topic: str, partition: int, partitions: list[int]) -> None:
+        if partition not in partitions:
+            raise UnknownPartitionError(
+                f"Topic {topic} has partitions 0..{len(partitions) - 1}; partition {partition} does not exist"
+            )
+
+    def partition_offsets(self, topic: str) -> dict[int, PartitionOffsets]:
+        """``partition -> (log_start, high_watermark)`` from one committed snapshot."""
+        partitions = self.partitions_of(topic)
+        table = self.table(topic)
+        dt = table.snapshot()
+        files = table.files(dt)
+        starts: dict[int, int] = {}
+        for entry in files:
+            starts.setdefault(entry.partition, entry.base_offset)
+        result = {}
+        for p in partitions:
+            end = table.log_end(dt, p)
+            result[p] = PartitionOffsets((starts.get(p, end), end))
+        return result
+
+    def list_offsets(self, topic: str, spec: OffsetSpec | str = "latest") -> dict[int, int]:
+        """Per partition: earliest, latest, or the first offset with timestamp >= ``spec`` ms.
+
+        For a timestamp after every record the answer is -1 (Kafka's "no such offset").
+        """
+        parsed = parse_offset_spec(spec)
+        offsets = self.partition_offsets(topic)
+        if parsed == "earliest":
+            return {p: o.log_start for p, o in offsets.items()}
+        if parsed == "latest":
+            return {p: o.high_watermark for p, o in offsets.items()}
+        table = self.table(topic)
+        dt = table.snapshot()
+        result = {}
+        for p, o in offsets.items():
+            found = offset_for_timestamp(table, dt, p, int(parsed))
+            result[p] = -1 if found is None else max(found, o.log_start)
+        return result
+
+    def read(
+        self,
+        topic: str,
+        partition: int | None = None,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        include_headers: bool = True,
+    ) -> pa.Table:
+        """Committed records of ``topic`` (one partition or all) in ``[start, end)`` as Arrow.
+
+        Defaults: from log-start to the high watermark. An explicit start outside
+        ``[log_start, high_watermark]`` raises ``OffsetOutOfRangeError``.
+        """
+        validate_topic_name(topic)
+        partitions = self.partitions_of(topic)
+        if partition is not None:
+            self._check_partition(topic, partition, partitions)
+            partitions = [partition]
+        table = self.table(topic)
+        dt = table.snapshot()
+        files = table.files(dt, set(partitions))
+        ranges: dict[int, tuple[int, int]] = {}
+        for p in partitions:
+            end = table.log_end(dt, p)
+            start = next((f.base_offset for f in files if f.partition == p), end)
+            lo = start if start_offset is None else start_offset
+            if lo < start or lo > end:
+                raise OffsetOutOfRangeError(
+                    f"Offset {lo} is out of range for {topic}-{p}: valid offsets are {start}..{end} "
+                    "(log-start..high watermark); seek to one of them"
+                )
+            hi = end if end_offset is None else max(lo, min(end_offset, end))
+            ranges[p] = (lo, hi)
+        return read_ranges(table, dt, ranges, include_headers)
+
+    # -- clients -------------------------------------------------------------------------
+    def producer(self, **config: Any) -> "Producer":
+        """A light (non-Spark) producer; configs in Kafka's names (``linger_ms`` = ``linger.ms``)."""
+        from sparklog.producer import Producer
+
+        return Producer(self, validate_configs(config, PRODUCER_CONFIGS, "producer"))
+
+
+def connect(config: Mapping[str, Any] | None = None, **overrides: Any) -> Cluster:
+    """Connect to the cluster described by ``config``/``overrides``, env, file and defaults."""
+    return Cluster(resolve_cluster_config(config, **overrides))

@@ -1,0 +1,288 @@
+"""Configuration: cluster settings, topic configs and client configs, all in Kafka's names.
+
+Cluster settings resolve in one fixed precedence order (highest first):
+
+1. explicit arguments to :func:`sparklog.connect` (or data-source options / ``spark.sparklog.*``),
+2. the environment (``SPARKLOG_HOME``, ``SPARKLOG_ZOOKEEPER``),
+3. a properties file (``SPARKLOG_CONF``, else ``conf/sparklog.properties`` in the working dir),
+4. the defaults below.
+
+Topic and client configs are validated against typed specs: an unknown key or a bad value
+raises :class:`~sparklog.errors.ConfigError` naming the key and what is allowed. Everything
+here is pure (no ZooKeeper, no Delta, no Spark) so any layer may import it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparklog.errors import ConfigError
+
+__all__ = [
+    "ClusterConfig",
+    "ConfigSpec",
+    "TOPIC_CONFIGS",
+    "PRODUCER_CONFIGS",
+    "CONSUMER_CONFIGS",
+    "load_properties",
+    "resolve_cluster_config",
+    "validate_configs",
+    "normalise_key",
+]
+
+UNLIMITED = -1
+
+
+def normalise_key(key: str) -> str:
+    """``retention_ms`` and ``retention.ms`` name the same setting (Python kwargs can't hold dots)."""
+    return key.replace("_", ".")
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    """One config key: its default, how a raw value is parsed, and what is allowed."""
+
+    name: str
+    default: Any
+    parse: Callable[[str], Any]
+    allowed: str  # human-readable, used in error messages
+    check: Callable[[Any], bool] = lambda _v: True
+
+    def coerce(self, raw: Any) -> Any:
+        try:
+            value = raw if not isinstance(raw, str) else self.parse(raw)
+            if isinstance(value, bool) and self.parse is not _parse_bool:
+                raise ValueError("boolean given")
+            if self.parse is int and not isinstance(value, int):
+                raise ValueError("not an integer")
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                f"Invalid value {raw!r} for configuration {self.name}: allowed {self.allowed}"
+            ) from exc
+        if not self.check(value):
+            raise ConfigError(
+                f"Invalid value {raw!r} for configuration {self.name}: allowed {self.allowed}"
+            )
+        return value
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = str(raw).strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError(raw)
+
+
+def _long(name: str, default: int, minimum: int, allowed: str | None = None) -> ConfigSpec:
+    return ConfigSpec(
+        name, default, int, allowed or f"an integer >= {minimum}", lambda v: isinstance(v, int) and v >= minimum
+    )
+
+
+def _choice(name: str, default: str, choices: tuple[str, ...]) -> ConfigSpec:
+    return ConfigSpec(name, default, str, "one of " + ", ".join(choices), lambda v: v in choices)
+
+
+def _cleanup_policy(raw: str) -> str:
+    parts = sorted(p.strip() for p in str(raw).split(",") if p.strip())
+    if not parts or any(p not in ("delete", "compact") for p in parts) or len(set(parts)) != len(parts):
+        raise ValueError(raw)
+    return ",".join(sorted(parts, key=("compact", "delete").index))
+
+
+_COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+TOPIC_CONFIGS: dict[str, ConfigSpec] = {
+    spec.name: spec
+    for spec in (
+        ConfigSpec("cleanup.policy", "delete", _cleanup_policy, "delete, compact or compact,delete"),
+        _long("retention.ms", 604_800_000, UNLIMITED, "an integer >= -1 (-1 = unlimited)"),
+        _long("retention.bytes", UNLIMITED, UNLIMITED, "an integer >= -1 (-1 = unlimited)"),
+        _long("delete.retention.ms", 86_400_000, 0),
+        _long("min.compaction.lag.ms", 0, 0),
+        ConfigSpec(
+            "min.cleanable.dirty.ratio", 0.5, float, "a number between 0 and 1", lambda v: 0.0 <= v <= 1.0
+        ),
+        _long("min.insync.replicas", 1, 1),
+        _long("max.message.bytes", 1_048_588, 0),
+        _choice("message.timestamp.type", "CreateTime", ("CreateTime", "LogAppendTime")),
+        _long("segment.bytes", 1_073_741_824, 14),
+        _choice("compression.type", "producer", _COMPRESSION),
+        _long("file.delete.delay.ms", 60_000, 0),
+    )
+}
+
+PRODUCER_CONFIGS: dict[str, ConfigSpec] = {
+    spec.name: spec
+    for spec in (
+        ConfigSpec("acks", "all", str, "0, 1, all or -1", lambda v: v in ("0", "1", "all", "-1")),
+        _long("linger.ms", 5, 0),
+        _long("batch.size", 16_384, 0),
+        ConfigSpec("enable.idempotence", True, _parse_bool, "true or false", lambda v: isinstance(v, bool)),
+        _long("max.request.size", 1_048_576, 1),
+        _long("max.block.ms", 60_000, 0),
+        _long("delivery.timeout.ms", 120_000, 0),
+        _long("retries", 2_147_483_647, 0),
+        _choice("compression.type", "none", ("none", "gzip", "snappy", "lz4", "zstd")),
+        ConfigSpec("client.id", "", str, "a string"),
+        _long("writer.lease.ms", 10_000, 100),
+    )
+}
+
+CONSUMER_CONFIGS: dict[str, ConfigSpec] = {
+    spec.name: spec
+    for spec in (
+        _choice("auto.offset.reset", "latest", ("earliest", "latest", "none")),
+        _long("max.poll.records", 500, 1),
+        ConfigSpec("client.id", "", str, "a string"),
+    )
+}
+
+CLUSTER_DEFAULTS: dict[str, str | None] = {
+    "zookeeper.connect": None,
+    "zookeeper.session.timeout.ms": "18000",
+    "zookeeper.connection.timeout.ms": "30000",
+    "sparklog.home": ".sparklog",
+    "log.dirs": None,  # default: <sparklog.home>/data
+    "broker.id": "0",
+    "broker.rack": None,
+    "writer.lease.ms": "10000",
+    "spark.writer.lease.ms": "300000",
+}
+
+
+def validate_configs(
+    configs: Mapping[str, Any] | None, specs: Mapping[str, ConfigSpec], kind: str
+) -> dict[str, Any]:
+    """Parse ``configs`` against ``specs``; unknown keys and bad values raise ``ConfigError``."""
+    result: dict[str, Any] = {}
+    for raw_key, raw_value in (configs or {}).items():
+        key = raw_key if raw_key in specs else normalise_key(raw_key)
+        spec = specs.get(key)
+        if spec is None:
+            raise ConfigError(
+                f"Unknown {kind} configuration {raw_key!r}. Allowed keys: {', '.join(sorted(specs))}"
+            )
+        result[key] = spec.coerce(raw_value)
+    return result
+
+
+def with_defaults(configs: Mapping[str, Any], specs: Mapping[str, ConfigSpec]) -> dict[str, Any]:
+    """The effective configs: every key of ``specs``, overridden by ``configs``."""
+    return {name: configs.get(name, spec.default) for name, spec in specs.items()}
+
+
+def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Read a Java-style ``key=value`` properties file (``#``/``!`` comments, ``:`` also separates)."""
+    props: dict[str, str] = {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"Cannot read properties file {path}: {exc.strerror}") from exc
+    for lineno, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in stripped:
+                key, value = stripped.split(sep, 1)
+                props[key.strip()] = value.strip()
+                break
+        else:
+            raise ConfigError(f"{path}:{lineno}: expected key=value, got {stripped!r}")
+    return props
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Resolved cluster settings. Paths are absolute so Spark workers in other dirs agree."""
+
+    home: str
+    zookeeper_connect: str | None  # None: the embedded server under ``home``
+    log_dir: str
+    broker_id: int
+    broker_rack: str | None
+    zookeeper_session_timeout_ms: int
+    zookeeper_connection_timeout_ms: int
+    writer_lease_ms: int
+    spark_writer_lease_ms: int
+
+    def to_options(self) -> dict[str, str]:
+        """The settings as string options, e.g. to ship to Spark tasks or data-source options."""
+        options = {
+            "sparklog.home": self.home,
+            "log.dirs": self.log_dir,
+            "broker.id": str(self.broker_id),
+            "zookeeper.session.timeout.ms": str(self.zookeeper_session_timeout_ms),
+            "zookeeper.connection.timeout.ms": str(self.zookeeper_connection_timeout_ms),
+            "writer.lease.ms": str(self.writer_lease_ms),
+            "spark.writer.lease.ms": str(self.spark_writer_lease_ms),
+        }
+        if self.zookeeper_connect:
+            options["zookeeper.connect"] = self.zookeeper_connect
+        if self.broker_rack:
+            options["broker.rack"] = self.broker_rack
+        return options
+
+
+CLUSTER_KEYS = frozenset(CLUSTER_DEFAULTS)
+
+
+def resolve_cluster_config(
+    config: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> ClusterConfig:
+    """Merge explicit settings, the environment, the properties file and defaults."""
+    env = os.environ if environ is None else environ
+    explicit: dict[str, Any] = {}
+    for source in (config or {}, overrides):
+        for key, value in source.items():
+            if value is None:
+                continue
+            name = key if key in CLUSTER_KEYS else normalise_key(key)
+            if name not in CLUSTER_KEYS:
+                raise ConfigError(
+                    f"Unknown sparklog configuration {key!r}. Allowed keys: {', '.join(sorted(CLUSTER_KEYS))}"
+                )
+            explicit[name] = value
+    from_env: dict[str, str] = {}
+    if env.get("SPARKLOG_HOME"):
+        from_env["sparklog.home"] = env["SPARKLOG_HOME"]
+    if env.get("SPARKLOG_ZOOKEEPER"):
+        from_env["zookeeper.connect"] = env["SPARKLOG_ZOOKEEPER"]
+    conf_path = env.get("SPARKLOG_CONF") or ("conf/sparklog.properties" if Path("conf/sparklog.properties").is_file() else None)
+    from_file: dict[str, str] = {}
+    if conf_path:
+        for key, value in load_properties(conf_path).items():
+            if key not in CLUSTER_KEYS:
+                raise ConfigError(
+                    f"Unknown sparklog configuration {key!r} in {conf_path}. Allowed keys: {', '.join(sorted(CLUSTER_KEYS))}"
+                )
+            if value != "":
+                from_file[key] = value
+    merged: dict[str, Any] = {**CLUSTER_DEFAULTS, **from_file, **from_env, **explicit}
+    home = Path(str(merged["sparklog.home"])).expanduser().resolve()
+    log_dir = merged["log.dirs"]
+    log_dir_path = Path(str(log_dir)).expanduser().resolve() if log_dir else home / "data"
+
+    def as_int(key: str, minimum: int) -> int:
+        return _long(key, 0, minimum).coerce(str(merged[key]))
+
+    return ClusterConfig(
+        home=str(home),
+        zookeeper_connect=str(merged["zookeeper.connect"]) if merged["zookeeper.connect"] else None,
+        log_dir=str(log_dir_path),
+        broker_id=as_int("broker.id", 0),
+        broker_rack=str(merged["broker.rack"]) if merged["broker.rack"] else None,
+        zookeeper_session_timeout_ms=as_int("zookeeper.session.timeout.ms", 500),
+        zookeeper_connection_timeout_ms=as_int("zookeeper.connection.timeout.ms", 100),
+        writer_lease_ms=as_int("writer.lease.ms", 100),
+        spark_writer_lease_ms=as_int("spark.writer.lease.ms", 1000),
+    )

@@ -1,0 +1,1 @@
+"""Controller-side policies and, later, the controller itself (leader election, ISR)."""

@@ -1,0 +1,176 @@
+"""Every znode path sparklog uses, and the JSON stored in each (Kafka's ``ZkData``).
+
+All paths are relative to the cluster's chroot (the client is chrooted). Each record
+carries ``version`` so the encoding can evolve; decoders reject what they don't know
+rather than guess. Topic names reaching here are already validated
+(:func:`sparklog.topic.validate_topic_name`); this module re-checks, because a path is
+the last place a bad name could do harm.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sparklog.errors import CoordinationError
+from sparklog.topic import validate_topic_name
+
+__all__ = [
+    "BROKER_REGISTRY",
+    "BROKER_IDS",
+    "TOPICS",
+    "CONFIG_TOPICS",
+    "topic_path",
+    "partitions_path",
+    "partition_path",
+    "partition_state_path",
+    "writer_path",
+    "topic_config_path",
+    "broker_registry_path",
+    "TopicAssignment",
+    "PartitionState",
+    "WriterLeaseRecord",
+    "BrokerRecord",
+    "encode",
+    "decode_json",
+]
+
+BROKER_IDS = "/brokers/ids"
+# Persistent map broker id -> log dir, so replicas resolve to storage while a broker is down.
+BROKER_REGISTRY = "/brokers/registry"
+TOPICS = "/brokers/topics"
+CONFIG_TOPICS = "/config/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{validate_topic_name(topic)}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{topic_path(topic)}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{partitions_path(topic)}/{int(partition)}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{partition_path(topic, partition)}/state"
+
+
+def writer_path(topic: str, partition: int) -> str:
+    return f"{partition_path(topic, partition)}/writer"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{validate_topic_name(topic)}"
+
+
+def broker_registry_path(broker_id: int) -> str:
+    return f"{BROKER_REGISTRY}/{int(broker_id)}"
+
+
+def encode(record: Any) -> bytes:
+    payload = asdict(record) if hasattr(record, "__dataclass_fields__") else record
+    return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def decode_json(data: bytes, path: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CoordinationError(f"Corrupt JSON in znode {path}: {exc}") from exc
+    if not isinstance(value, dict):
+        raise CoordinationError(f"Corrupt znode {path}: expected a JSON object")
+    return value
+
+
+@dataclass(frozen=True)
+class TopicAssignment:
+    """``/brokers/topics/<topic>``: replica lists per partition and the topic id."""
+
+    topic_id: str
+    partitions: dict[str, list[int]]
+    version: int = 1
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> "TopicAssignment":
+        raw = decode_json(data, path)
+        return cls(topic_id=raw["topic_id"], partitions={str(k): list(v) for k, v in raw["partitions"].items()})
+
+    def replicas(self, partition: int) -> list[int]:
+        return self.partitions[str(partition)]
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """``.../partitions/<p>/state``: leader, leader epoch and in-sync replicas."""
+
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    version: int = 1
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> "PartitionState":
+        raw = decode_json(data, path)
+        return cls(leader=int(raw["leader"]), leader_epoch=int(raw["leader_epoch"]), isr=list(raw["isr"]))
+
+
+@dataclass(frozen=True)
+class WriterLeaseRecord:
+    """``.../partitions/<p>/writer``: who may write the partition, until when, under which epoch.
+
+    ``epoch`` only grows. ``released`` means the holder finished cleanly (no commit of its
+    can still be in flight), so the next holder needs no epoch marker. ``next_offset`` is
+    the reservation counter Spark tasks advance by compare-and-swap (-1 when unused).
+    """
+
+    owner: str
+    epoch: int
+    expires_ms: int
+    released: bool
+    next_offset: int = -1
+    version: int = 1
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> "WriterLeaseRecord":
+        raw = decode_json(data, path)
+        return cls(
+            owner=str(raw["owner"]),
+            epoch=int(raw["epoch"]),
+            expires_ms=int(raw["expires_ms"]),
+            released=bool(raw["released"]),
+            next_offset=int(raw.get("next_offset", -1)),
+        )
+
+
+@dataclass(frozen=True)
+class BrokerRecord:
+    """``/brokers/registry/<id>`` (persistent) and ``/brokers/ids/<id>`` (ephemeral, live)."""
+
+    log_dir: str
+    rack: str | None = None
+    host: str = ""
+    version: int = 1
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> "BrokerRecord":
+        raw = decode_json(data, path)
+        return cls(log_dir=str(raw["log_dir"]), rack=raw.get("rack"), host=str(raw.get("host", "")))
+
+
+@dataclass(frozen=True)
+class TopicConfigRecord:
+    """``/config/topics/<topic>``: the topic's config overrides."""
+
+    config: dict[str, str] = field(default_factory=dict)
+    version: int = 1
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> "TopicConfigRecord":
+        raw = decode_json(data, path)
+        return cls(config={str(k): str(v) for k, v in raw.get("config", {}).items()})

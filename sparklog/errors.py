@@ -1,0 +1,112 @@
+"""The one exception tree of sparklog.
+
+Every error raised by the public API is a :class:`SparklogError`. Third-party errors (kazoo,
+deltalake, pyarrow, py4j) are wrapped once, at the module boundary where they occur, with
+``raise ... from exc`` so the original stays visible in the traceback. Messages name what
+failed (topic, partition, offset, path, epoch), expected versus actual, and what to do.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SparklogError",
+    "ConfigError",
+    "InvalidTopicError",
+    "TopicExistsError",
+    "TopicNotFoundError",
+    "InvalidPartitionsError",
+    "InvalidReplicationFactorError",
+    "UnknownPartitionError",
+    "OffsetOutOfRangeError",
+    "InvalidOffsetSpecError",
+    "RecordTooLargeError",
+    "SchemaMismatchError",
+    "FencedError",
+    "NotLeaderError",
+    "LeaseTimeoutError",
+    "CoordinationError",
+    "ZooKeeperUnavailableError",
+    "StorageError",
+    "ProducerClosedError",
+    "GroupError",
+]
+
+
+class SparklogError(Exception):
+    """Root of every error sparklog raises."""
+
+
+class ConfigError(SparklogError, ValueError):
+    """A configuration key is unknown or its value is not allowed."""
+
+
+class InvalidTopicError(SparklogError, ValueError):
+    """A topic name breaks Kafka's naming rule (``[a-zA-Z0-9._-]``, 1..249 chars)."""
+
+
+class TopicExistsError(SparklogError):
+    """The topic to create exists already."""
+
+
+class TopicNotFoundError(SparklogError):
+    """The topic named does not exist."""
+
+
+class InvalidPartitionsError(SparklogError, ValueError):
+    """A partition count is not allowed (zero, negative, or a decrease)."""
+
+
+class InvalidReplicationFactorError(SparklogError, ValueError):
+    """The replication factor is below 1 or above the number of live brokers."""
+
+
+class UnknownPartitionError(SparklogError, ValueError):
+    """A partition number is outside ``0 .. partitions - 1`` of its topic."""
+
+
+class OffsetOutOfRangeError(SparklogError):
+    """An offset is below the log-start offset or above the log-end offset."""
+
+
+class InvalidOffsetSpecError(SparklogError, ValueError):
+    """An offsets specification (JSON, keyword, timestamp) cannot be parsed."""
+
+
+class RecordTooLargeError(SparklogError, ValueError):
+    """A record or request exceeds ``max.message.bytes`` / ``max.request.size``."""
+
+
+class SchemaMismatchError(SparklogError, ValueError):
+    """Input columns or types do not match what a topic accepts."""
+
+
+class FencedError(SparklogError):
+    """A writer's lease or epoch is stale: a newer writer owns the partition."""
+
+
+class NotLeaderError(FencedError):
+    """The writer is not (or no longer) the leader of the partition."""
+
+
+class LeaseTimeoutError(SparklogError):
+    """A partition's write lease could not be acquired in time."""
+
+
+class CoordinationError(SparklogError):
+    """ZooKeeper coordination failed (unexpected znode state, lost session)."""
+
+
+class ZooKeeperUnavailableError(CoordinationError):
+    """ZooKeeper cannot be reached or the embedded server cannot start."""
+
+
+class StorageError(SparklogError):
+    """The Delta table or its files cannot be read or written."""
+
+
+class ProducerClosedError(SparklogError):
+    """``send`` was called on a closed producer."""
+
+
+class GroupError(SparklogError):
+    """Consumer-group coordination failed."""

@@ -1,0 +1,177 @@
+"""The append protocol of DESIGN §6, for writers that hold their partitions' leases.
+
+One call = one produce request = one Delta commit covering every partition in it:
+
+1. refresh the snapshot; if the producer's sequence is already committed, the batch is a
+   retry: return the original offsets, write nothing (idempotent produce);
+2. for every partition, check the log's fence epoch is not newer than ours (else
+   :class:`~sparklog.errors.FencedError`) and read its log-end offset;
+3. write one segment per partition (more if over ``segment.bytes``) continuing from it;
+4. commit files + ``end``/``fence``/``producer`` app transactions in one Delta commit.
+   A conflict means someone else committed to one of our partitions: delete our files,
+   go back to 1 (the fence check then tells a zombie it is fenced).
+
+Callers: the light producer and the admin tools. Spark jobs write segments in tasks and
+commit through :func:`commit_reserved`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from sparklog.errors import FencedError, StorageError
+from sparklog.log.segment import SegmentFile, split_for_size, write_segment
+from sparklog.log.table import CommitConflict, TopicTable, end_app_id, fence_app_id, producer_app_id
+
+__all__ = ["AppendResult", "append", "commit_reserved", "MAX_COMMIT_ATTEMPTS"]
+
+MAX_COMMIT_ATTEMPTS = 50
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    base_offsets: dict[int, int]  # partition -> offset of its first record in this batch
+    log_append_time_ms: int  # the commit's append time (LogAppendTime topics use it)
+    duplicate: bool = False
+
+
+def _check_fences(table: TopicTable, dt: object, epochs: Mapping[int, int]) -> None:
+    for partition, epoch in epochs.items():
+        current = table.fence_epoch(dt, partition)  # type: ignore[arg-type]
+        if current > epoch:
+            raise FencedError(
+                f"Partition {table.topic}-{partition}: the log carries writer epoch {current}, newer than "
+                f"this writer's epoch {epoch}; a newer writer took over, this one is fenced"
+            )
+
+
+def _previous_offsets(table: TopicTable, dt: object, producer_id: str, sequence: int) -> dict[int, int]:
+    # The commitInfo of the original commit records its base offsets; look back a bounded way.
+    for entry in dt.history(200):  # type: ignore[attr-defined]
+        if entry.get("sparklog.producer") == producer_id and entry.get("sparklog.sequence") == str(sequence):
+            return {int(p): int(o) for p, o in json.loads(entry.get("sparklog.offsets", "{}")).items()}
+    return {}
+
+
+def append(
+    table: TopicTable,
+    epochs: Mapping[int, int],
+    batches: Mapping[int, pa.Table],
+    *,
+    producer_id: str | None = None,
+    sequence: int | None = None,
+    log_append_time: bool = False,
+    compression: str = "snappy",
+    segment_bytes: int = 1 << 30,
+    fsync: bool = False,
+) -> AppendResult:
+    """Append ``batches`` (partition -> records without offsets) under ``epochs`` (partition -> epoch)."""
+    missing = set(batches) - set(epochs)
+    if missing:
+        raise FencedError(f"No write lease held for partitions {sorted(missing)} of {table.topic}")
+    for _attempt in range(MAX_COMMIT_ATTEMPTS):
+        dt = table.snapshot()
+        if producer_id is not None and sequence is not None:
+            committed = table.producer_sequence(dt, producer_id)
+            if committed is not None and committed >= sequence:
+                return AppendResult(_previous_offsets(table, dt, producer_id, sequence), 0, duplicate=True)
+        _check_fences(table, dt, {p: epochs[p] for p in batches})
+        append_ms = int(time.time() * 1000)
+        base_offsets = {p: table.log_end(dt, p) for p in batches}
+        segments: list[SegmentFile] = []
+        try:
+            for partition, records in sorted(batches.items()):
+                if log_append_time:
+                    records = _with_append_time(records, append_ms)
+                next_offset = base_offsets[partition]
+                for piece in split_for_size(records, segment_bytes):
+                    segments.append(write_segment(table.root, partition, next_offset, piece, compression, fsync))
+                    next_offset += piece.num_rows
+            transactions = {fence_app_id(p): epochs[p] for p in batches}
+            transactions.update({end_app_id(p): base_offsets[p] + batches[p].num_rows for p in batches})
+            metadata = {"sparklog.offsets": json.dumps({str(p): o for p, o in base_offsets.items()})}
+            if producer_id is not None and sequence is not None:
+                transactions[producer_app_id(producer_id)] = sequence
+                metadata.update({"sparklog.producer": producer_id, "sparklog.sequence": str(sequence)})
+            table.commit(dt, segments, transactions, metadata, fsync=fsync)
+            return AppendResult(base_offsets, append_ms)
+        except CommitConflict:
+            _discard(table, segments)
+            continue
+        except BaseException:
+            _discard(table, segments)
+            raise
+    raise StorageError(
+        f"Append to {table.topic} partitions {sorted(batches)} gave up after {MAX_COMMIT_ATTEMPTS} "
+        "conflicting commits; is another writer ignoring the write lease?"
+    )
+
+
+def _with_append_time(records: pa.Table, append_ms: int) -> pa.Table:
+    ts = pa.array([append_ms * 1000] * records.num_rows, type=records.schema.field("timestamp").type)
+    kinds = pa.array([1] * records.num_rows, type=pa.int32())
+    records = records.set_column(records.schema.get_field_index("timestamp"), "timestamp", ts)
+    return records.set_column(records.schema.get_field_index("timestampType"), "timestampType", kinds)
+
+
+def _discard(table: TopicTable, segments: list[SegmentFile]) -> None:
+    for seg in segments:
+        try:
+            os.remove(table.full_path(seg.path))
+        except FileNotFoundError:
+            pass
+
+
+def commit_reserved(
+    table: TopicTable,
+    epochs: Mapping[int, int],
+    start_offsets: Mapping[int, int],
+    segments: list[SegmentFile],
+    custom_metadata: dict[str, str] | None = None,
+    fsync: bool = False,
+) -> dict[int, tuple[int, int]]:
+    """Commit segments written by Spark tasks at offsets reserved from ``start_offsets``.
+
+    Verifies, per partition, that the segments tile ``[start, end)`` with no gap or overlap
+    and that the log end is still ``start`` (nobody else appended). Returns
+    partition -> (start, end). Any violation fails the job; nothing is committed.
+    """
+    ranges: dict[int, tuple[int, int]] = {}
+    by_partition: dict[int, list[SegmentFile]] = {}
+    for seg in segments:
+        by_partition.setdefault(seg.partition, []).append(seg)
+    for partition, segs in by_partition.items():
+        segs.sort(key=lambda s: s.base_offset)
+        expected = start_offsets[partition]
+        for seg in segs:
+            if seg.base_offset != expected:
+                raise StorageError(
+                    f"Spark produce to {table.topic}-{partition}: files do not tile the reserved offsets "
+                    f"(expected a file starting at {expected}, found {seg.base_offset}); nothing committed"
+                )
+            expected = seg.last_offset + 1
+        ranges[partition] = (start_offsets[partition], expected)
+    for _attempt in range(MAX_COMMIT_ATTEMPTS):
+        dt = table.snapshot()
+        _check_fences(table, dt, epochs)
+        for partition in ranges:
+            end = table.log_end(dt, partition)
+            if end != start_offsets[partition]:
+                raise FencedError(
+                    f"Spark produce to {table.topic}-{partition}: log end moved to {end} while the job "
+                    f"reserved offsets from {start_offsets[partition]}; nothing committed"
+                )
+        transactions = {fence_app_id(p): epochs[p] for p in epochs}
+        transactions.update({end_app_id(p): end for p, (_start, end) in ranges.items()})
+        try:
+            table.commit(dt, segments, transactions, custom_metadata, fsync=fsync)
+            return ranges
+        except CommitConflict:
+            continue
+    raise StorageError(f"Spark produce to {table.topic}: commit kept conflicting; nothing committed")

@@ -1,0 +1,94 @@
+"""Reading a topic table: offset ranges and timestamp lookups over committed snapshots.
+
+Readers only ever see committed Delta versions, and every range is clamped by the caller
+to ``[log-start, high watermark)``, so no reader sees uncommitted or unreplicated records
+(invariant 5). Files are chosen by their offset/timestamp stats before any is opened.
+Safe in any process: the Spark source calls :func:`read_segment_range` on executors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from sparklog.errors import StorageError
+from sparklog.log.table import FileEntry, TopicTable
+from sparklog.schema import FILE_SCHEMA, read_schema
+
+__all__ = ["files_for_ranges", "read_segment_range", "read_ranges", "offset_for_timestamp", "empty_read_table"]
+
+
+def files_for_ranges(table: TopicTable, dt: DeltaTable, ranges: Mapping[int, tuple[int, int]]) -> list[FileEntry]:
+    """Live files overlapping ``partition -> [start, end)``; stats-pruned, offset order."""
+    selected = []
+    for entry in table.files(dt, set(ranges)):
+        start, end = ranges[entry.partition]
+        if entry.last_offset >= start and entry.base_offset < end:
+            selected.append(entry)
+    return selected
+
+
+def empty_read_table(include_headers: bool) -> pa.Table:
+    return read_schema(include_headers).empty_table()
+
+
+def read_segment_range(
+    path: str, partition: int, topic: str, start: int, end: int, include_headers: bool
+) -> pa.Table:
+    """Rows of one segment file with ``start <= offset < end``, in the read schema."""
+    columns = [f.name for f in FILE_SCHEMA if include_headers or f.name != "headers"]
+    try:
+        data = pq.read_table(path, columns=columns, filters=[("offset", ">=", start), ("offset", "<", end)])
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise StorageError(
+            f"Cannot read segment {path} of topic {topic} partition {partition} (offsets {start}..{end - 1}): {exc}. "
+            "If the file was removed by retention, restart the read from the current log-start offset."
+        ) from exc
+    n = data.num_rows
+    arrays = {
+        "key": data.column("key"),
+        "value": data.column("value"),
+        "topic": pa.array([topic] * n, type=pa.string()) if n else pa.array([], pa.string()),
+        "partition": pa.array([partition] * n, type=pa.int32()),
+        "offset": data.column("offset"),
+        "timestamp": data.column("timestamp"),
+        "timestampType": data.column("timestampType"),
+    }
+    if include_headers:
+        arrays["headers"] = data.column("headers")
+    return pa.Table.from_pydict(arrays, schema=read_schema(include_headers))
+
+
+def read_ranges(
+    table: TopicTable, dt: DeltaTable, ranges: Mapping[int, tuple[int, int]], include_headers: bool = True
+) -> pa.Table:
+    """All records in ``partition -> [start, end)`` as one table ordered by partition, offset."""
+    pieces = [
+        read_segment_range(table.full_path(e.path), e.partition, table.topic, *ranges[e.partition], include_headers)
+        for e in files_for_ranges(table, dt, ranges)
+    ]
+    if not pieces:
+        return empty_read_table(include_headers)
+    return pa.concat_tables(pieces)
+
+
+def offset_for_timestamp(table: TopicTable, dt: DeltaTable, partition: int, timestamp_ms: int) -> int | None:
+    """The earliest offset whose timestamp is >= ``timestamp_ms``, or None if there is none."""
+    target_us = timestamp_ms * 1000
+    best: int | None = None
+    for entry in table.files(dt, {partition}):
+        if entry.max_timestamp_us is not None and entry.max_timestamp_us < target_us:
+            continue
+        if best is not None and entry.base_offset >= best:
+            break  # files are in offset order; nothing later can be earlier
+        data = pq.read_table(table.full_path(entry.path), columns=["offset", "timestamp"])
+        mask = pc.greater_equal(data.column("timestamp").cast(pa.int64()), target_us)
+        hits = pc.filter(data.column("offset"), mask)
+        if len(hits):
+            found = pc.min(hits).as_py()
+            best = found if best is None else min(best, found)
+    return best

@@ -1,0 +1,142 @@
+"""Segments: the Parquet files of one partition, with the stats that make them prunable.
+
+A segment holds rows of exactly one partition in offset order, offsets contiguous inside
+the file. Its Delta stats carry ``numRecords`` and min/max of ``offset`` and ``timestamp``
+so readers skip files outside an offset or time range. Writing a segment is pure file I/O
+(pyarrow), safe in any process: Spark tasks call it on executors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from sparklog.schema import FILE_SCHEMA
+
+__all__ = ["SegmentFile", "write_segment", "split_for_size", "fsync_path", "parquet_compression"]
+
+_COMPRESSION = {"producer": "snappy", "uncompressed": "none", "none": "none"}
+
+
+def parquet_compression(topic_codec: str, producer_codec: str = "none") -> str:
+    """Parquet codec for a topic's ``compression.type`` (``producer`` defers to the producer)."""
+    codec = producer_codec if topic_codec == "producer" else topic_codec
+    if codec in ("none", "uncompressed"):
+        # Random payloads don't shrink; snappy costs little and helps keys/headers.
+        return "snappy"
+    return _COMPRESSION.get(codec, codec)
+
+
+@dataclass(frozen=True)
+class SegmentFile:
+    """A written (not yet committed) segment, as the committer needs it."""
+
+    path: str  # relative to the table root
+    partition: int
+    base_offset: int
+    last_offset: int
+    size_bytes: int
+    min_timestamp_us: int
+    max_timestamp_us: int
+    modification_time_ms: int
+
+    @property
+    def num_records(self) -> int:
+        return self.last_offset - self.base_offset + 1
+
+    def stats_json(self) -> str:
+        return json.dumps(
+            {
+                "numRecords": self.num_records,
+                "minValues": {"offset": self.base_offset, "timestamp": _iso_ms(self.min_timestamp_us, ceil=False)},
+                "maxValues": {"offset": self.last_offset, "timestamp": _iso_ms(self.max_timestamp_us, ceil=True)},
+                "nullCount": {"offset": 0, "timestamp": 0, "timestampType": 0},
+            }
+        )
+
+    def to_dict(self) -> dict[str, int | str]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, int | str]) -> "SegmentFile":
+        return cls(**raw)  # type: ignore[arg-type]
+
+
+def _iso_ms(micros: int, ceil: bool) -> str:
+    # Delta stats keep milliseconds: round outward so pruning never drops a matching file.
+    millis = -(-micros // 1000) if ceil else micros // 1000
+    moment = datetime.fromtimestamp(millis / 1000.0, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}Z"
+
+
+def fsync_path(path: str) -> None:
+    """fsync a file or directory (delta-rs does not fsync on local disks)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def split_for_size(records: pa.Table, segment_bytes: int) -> Iterator[pa.Table]:
+    """Slice ``records`` into pieces of about ``segment_bytes`` each (by in-memory size)."""
+    total = records.nbytes
+    if total <= segment_bytes or records.num_rows <= 1:
+        yield records
+        return
+    rows_per_piece = max(1, int(records.num_rows * segment_bytes / total))
+    for start in range(0, records.num_rows, rows_per_piece):
+        yield records.slice(start, rows_per_piece)
+
+
+def write_segment(
+    table_root: str,
+    partition: int,
+    base_offset: int,
+    records: pa.Table,
+    compression: str = "snappy",
+    fsync: bool = False,
+) -> SegmentFile:
+    """Write ``records`` (FILE_SCHEMA minus ``offset``) with offsets from ``base_offset``.
+
+    ``records`` carries ``timestamp, timestampType, key, value, headers``; the offset
+    column is assigned here so it is contiguous by construction.
+    """
+    n = records.num_rows
+    if n == 0:
+        raise ValueError("write_segment needs at least one record")
+    offsets = pa.array(range(base_offset, base_offset + n), type=pa.int64())
+    columns = {"offset": offsets}
+    for field in FILE_SCHEMA:
+        if field.name != "offset":
+            columns[field.name] = records.column(field.name)
+    table = pa.Table.from_pydict(columns, schema=FILE_SCHEMA)
+    relative = f"partition={partition}/{base_offset:020d}-{uuid.uuid4().hex}.parquet"
+    directory = os.path.join(table_root, f"partition={partition}")
+    os.makedirs(directory, exist_ok=True)
+    full = os.path.join(table_root, relative)
+    pq.write_table(table, full, compression=compression, write_statistics=["offset", "timestamp"])
+    if fsync:
+        fsync_path(full)
+        fsync_path(directory)
+    ts = table.column("timestamp").cast(pa.int64())
+    bounds = pc.min_max(ts)
+    return SegmentFile(
+        path=relative,
+        partition=partition,
+        base_offset=base_offset,
+        last_offset=base_offset + n - 1,
+        size_bytes=os.path.getsize(full),
+        min_timestamp_us=bounds["min"].as_py(),
+        max_timestamp_us=bounds["max"].as_py(),
+        modification_time_ms=int(time.time() * 1000),
+    )

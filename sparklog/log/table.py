@@ -1,0 +1,269 @@
+"""The topic table: one Delta table per topic replica, partitioned by ``partition``.
+
+This module (with the rest of ``log/``) is the only code that touches deltalake. It owns:
+
+* the table's life cycle (create, open, delete) under ``<log_dir>/topics/<topic>``;
+* the per-partition offsets kept *inside the Delta log* as application transactions, so
+  they are read from the snapshot in O(1) and survive file removal:
+
+  - ``sparklog.end.<p>``  version = log-end offset of partition ``p``;
+  - ``sparklog.fence.<p>`` version = the newest writer epoch of ``p``;
+  - ``sparklog.producer.<id>`` version = last committed batch sequence of a producer.
+
+  Every append to ``p`` touches ``sparklog.end.<p>`` and ``sparklog.fence.<p>``: delta-rs
+  fails concurrent commits that touch the same app id, so two writers can never both
+  commit on one snapshot of ``p`` (invariant 1 and 4 of DESIGN §5);
+* the single commit of a produce (all partitions of one topic in one Delta commit).
+
+Callers: :mod:`sparklog.log.append` (writers), :mod:`sparklog.log.reader` (readers) and
+the admin layer (create/delete).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction
+
+from sparklog.errors import FencedError, StorageError
+from sparklog.log.segment import SegmentFile, fsync_path
+from sparklog.schema import TABLE_SCHEMA
+
+__all__ = ["TopicTable", "FileEntry", "CommitConflict", "end_app_id", "fence_app_id", "producer_app_id"]
+
+
+def end_app_id(partition: int) -> str:
+    return f"sparklog.end.{partition}"
+
+
+def fence_app_id(partition: int) -> str:
+    return f"sparklog.fence.{partition}"
+
+
+def producer_app_id(producer_id: str) -> str:
+    return f"sparklog.producer.{producer_id}"
+
+
+class CommitConflict(Exception):
+    """A concurrent commit touched the same partition; re-read the snapshot and retry."""
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A live data file of the table, from the Delta log's add actions and stats."""
+
+    path: str
+    partition: int
+    base_offset: int
+    last_offset: int
+    num_records: int
+    size_bytes: int
+    min_timestamp_us: int | None
+    max_timestamp_us: int | None
+
+
+class TopicTable:
+    """The Delta table of one topic replica. Thread-safe: one snapshot per thread."""
+
+    def __init__(self, log_dir: str, topic: str) -> None:
+        self.topic = topic
+        self.root = str(Path(log_dir) / "topics" / topic)
+        self._local = threading.local()
+
+    # -- life cycle ----------------------------------------------------------------------
+    def exists(self) -> bool:
+        return DeltaTable.is_deltatable(self.root)
+
+    def create(self, topic_id: str) -> None:
+        try:
+            DeltaTable.create(
+                self.root,
+                TABLE_SCHEMA,
+                mode="error",
+                partition_by=["partition"],
+                name=self.topic,
+                description=json.dumps({"topic_id": topic_id}),
+            )
+        except (DeltaError, OSError) as exc:
+            raise StorageError(f"Cannot create the table of topic {self.topic} at {self.root}: {exc}") from exc
+
+    def topic_id(self) -> str | None:
+        description = self.snapshot().metadata().description
+        try:
+            return json.loads(description or "{}").get("topic_id")
+        except json.JSONDecodeError:
+            return None
+
+    def delete(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+        self._local = threading.local()
+
+    # -- snapshots -----------------------------------------------------------------------
+    def snapshot(self, version: int | None = None) -> DeltaTable:
+        """The latest (or a given) committed version of the table, for this thread."""
+        try:
+            if version is not None:
+                return DeltaTable(self.root, version=version)
+            dt: DeltaTable | None = getattr(self._local, "dt", None)
+            if dt is None:
+                dt = DeltaTable(self.root)
+                self._local.dt = dt
+            else:
+                dt.update_incremental()
+            return dt
+        except TableNotFoundError as exc:
+            raise StorageError(
+                f"The table of topic {self.topic} is missing at {self.root}: was the topic deleted, "
+                "or does this client use another log.dirs?"
+            ) from exc
+        except (DeltaError, OSError) as exc:
+            raise StorageError(f"Cannot read the table of topic {self.topic} at {self.root}: {exc}") from exc
+
+    @staticmethod
+    def log_end(dt: DeltaTable, partition: int) -> int:
+        return dt.transaction_version(end_app_id(partition)) or 0
+
+    @staticmethod
+    def fence_epoch(dt: DeltaTable, partition: int) -> int:
+        return dt.transaction_version(fence_app_id(partition)) or 0
+
+    @staticmethod
+    def producer_sequence(dt: DeltaTable, producer_id: str) -> int | None:
+        return dt.transaction_version(producer_app_id(producer_id))
+
+    def files(self, dt: DeltaTable, partitions: set[int] | None = None) -> list[FileEntry]:
+        """Live files (optionally of some partitions), ordered by partition and offset."""
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        if actions.num_rows == 0:
+            return []
+        cols: dict[str, list[Any]] = {
+            name: actions.column(name).to_pylist() if name in actions.column_names else [None] * actions.num_rows
+            for name in (
+                "path",
+                "partition.partition",
+                "min.offset",
+                "max.offset",
+                "num_records",
+                "size_bytes",
+                "min.timestamp",
+                "max.timestamp",
+            )
+        }
+        entries = []
+        for i in range(actions.num_rows):
+            partition = int(cols["partition.partition"][i])
+            if partitions is not None and partition not in partitions:
+                continue
+            entries.append(
+                FileEntry(
+                    path=cols["path"][i],
+                    partition=partition,
+                    base_offset=int(cols["min.offset"][i]),
+                    last_offset=int(cols["max.offset"][i]),
+                    num_records=int(cols["num_records"][i]),
+                    size_bytes=int(cols["size_bytes"][i]),
+                    min_timestamp_us=_micros(cols["min.timestamp"][i]),
+                    max_timestamp_us=_micros(cols["max.timestamp"][i]),
+                )
+            )
+        entries.sort(key=lambda e: (e.partition, e.base_offset))
+        return entries
+
+    def log_start(self, dt: DeltaTable, partition: int) -> int:
+        files = self.files(dt, {partition})
+        return files[0].base_offset if files else self.log_end(dt, partition)
+
+    def full_path(self, relative: str) -> str:
+        return os.path.join(self.root, relative)
+
+    # -- commits -------------------------------------------------------------------------
+    def commit(
+        self,
+        dt: DeltaTable,
+        segments: list[SegmentFile],
+        transactions: dict[str, int],
+        custom_metadata: dict[str, str] | None = None,
+        fsync: bool = False,
+    ) -> None:
+        """Commit ``segments`` and app transactions in one Delta commit on top of ``dt``.
+
+        Raises :class:`CommitConflict` when a concurrent commit touched the same app ids.
+        """
+        actions = [
+            AddAction(
+                seg.path,
+                seg.size_bytes,
+                {"partition": str(seg.partition)},
+                seg.modification_time_ms,
+                True,
+                seg.stats_json(),
+            )
+            for seg in segments
+        ]
+        read_version = dt.version()
+        properties = CommitProperties(
+            custom_metadata=custom_metadata or None,
+            max_commit_retries=0,
+            app_transactions=[Transaction(app_id, version) for app_id, version in sorted(transactions.items())],
+        )
+        try:
+            dt.create_write_transaction(actions, "append", TABLE_SCHEMA, partition_by=["partition"], commit_properties=properties)
+        except CommitFailedError as exc:
+            raise CommitConflict(str(exc)) from exc
+        except (DeltaError, OSError) as exc:
+            raise StorageError(f"Commit to the table of topic {self.topic} at {self.root} failed: {exc}") from exc
+        if fsync:
+            self._fsync_log_after(read_version)
+
+    def _fsync_log_after(self, read_version: int) -> None:
+        # The commit landed at some version > read_version; fsync every newer commit file
+        # (cheap, and covers ours without needing to know its exact number).
+        log_dir = os.path.join(self.root, "_delta_log")
+        for name in os.listdir(log_dir):
+            if name.endswith(".json") and name[:20].isdigit() and int(name[:20]) > read_version:
+                fsync_path(os.path.join(log_dir, name))
+        fsync_path(log_dir)
+
+    def commit_epoch_marker(self, partition: int, epoch: int) -> None:
+        """An empty commit carrying ``epoch``: any older writer's later commit now fails."""
+        for _ in range(20):
+            dt = self.snapshot()
+            current = self.fence_epoch(dt, partition)
+            if current > epoch:
+                raise FencedError(
+                    f"Partition {self.topic}-{partition}: epoch {epoch} is older than the epoch "
+                    f"{current} already in the log; this writer is fenced"
+                )
+            if current == epoch:
+                return
+            try:
+                self.commit(
+                    dt, [], {fence_app_id(partition): epoch}, {"sparklog.operation": "EPOCH MARKER"}, fsync=False
+                )
+                return
+            except CommitConflict:
+                continue
+        raise StorageError(f"Could not commit the epoch marker of {self.topic}-{partition}: too many conflicts")
+
+
+def _micros(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    # pyarrow gives datetime for timestamp stats
+    moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

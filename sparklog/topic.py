@@ -1,0 +1,75 @@
+"""Topic names and topic descriptions (pure values, no I/O).
+
+Invariant: a topic name is validated here before it ever becomes a path or a znode, so
+no caller may build ``<log_dir>/topics/<name>`` or ``/brokers/topics/<name>`` from an
+unvalidated string.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from sparklog.errors import InvalidTopicError
+
+__all__ = [
+    "MAX_TOPIC_NAME_LENGTH",
+    "validate_topic_name",
+    "is_internal",
+    "PartitionDescription",
+    "TopicDescription",
+]
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+
+
+def validate_topic_name(name: object) -> str:
+    """Return ``name`` if it is a legal Kafka topic name, else raise ``InvalidTopicError``."""
+    if not isinstance(name, str):
+        raise InvalidTopicError(f"Topic name must be a string, got {type(name).__name__}")
+    if name == "":
+        raise InvalidTopicError("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"Topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
+            f"topic name: {name[:40]}... ({len(name)} characters)"
+        )
+    if not _LEGAL.fullmatch(name):
+        raise InvalidTopicError(
+            f"Topic name {name!r} is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )
+    return name
+
+
+def is_internal(name: str) -> bool:
+    return name in INTERNAL_TOPICS
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionDescription, ...]
+    configs: dict[str, str] = field(default_factory=dict)  # overrides only, as stored
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0

@@ -1,0 +1,71 @@
+"""Shared fixtures: one real ZooKeeper and one real Spark session per test run.
+
+Isolation between tests comes from a per-test ZooKeeper chroot and a per-test
+``sparklog.home`` (so per-test log dirs), never from mocks.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import sparklog
+from sparklog.coordination import embedded
+
+for _var in ("SPARKLOG_HOME", "SPARKLOG_ZOOKEEPER", "SPARKLOG_CONF"):
+    os.environ.pop(_var, None)
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``127.0.0.1:<port>`` of an embedded ZooKeeper started for this test run."""
+    home = tmp_path_factory.mktemp("zk-home")
+    connect = embedded.ensure_started(home)
+    try:
+        yield connect
+    finally:
+        embedded.stop(home)
+
+
+@pytest.fixture
+def zk_connect(zk_server: str) -> str:
+    """A fresh chroot on the shared server, unique to the test."""
+    return f"{zk_server}/test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def sparklog_home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    return home
+
+
+@pytest.fixture
+def cluster_options(zk_connect: str, sparklog_home: Path) -> dict[str, str]:
+    """Settings that point any client (API, CLI, Spark, child process) at this test's cluster."""
+    return {"zookeeper.connect": zk_connect, "sparklog.home": str(sparklog_home)}
+
+
+@pytest.fixture
+def cluster(cluster_options: dict[str, str]) -> Iterator[sparklog.Cluster]:
+    c = sparklog.connect(cluster_options)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local Spark session for the whole run (quiet logging, sparklog source registered)."""
+    from sparklog.spark.session import get_or_create_session
+
+    session = get_or_create_session(app_name="sparklog-tests", master="local[2]")
+    try:
+        yield session
+    finally:
+        session.stop()
