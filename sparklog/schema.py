@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 HEADERS_TYPE = pa.list_(
-    pa.field("element", pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]))
+    pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 )
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 

@@ -157,6 +157,8 @@ def commit_reserved(
                 )
             expected = seg.last_offset + 1
         ranges[partition] = (start_offsets[partition], expected)
+    metadata = dict(custom_metadata or {})
+    metadata["sparklog.ranges"] = json.dumps({str(p): list(r) for p, r in sorted(ranges.items())})
     for _attempt in range(MAX_COMMIT_ATTEMPTS):
         dt = table.snapshot()
         _check_fences(table, dt, epochs)
@@ -170,7 +172,7 @@ def commit_reserved(
         transactions = {fence_app_id(p): epochs[p] for p in epochs}
         transactions.update({end_app_id(p): end for p, (_start, end) in ranges.items()})
         try:
-            table.commit(dt, segments, transactions, custom_metadata, fsync=fsync)
+            table.commit(dt, segments, transactions, metadata, fsync=fsync)
             return ranges
         except CommitConflict:
             continue

@@ -59,7 +59,7 @@ def read_segment_range(
         "timestampType": data.column("timestampType"),
     }
     if include_headers:
-        arrays["headers"] = data.column("headers")
+        arrays["headers"] = data.column("headers").cast(read_schema(True).field("headers").type)
     return pa.Table.from_pydict(arrays, schema=read_schema(include_headers))
 
 

@@ -1,0 +1,6 @@
+"""Found by Spark's Python data-source lookup (modules named ``pyspark_*`` exposing
+``DefaultSource``), so ``format("sparklog")`` works in any session once sparklog is installed."""
+
+from sparklog.spark.source import SparklogDataSource as DefaultSource
+
+__all__ = ["DefaultSource"]

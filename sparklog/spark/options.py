@@ -1,0 +1,65 @@
+"""Where a Spark job's sparklog settings come from.
+
+Precedence (highest first): data-source options (``zookeeper.connect``, ``sparklog.home``
+…, also accepted with a ``sparklog.`` prefix), then ``spark.sparklog.*`` session conf
+(copied into the options by sparklog's own helpers, which run where the session is), then
+the environment, the properties file and the defaults of :mod:`sparklog.config`.
+
+Data-source code runs in Python workers that cannot see the SparkSession, which is why
+session conf reaches them only through options or ``spark.executorEnv.SPARKLOG_*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sparklog.config import CLUSTER_KEYS, ClusterConfig, resolve_cluster_config
+from sparklog.errors import ConfigError
+
+__all__ = ["cluster_config_from_options", "cluster_options_from_conf", "option_flag", "SESSION_CONF_PREFIX"]
+
+SESSION_CONF_PREFIX = "spark.sparklog."
+
+
+def _cluster_key(key: str) -> str | None:
+    lowered = key.lower()
+    for candidate in (lowered, lowered.removeprefix("sparklog.") if lowered != "sparklog.home" else lowered):
+        if candidate in CLUSTER_KEYS:
+            return candidate
+    return None
+
+
+def cluster_config_from_options(options: Mapping[str, str]) -> ClusterConfig:
+    explicit = {}
+    for key, value in options.items():
+        name = _cluster_key(key)
+        if name is not None:
+            explicit[name] = value
+    return resolve_cluster_config(explicit)
+
+
+def cluster_options_from_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """``spark.sparklog.zookeeper.connect`` → ``zookeeper.connect`` (unknown keys rejected)."""
+    result = {}
+    for key, value in conf.items():
+        if not key.startswith(SESSION_CONF_PREFIX):
+            continue
+        name = key[len(SESSION_CONF_PREFIX) :]
+        name = "sparklog.home" if name == "home" else name
+        if name not in CLUSTER_KEYS:
+            raise ConfigError(
+                f"Unknown session conf {key!r}: allowed {', '.join(SESSION_CONF_PREFIX + k for k in sorted(CLUSTER_KEYS))}"
+            )
+        result[name] = value
+    return result
+
+
+def option_flag(options: Mapping[str, Any], key: str, default: bool) -> bool:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    lowered = str(raw).strip().lower()
+    if lowered not in ("true", "false"):
+        raise ConfigError(f"Option {key} must be true or false, got {raw!r}")
+    return lowered == "true"

@@ -1,0 +1,35 @@
+"""The ``sparklog`` data source: ``spark.read/write.format("sparklog")`` and SQL ``USING sparklog``.
+
+Schema and options are those of Spark's Kafka source, so a job written for
+``format("kafka")`` ports by changing the format name and the connection option
+(``kafka.bootstrap.servers`` → ``zookeeper.connect``, or nothing for the embedded server).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.types import StructType
+
+from sparklog.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
+from sparklog.spark.options import option_flag
+
+__all__ = ["SparklogDataSource"]
+
+
+class SparklogDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "sparklog"
+
+    def schema(self) -> str:
+        return SPARK_READ_DDL_WITH_HEADERS if option_flag(self.options, "includeHeaders", False) else SPARK_READ_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from sparklog.spark.reader import SparklogBatchReader
+
+        return SparklogBatchReader(self.options, option_flag(self.options, "includeHeaders", False))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from sparklog.spark.writer import SparklogBatchWriter
+
+        return SparklogBatchWriter(self.options, schema, overwrite)
