@@ -102,8 +102,7 @@ def normalise_input(
         partitions = spread(n, num_partitions, round_robin_start or 0)
         if has_keys:
             keyed = np.asarray(key.is_valid())
-            keys = key.to_pylist()
-            partitions[keyed] = partitions_for_keys([k for k, ok in zip(keys, keyed) if ok], num_partitions)
+            partitions[keyed] = partitions_for_keys(key.filter(pa.array(keyed)), num_partitions)
         if explicit is not None:
             given = explicit.combine_chunks()
             mask = np.asarray(given.is_valid())

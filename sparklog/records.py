@@ -63,29 +63,41 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
     return to_positive(murmur2(key)) % num_partitions
 
 
-def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> Any:
-    """Vectorised ``partition_for_key`` over many keys (numpy), for Spark tasks.
+def partitions_for_keys(keys: Sequence[bytes] | Any, num_partitions: int) -> Any:
+    """Vectorised ``partition_for_key`` over many non-null keys (numpy int32 array).
 
-    Same arithmetic as :func:`murmur2`, done per 4-byte block across all keys at once;
-    returns a numpy int32 array.
+    ``keys`` is a sequence of bytes or a pyarrow binary array (no Python objects are
+    made then). Same arithmetic as :func:`murmur2`, done per 4-byte block across all keys.
     """
     import numpy as np
+    import pyarrow as pa
 
-    n = len(keys)
-    if n == 0:
-        return np.zeros(0, dtype=np.int32)
-    lengths = np.fromiter((len(k) for k in keys), dtype=np.int64, count=n)
-    width = int(lengths.max()) if n else 0
-    padded_width = (width + 3) // 4 * 4 or 4
-    buf = np.zeros((n, padded_width), dtype=np.uint8)
-    for i, key in enumerate(keys):
-        if key:
-            buf[i, : len(key)] = np.frombuffer(key, dtype=np.uint8)
+    array = keys if isinstance(keys, pa.Array) else pa.array(list(keys), type=pa.binary())
+    array = array.cast(pa.binary())
+    chunk = 65_536  # bounds the padded key matrix's memory for long keys
+    parts = [_partitions_of_chunk(array.slice(i, chunk), num_partitions) for i in range(0, len(array), chunk)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+def _partitions_of_chunk(array: Any, num_partitions: int) -> Any:
+    import numpy as np
+
+    n = len(array)
+    _validity, offsets_buf, data_buf = array.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int32, count=n + 1, offset=array.offset * 4).astype(np.int64)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None and data_buf.size else np.zeros(1, np.uint8)
+    starts, lengths = offsets[:-1], offsets[1:] - offsets[:-1]
+    padded_width = max(4, (int(lengths.max()) + 3) // 4 * 4)
+    cols = np.arange(padded_width)
+    inside = cols[None, :] < lengths[:, None]
+    index = np.minimum(starts[:, None] + cols[None, :], len(data) - 1)
+    buf = np.ascontiguousarray(np.where(inside, data[index], 0).astype(np.uint8))
+
     m = np.uint64(_M)
     mask = np.uint64(_MASK)
     h = (np.uint64(_SEED) ^ lengths.astype(np.uint64)) & mask
     blocks = lengths // 4
-    words = buf.view("<u4").astype(np.uint64)  # (n, padded_width/4)
+    words = buf.view("<u4").astype(np.uint64)
     for j in range(words.shape[1]):
         active = blocks > j
         if not active.any():
@@ -93,15 +105,13 @@ def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> Any:
         k = (words[:, j] * m) & mask
         k ^= k >> np.uint64(24)
         k = (k * m) & mask
-        hh = ((h * m) & mask) ^ k
-        h = np.where(active, hh, h)
+        h = np.where(active, ((h * m) & mask) ^ k, h)
     tail = lengths & 3
     base = blocks * 4
     rows = np.arange(n)
 
     def byte_at(offset: int) -> Any:
-        idx = np.minimum(base + offset, padded_width - 1)
-        return buf[rows, idx].astype(np.uint64)
+        return buf[rows, np.minimum(base + offset, padded_width - 1)].astype(np.uint64)
 
     h = np.where(tail == 3, h ^ (byte_at(2) << np.uint64(16)), h)
     h = np.where(tail >= 2, h ^ (byte_at(1) << np.uint64(8)), h)

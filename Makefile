@@ -1,0 +1,38 @@
+# sparklog — the two commands: `make demo` and `make test`.
+# Everything comes from PyPI (into .venv) or Debian packages; nothing downloads at run time.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.sparklog-installed
+# Keep Spark and the embedded ZooKeeper quiet and local.
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
+
+.PHONY: venv demo test bench clean zookeeper-stop
+
+venv: $(STAMP)
+
+# `compat` editable mode puts the repo on sys.path, so Spark's data-source lookup
+# (pkgutil over sys.path) finds pyspark_sparklog in its Python workers.
+$(STAMP): pyproject.toml
+	@bash scripts/ensure-venv.sh "$(PYTHON)" "$(VENV)"
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --config-settings editable_mode=compat -e '.[dev]'
+	@touch $(STAMP)
+
+demo: venv
+	$(BIN)/python -m jobs.demo
+
+test: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: venv
+	$(BIN)/python -m benchmarks.run
+
+zookeeper-stop: venv
+	$(BIN)/sparklog zookeeper stop
+
+clean:
+	-$(BIN)/sparklog zookeeper stop 2>/dev/null
+	rm -rf .sparklog spark-warehouse
