@@ -5,10 +5,33 @@ reads, the light producer); :mod:`sparklog.spark` has the Spark producer and hel
 every error is a :class:`~sparklog.errors.SparklogError`.
 """
 
-from sparklog.cluster import Cluster, PartitionOffsets, connect
+from typing import TYPE_CHECKING, Any
+
 from sparklog.errors import SparklogError
-from sparklog.records import RecordMetadata
-from sparklog.topic import PartitionDescription, TopicDescription
+
+if TYPE_CHECKING:
+    from sparklog.cluster import Cluster, PartitionOffsets, connect
+    from sparklog.records import RecordMetadata
+    from sparklog.topic import PartitionDescription, TopicDescription
+
+_LAZY = {
+    "connect": "sparklog.cluster",
+    "Cluster": "sparklog.cluster",
+    "PartitionOffsets": "sparklog.cluster",
+    "RecordMetadata": "sparklog.records",
+    "TopicDescription": "sparklog.topic",
+    "PartitionDescription": "sparklog.topic",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Keep `import sparklog` (and so every CLI call) free of kazoo/deltalake/pyarrow imports.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sparklog' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 __all__ = [
     "connect",

@@ -85,10 +85,13 @@ class Cluster:
         with self._lock:
             if self._zk is None:
                 zk = ZkSession.from_config(self.config).start()
-                store = MetadataStore(zk)
-                store.register_broker(self.config.broker_id, self.config.log_dir, self.config.broker_rack)
-                self._zk, self._metadata = zk, store
+                self._zk, self._metadata = zk, MetadataStore(zk)
             return self._zk
+
+    def _register_self(self) -> None:
+        """Offer this client's log dir as broker ``broker.id`` (only writers of metadata do,
+        so a read-only client with other local settings never clashes with the registry)."""
+        self.metadata.register_broker(self.config.broker_id, self.config.log_dir, self.config.broker_rack)
 
     @property
     def metadata(self) -> MetadataStore:
@@ -144,6 +147,7 @@ class Cluster:
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise InvalidPartitionsError(f"Number of partitions must be larger than 0, got {partitions!r}")
         configs = _stored_configs(validate_configs(config, TOPIC_CONFIGS, "topic"))
+        self._register_self()
         brokers = self.metadata.brokers()
         assignment = assign_replicas(list(brokers), partitions, replication_factor)
         topic_id = _new_topic_id()
@@ -236,6 +240,7 @@ class Cluster:
 
     # -- offsets and reads ---------------------------------------------------------------
     def partitions_of(self, topic: str) -> list[int]:
+        validate_topic_name(topic)
         assignment, _ = self.metadata.assignment(topic)
         return sorted(int(p) for p in assignment.partitions)
 

@@ -121,7 +121,11 @@ TOPIC_CONFIGS: dict[str, ConfigSpec] = {
 PRODUCER_CONFIGS: dict[str, ConfigSpec] = {
     spec.name: spec
     for spec in (
-        ConfigSpec("acks", "all", str, "0, 1, all or -1", lambda v: v in ("0", "1", "all", "-1")),
+        # Kafka clients take acks as a number too (acks=1); compare the spelling, not the type.
+        ConfigSpec(
+            "acks", "all", str, "0, 1, all or -1",
+            lambda v: isinstance(v, (str, int)) and not isinstance(v, bool) and str(v) in ("0", "1", "all", "-1"),
+        ),
         _long("linger.ms", 5, 0),
         _long("batch.size", 16_384, 0),
         ConfigSpec("enable.idempotence", True, _parse_bool, "true or false", lambda v: isinstance(v, bool)),

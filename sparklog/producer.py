@@ -165,11 +165,14 @@ class Producer:
                 queue.first_ms = time.monotonic() * 1000
             queue.partitions.setdefault(target, []).append(pending)
             queue.size += size
-            if self.acks != "0":
-                self._inflight.add(future)
+            # Tracked for every acks setting: flush() must wait until the record is committed.
+            self._inflight.add(future)
             self._cv.notify_all()
         if self.acks == "0":
-            future.set_result(RecordMetadata(topic, target, -1, ts))
+            # The caller gets no ack: a future completed at once, apart from the tracked one.
+            unacked: Future[RecordMetadata] = Future()
+            unacked.set_result(RecordMetadata(topic, target, -1, ts))
+            return unacked
         return future
 
     def send_arrow(self, topic: str, records: pa.Table) -> BatchMetadata:
@@ -184,6 +187,8 @@ class Producer:
             records, info.partitions, topic, min(int(self.config["max.request.size"]), info.max_message_bytes)
         )
         self.flush()
+        if table.num_rows == 0:
+            return BatchMetadata(topic, {})  # nothing to produce (no empty commit, no sequence used)
         batches: dict[int, pa.Table] = {}
         if partitions is None:
             start = self._round_robin.get(topic, 0)
@@ -305,12 +310,12 @@ class Producer:
             info = self._topic_info(topic)
             batches = {p: _to_arrow(recs) for p, recs in queue.partitions.items()}
             result = self._produce(topic, batches)
-            if self.acks != "0":
-                for p, recs in queue.partitions.items():
-                    base = result.base_offsets.get(p, -1)
-                    for i, rec in enumerate(recs):
-                        ts = result.log_append_time_ms if info.log_append_time else rec.timestamp_ms
-                        rec.future.set_result(RecordMetadata(topic, p, base + i if base >= 0 else -1, ts))
+            # With acks=0 these are the internal futures flush() waits on; the caller's completed at send.
+            for p, recs in queue.partitions.items():
+                base = result.base_offsets.get(p, -1)
+                for i, rec in enumerate(recs):
+                    ts = result.log_append_time_ms if info.log_append_time else rec.timestamp_ms
+                    rec.future.set_result(RecordMetadata(topic, p, base + i if base >= 0 else -1, ts))
         except BaseException as exc:  # noqa: BLE001 - delivered through the futures
             for future in futures:
                 if not future.done():

@@ -184,6 +184,8 @@ class SparklogBatchReader(DataSourceReader):
     def read(self, partition: SegmentSlice) -> Iterator[object]:  # type: ignore[override]
         from sparklog.log.reader import read_segment_range
 
+        if not isinstance(partition, SegmentSlice):
+            return  # Spark plans one placeholder partition when partitions() is empty
         table = read_segment_range(
             partition.path, partition.partition, partition.topic, partition.start, partition.end, partition.include_headers
         )

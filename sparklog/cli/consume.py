@@ -1,0 +1,304 @@
+"""``sparklog consume``: Kafka's console consumer, polling the topic's Delta table.
+
+Start position per partition: the high watermark (only new records), the log start with
+``--from-beginning``, or ``--offset`` (a number, ``earliest`` or ``latest``) of the one
+``--partition``. Partitions added while consuming are read from their start. Every
+~100 ms the consumer reads ``partition_offsets`` and fetches ``[position, high watermark)``
+of each partition that grew, so it only ever sees committed records (invariant 5). It
+stops after ``--max-messages`` records, after ``--timeout-ms`` without a new record, or on
+Ctrl-C / SIGTERM, and then prints ``Processed a total of N messages`` on stderr.
+
+Records print with Kafka's ``DefaultMessageFormatter``: the enabled columns of
+``CreateTime:<ms>`` (or ``LogAppendTime:<ms>``), ``Partition:<p>``, ``Offset:<o>``,
+headers (``k:v,k2:v2`` or ``NO_HEADERS``), key and value, in that order, joined by
+``key.separator`` (default TAB, as in Kafka every column separator is the key separator),
+ended by ``line.separator``; null shows as ``null.literal``. Bytes are decoded as UTF-8
+with invalid sequences replaced. ``--output json`` prints one JSON object per record instead.
+A position below the log start (retention ran meanwhile) is an ``OffsetOutOfRangeError``,
+never a silent skip (invariant 8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import FrameType
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from sparklog.cli.options import (
+    UsageError,
+    add_command,
+    bool_property,
+    connect,
+    key_value,
+    parse_properties,
+    text_property,
+)
+from sparklog.cli.output import add_output_option, decode_bytes, print_stderr, write_json_line
+from sparklog.errors import OffsetOutOfRangeError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from sparklog.cluster import Cluster
+
+__all__ = ["register", "ConsoleRecord", "MessageFormatter", "records_of", "FORMATTER_PROPERTIES"]
+
+FORMATTER_PROPERTIES: dict[str, str | None] = {
+    "print.timestamp": "false",
+    "print.key": "false",
+    "print.partition": "false",
+    "print.offset": "false",
+    "print.headers": "false",
+    "print.value": "true",
+    "key.separator": "\t",
+    "line.separator": "\n",
+    "headers.separator": ",",
+    "null.literal": "null",
+}
+_POLL_INTERVAL_S = 0.1
+_MAX_OFFSETS_PER_READ = 10_000  # bounds memory when replaying a long partition
+_TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
+
+
+class ConsoleRecord(NamedTuple):
+    partition: int
+    offset: int
+    timestamp_ms: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] | None
+
+
+def records_of(table: "pa.Table") -> Iterator[ConsoleRecord]:
+    """Rows of a :meth:`Cluster.read` table, timestamps in ms."""
+    import pyarrow as pa
+
+    columns = {
+        name: table.column(name).to_pylist()
+        for name in ("partition", "offset", "timestampType", "key", "value", "headers")
+    }
+    micros = table.column("timestamp").cast(pa.int64()).to_pylist()
+    for i in range(table.num_rows):
+        headers = columns["headers"][i]
+        yield ConsoleRecord(
+            partition=columns["partition"][i],
+            offset=columns["offset"][i],
+            timestamp_ms=micros[i] // 1000,
+            timestamp_type=columns["timestampType"][i],
+            key=columns["key"][i],
+            value=columns["value"][i],
+            headers=None if headers is None else [(h["key"], h["value"]) for h in headers],
+        )
+
+
+@dataclass(frozen=True)
+class MessageFormatter:
+    """Kafka's ``DefaultMessageFormatter``; pure, so it is unit-tested on its own."""
+
+    print_timestamp: bool = False
+    print_key: bool = False
+    print_partition: bool = False
+    print_offset: bool = False
+    print_headers: bool = False
+    print_value: bool = True
+    key_separator: str = "\t"
+    line_separator: str = "\n"
+    headers_separator: str = ","
+    null_literal: str = "null"
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str | None]) -> "MessageFormatter":
+        flags = {name: bool_property(props, name) for name in props if name.startswith("print.")}
+        return cls(
+            **{name.replace(".", "_"): value for name, value in flags.items()},
+            key_separator=text_property(props, "key.separator"),
+            line_separator=text_property(props, "line.separator"),
+            headers_separator=text_property(props, "headers.separator"),
+            null_literal=props["null.literal"] or "",
+        )
+
+    def _text(self, data: bytes | None) -> str:
+        return decode_bytes(data, self.null_literal)
+
+    def format(self, record: ConsoleRecord) -> str:
+        columns = []
+        if self.print_timestamp:
+            kind = _TIMESTAMP_TYPES.get(record.timestamp_type)
+            columns.append(f"{kind}:{record.timestamp_ms}" if kind else "NO_TIMESTAMP")
+        if self.print_partition:
+            columns.append(f"Partition:{record.partition}")
+        if self.print_offset:
+            columns.append(f"Offset:{record.offset}")
+        if self.print_headers:
+            pairs = [f"{key}:{self._text(value)}" for key, value in record.headers or ()]
+            columns.append(self.headers_separator.join(pairs) if pairs else "NO_HEADERS")
+        if self.print_key:
+            columns.append(self._text(record.key))
+        if self.print_value:
+            columns.append(self._text(record.value))
+        return self.key_separator.join(columns) + self.line_separator if columns else ""
+
+
+def record_json(topic: str, record: ConsoleRecord) -> dict[str, Any]:
+    def text(data: bytes | None) -> str | None:
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    return {
+        "topic": topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp": record.timestamp_ms,
+        "timestampType": _TIMESTAMP_TYPES.get(record.timestamp_type, "NO_TIMESTAMP"),
+        "key": text(record.key),
+        "value": text(record.value),
+        "headers": None if record.headers is None else [{"key": k, "value": text(v)} for k, v in record.headers],
+    }
+
+
+def _offset_arg(text: str) -> int | str:
+    lowered = text.strip().lower()
+    if lowered in ("earliest", "latest"):
+        return lowered
+    try:
+        value = int(lowered)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative offset, earliest or latest, got {text!r}")
+    return value
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = add_command(
+        subparsers, "consume", _consume, "print a topic's records (kafka-console-consumer)", description=__doc__
+    )
+    parser.add_argument("--topic", required=True, help="the topic to consume")
+    parser.add_argument("--from-beginning", action="store_true", help="start at the log start instead of the end")
+    parser.add_argument("--partition", type=int, help="consume only this partition")
+    parser.add_argument("--offset", type=_offset_arg, help="start offset of --partition: a number, earliest or latest")
+    parser.add_argument("--max-messages", type=int, help="exit after this many records")
+    parser.add_argument("--timeout-ms", type=int, help="exit when no record arrived for this long (default: never)")
+    parser.add_argument(
+        "--property",
+        dest="properties",
+        type=key_value,
+        action="append",
+        metavar="KEY=VALUE",
+        help="formatter property: " + ", ".join(FORMATTER_PROPERTIES) + " (repeatable)",
+    )
+    add_output_option(parser)
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    if args.offset is not None and args.partition is None:
+        raise UsageError("The partition is required when offset is specified.")
+    if args.offset is not None and args.from_beginning:
+        raise UsageError("Options from-beginning and offset cannot be specified together.")
+    for name in ("partition", "max_messages", "timeout_ms"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+
+
+def _start_positions(cluster: "Cluster", args: argparse.Namespace) -> dict[int, int]:
+    from sparklog.errors import UnknownPartitionError
+
+    offsets = cluster.partition_offsets(args.topic)
+    if args.partition is not None:
+        if args.partition not in offsets:
+            raise UnknownPartitionError(
+                f"Topic {args.topic} has partitions 0..{len(offsets) - 1}; partition {args.partition} does not exist"
+            )
+        offsets = {args.partition: offsets[args.partition]}
+    positions = {}
+    for partition, (log_start, high_watermark) in offsets.items():
+        if args.from_beginning or args.offset == "earliest":
+            positions[partition] = log_start
+        elif args.offset is None or args.offset == "latest":
+            positions[partition] = high_watermark
+        elif not log_start <= args.offset <= high_watermark:
+            raise OffsetOutOfRangeError(
+                f"Offset {args.offset} is out of range for {args.topic}-{partition}: valid offsets are "
+                f"{log_start}..{high_watermark} (log-start..high watermark)"
+            )
+        else:
+            positions[partition] = args.offset
+    return positions
+
+
+class _Stop(Exception):
+    """Raised by the SIGTERM handler so a killed consumer still reports its total."""
+
+
+def _raise_stop(_signum: int, _frame: FrameType | None) -> None:
+    raise _Stop()
+
+
+def _poll_once(
+    cluster: "Cluster", topic: str, positions: dict[int, int], follow_new: bool, limit: int | None,
+    emit: Callable[[ConsoleRecord], None],
+) -> int:  # fmt: skip
+    """Emit what was committed since the last poll (at most ``limit``); return how many."""
+    count = 0
+    for partition, (log_start, high_watermark) in sorted(cluster.partition_offsets(topic).items()):
+        if partition not in positions:
+            if not follow_new:
+                continue
+            positions[partition] = log_start  # created after we started: all of it is new
+        while positions[partition] < high_watermark and (limit is None or count < limit):
+            start = positions[partition]
+            end = min(high_watermark, start + _MAX_OFFSETS_PER_READ)
+            if limit is not None:
+                end = min(end, start + limit - count)  # offsets >= records: compaction leaves gaps
+            for record in records_of(cluster.read(topic, partition, start_offset=start, end_offset=end)):
+                emit(record)
+                count += 1
+            positions[partition] = end
+    return count
+
+
+def _consume(args: argparse.Namespace) -> int:
+    _check_options(args)
+    props = parse_properties(args.properties, FORMATTER_PROPERTIES, "formatter")
+    formatter = MessageFormatter.from_properties(props)
+
+    total = 0
+
+    def emit(record: ConsoleRecord) -> None:
+        nonlocal total
+        if args.output == "json":
+            write_json_line(record_json(args.topic, record))
+        else:
+            sys.stdout.write(formatter.format(record))
+        total += 1
+
+    with connect(args) as cluster:
+        positions = _start_positions(cluster, args)
+        previous = signal.signal(signal.SIGTERM, _raise_stop)
+        try:
+            last_record = time.monotonic()
+            while args.max_messages is None or total < args.max_messages:
+                limit = None if args.max_messages is None else args.max_messages - total
+                got = _poll_once(cluster, args.topic, positions, args.partition is None, limit, emit)
+                sys.stdout.flush()
+                if got:
+                    last_record = time.monotonic()
+                    continue  # more may be waiting: poll again at once
+                if args.timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
+                    break
+                time.sleep(_POLL_INTERVAL_S)
+        except (KeyboardInterrupt, _Stop):
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            with contextlib.suppress(BrokenPipeError):  # the reader left; the total still goes to stderr
+                sys.stdout.flush()
+            print_stderr(f"Processed a total of {total} messages")
+    return 0

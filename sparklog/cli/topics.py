@@ -1,0 +1,169 @@
+"""``sparklog topics``: create, list, describe, alter and delete topics (``kafka-topics``).
+
+Output mirrors ``kafka-topics`` column for column: ``Created topic t.``, one name per
+line for ``list``, and for ``describe`` a topic line
+``Topic: t<TAB>TopicId: ..<TAB>PartitionCount: N<TAB>ReplicationFactor: N<TAB>Configs: k=v,..``
+(overrides only, sorted) followed by one ``<TAB>Topic: t<TAB>Partition: p<TAB>Leader: l
+<TAB>Replicas: a,b<TAB>Isr: a,b`` line per partition. ``alter`` and ``delete`` print
+nothing on success, as Kafka 3's tool does. Metadata only: no Spark, no Delta reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from sparklog.cli.options import add_command, connect, key_value, select_topics
+from sparklog.cli.output import add_output_option, comma_list, write_json, write_lines
+
+if TYPE_CHECKING:
+    from sparklog.topic import TopicDescription
+
+__all__ = ["register", "describe_lines", "description_json"]
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    topics = subparsers.add_parser(
+        "topics",
+        help="create, list, describe, alter and delete topics",
+        description="Topic administration (kafka-topics).",
+    )
+    actions = topics.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    create = add_command(actions, "create", _create, "create a topic", config_flag=False)
+    create.add_argument("--topic", required=True, help="name of the new topic")
+    create.add_argument("--partitions", type=int, default=1, help="number of partitions (default 1)")
+    create.add_argument("--replication-factor", type=int, default=1, help="replicas per partition (default 1)")
+    create.add_argument(
+        "--config",
+        dest="topic_configs",
+        type=key_value,
+        action="append",
+        metavar="KEY=VALUE",
+        help="a topic config override, e.g. retention.ms=86400000 (repeatable)",
+    )
+    create.add_argument("--if-not-exists", action="store_true", help="do nothing if the topic exists already")
+
+    listing = add_command(actions, "list", _list, "list topic names, one per line")
+    _add_selection_options(listing)
+    add_output_option(listing)
+
+    describe = add_command(
+        actions, "describe", _describe, "describe topics: id, partitions, leaders, replicas, ISR, configs"
+    )
+    _add_selection_options(describe)
+    add_output_option(describe)
+
+    alter = add_command(actions, "alter", _alter, "increase the number of partitions of a topic")
+    alter.add_argument("--topic", required=True, help="the topic to alter")
+    alter.add_argument("--partitions", type=int, required=True, help="the new (higher) partition count")
+    alter.add_argument("--if-exists", action="store_true", help="do nothing if the topic does not exist")
+
+    delete = add_command(actions, "delete", _delete, "delete a topic and its data")
+    delete.add_argument("--topic", required=True, help="the topic to delete")
+    delete.add_argument("--if-exists", action="store_true", help="do nothing if the topic does not exist")
+
+
+def _add_selection_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topic", help="a topic name, or a regular expression over topic names (default: all)")
+    parser.add_argument(
+        "--exclude-internal", action="store_true", help="leave out internal topics (__consumer_offsets)"
+    )
+
+
+def describe_lines(description: "TopicDescription") -> list[str]:
+    """``kafka-topics --describe`` lines of one topic."""
+    d = description
+    configs = ",".join(f"{key}={value}" for key, value in sorted(d.configs.items()))
+    lines = [
+        f"Topic: {d.name}\tTopicId: {d.topic_id}\tPartitionCount: {d.partition_count}\t"
+        f"ReplicationFactor: {d.replication_factor}\tConfigs: {configs}"
+    ]
+    for p in d.partitions:
+        leader = p.leader if p.leader >= 0 else "none"  # Kafka's word for a leaderless partition
+        lines.append(
+            f"\tTopic: {d.name}\tPartition: {p.partition}\tLeader: {leader}\t"
+            f"Replicas: {comma_list(p.replicas)}\tIsr: {comma_list(p.isr)}"
+        )
+    return lines
+
+
+def description_json(description: "TopicDescription") -> dict[str, Any]:
+    d = description
+    return {
+        "topic": d.name,
+        "topic_id": d.topic_id,
+        "partition_count": d.partition_count,
+        "replication_factor": d.replication_factor,
+        "configs": dict(sorted(d.configs.items())),
+        "partitions": [
+            {
+                "partition": p.partition,
+                "leader": p.leader,
+                "leader_epoch": p.leader_epoch,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+            }
+            for p in d.partitions
+        ],
+    }
+
+
+def _create(args: argparse.Namespace) -> int:
+    from sparklog.errors import TopicExistsError
+
+    configs = dict(args.topic_configs or [])
+    with connect(args) as cluster:
+        try:
+            cluster.create_topic(args.topic, args.partitions, args.replication_factor, configs)
+        except TopicExistsError:
+            if args.if_not_exists:
+                return 0
+            raise
+    write_lines([f"Created topic {args.topic}."])
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    with connect(args) as cluster:
+        topics = select_topics(cluster, args.topic, exclude_internal=args.exclude_internal, must_exist=False)
+    if args.output == "json":
+        write_json(topics)
+    else:
+        write_lines(topics)
+    return 0
+
+
+def _describe(args: argparse.Namespace) -> int:
+    with connect(args) as cluster:
+        topics = select_topics(cluster, args.topic, exclude_internal=args.exclude_internal)
+        descriptions = [cluster.describe_topic(topic) for topic in topics]
+    if args.output == "json":
+        write_json([description_json(d) for d in descriptions])
+    else:
+        write_lines(line for d in descriptions for line in describe_lines(d))
+    return 0
+
+
+def _alter(args: argparse.Namespace) -> int:
+    from sparklog.errors import TopicNotFoundError
+
+    with connect(args) as cluster:
+        try:
+            cluster.create_partitions(args.topic, args.partitions)
+        except TopicNotFoundError:
+            if not args.if_exists:
+                raise
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    from sparklog.errors import TopicNotFoundError
+
+    with connect(args) as cluster:
+        try:
+            cluster.delete_topic(args.topic)
+        except TopicNotFoundError:
+            if not args.if_exists:
+                raise
+    return 0

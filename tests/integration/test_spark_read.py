@@ -1,0 +1,206 @@
+"""Spark reads: Kafka-source schema and options, compared with chispa against known records."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timezone
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+import sparklog
+
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, TimestampType
+
+KAFKA_SOURCE_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+)
+HEADERS_FIELD = StructField(
+    "headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+)
+BASE_MS = 1_700_000_000_000  # every record i of partition p has timestamp BASE_MS + 1000 * i
+
+
+@pytest.fixture
+def topics(cluster: sparklog.Cluster) -> dict[str, int]:
+    """Two topics, 3 and 1 partitions, 10 records per partition with known timestamps/headers."""
+    layout = {"clicks": 3, "clicks-eu": 1}
+    with cluster.producer(linger_ms=50) as producer:
+        for topic, partitions in layout.items():
+            cluster.create_topic(topic, partitions=partitions)
+            for p in range(partitions):
+                for i in range(10):
+                    producer.send(
+                        topic, f"{topic}/{p}/{i}", key=f"k{i}", partition=p,
+                        headers=[("n", str(i).encode())] if i % 2 else None, timestamp_ms=BASE_MS + 1000 * i,
+                    )
+    return layout
+
+
+def expected(spark: SparkSession, rows: list[tuple[str, int, int]], headers: bool = False) -> DataFrame:
+    """The records (topic, partition, offset) as the Kafka source would return them."""
+    data = []
+    for topic, p, i in rows:
+        row = [f"k{i}".encode(), f"{topic}/{p}/{i}".encode(), topic, p, i,
+               datetime.fromtimestamp((BASE_MS + 1000 * i) / 1000, tz=timezone.utc).replace(tzinfo=None), 0]
+        if headers:
+            row.append([{"key": "n", "value": str(i).encode()}] if i % 2 else None)
+        data.append(tuple(row))
+    schema = KAFKA_SOURCE_SCHEMA
+    if headers:
+        schema = StructType(list(schema.fields) + [HEADERS_FIELD])
+    return spark.createDataFrame(data, schema)
+
+
+def load(spark: SparkSession, options: dict[str, str], **extra: str) -> DataFrame:
+    return spark.read.format("sparklog").options(**options).options(**extra).load()
+
+
+def rows_of(topic: str, partitions: range | list[int], offsets: range) -> list[tuple[str, int, int]]:
+    return [(topic, p, i) for p in partitions for i in offsets]
+
+
+def same(actual: DataFrame, wanted: DataFrame) -> None:
+    assert_df_equality(actual, wanted, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_schema_is_the_kafka_source_schema(spark, cluster_options, topics):
+    df = load(spark, cluster_options, subscribe="clicks")
+    assert [(f.name, f.dataType) for f in df.schema] == [(f.name, f.dataType) for f in KAFKA_SOURCE_SCHEMA]
+    with_headers = load(spark, cluster_options, subscribe="clicks", includeHeaders="true")
+    assert with_headers.schema.fieldNames()[-1] == "headers"
+    assert with_headers.schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
+
+
+def test_subscribe_pattern_and_assign(spark, cluster_options, topics):
+    same(load(spark, cluster_options, subscribe="clicks"), expected(spark, rows_of("clicks", range(3), range(10))))
+    both = rows_of("clicks", range(3), range(10)) + rows_of("clicks-eu", [0], range(10))
+    same(load(spark, cluster_options, subscribe="clicks,clicks-eu"), expected(spark, both))
+    same(load(spark, cluster_options, subscribePattern="clicks.*"), expected(spark, both))
+    same(load(spark, cluster_options, subscribePattern="clicks-e."), expected(spark, rows_of("clicks-eu", [0], range(10))))
+    same(
+        load(spark, cluster_options, assign=json.dumps({"clicks": [0, 2]})),
+        expected(spark, rows_of("clicks", [0, 2], range(10))),
+    )
+
+
+def test_offsets_earliest_latest_and_json(spark, cluster_options, topics):
+    same(
+        load(spark, cluster_options, subscribe="clicks", startingOffsets="earliest", endingOffsets="latest"),
+        expected(spark, rows_of("clicks", range(3), range(10))),
+    )
+    starting = json.dumps({"clicks": {"0": 3, "1": -2, "2": 9}})
+    ending = json.dumps({"clicks": {"0": 5, "1": 2, "2": -1}})
+    wanted = rows_of("clicks", [0], range(3, 5)) + rows_of("clicks", [1], range(0, 2)) + rows_of("clicks", [2], range(9, 10))
+    same(load(spark, cluster_options, subscribe="clicks", startingOffsets=starting, endingOffsets=ending), expected(spark, wanted))
+
+
+def test_timestamps(spark, cluster_options, topics):
+    same(
+        load(spark, cluster_options, subscribe="clicks", startingTimestamp=str(BASE_MS + 7000)),
+        expected(spark, rows_of("clicks", range(3), range(7, 10))),
+    )
+    same(
+        load(spark, cluster_options, subscribe="clicks", startingTimestamp=str(BASE_MS + 2500), endingTimestamp=str(BASE_MS + 5000)),
+        expected(spark, rows_of("clicks", range(3), range(3, 5))),
+    )
+    by_partition = json.dumps({"clicks": {"0": BASE_MS + 8000, "1": BASE_MS, "2": BASE_MS + 9000}})
+    wanted = rows_of("clicks", [0], range(8, 10)) + rows_of("clicks", [1], range(10)) + rows_of("clicks", [2], [9])
+    same(load(spark, cluster_options, subscribe="clicks", startingOffsetsByTimestamp=by_partition), expected(spark, wanted))
+    with pytest.raises(Exception, match="startingOffsetsByTimestampStrategy"):
+        load(spark, cluster_options, subscribe="clicks", startingTimestamp=str(BASE_MS + 60_000)).collect()
+    assert load(
+        spark, cluster_options, subscribe="clicks", startingTimestamp=str(BASE_MS + 60_000),
+        startingOffsetsByTimestampStrategy="latest",
+    ).count() == 0
+
+
+def test_include_headers(spark, cluster_options, topics):
+    same(
+        load(spark, cluster_options, subscribe="clicks-eu", includeHeaders="true"),
+        expected(spark, rows_of("clicks-eu", [0], range(10)), headers=True),
+    )
+
+
+def test_min_partitions_splits_work_without_changing_results(spark, cluster_options, topics):
+    df = load(spark, cluster_options, subscribe="clicks", minPartitions="12")
+    assert df.rdd.getNumPartitions() >= 12
+    same(df, expected(spark, rows_of("clicks", range(3), range(10))))
+
+
+def test_sql_view(spark, cluster_options, topics):
+    opts = ", ".join(f"`{k}` '{v}'" for k, v in cluster_options.items())
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW clicks_view USING sparklog OPTIONS (subscribe 'clicks', {opts})")
+    counts = {r["partition"]: r["n"] for r in spark.sql("SELECT partition, count(*) AS n FROM clicks_view GROUP BY partition").collect()}
+    assert counts == {0: 10, 1: 10, 2: 10}
+    spark.sql(
+        f"CREATE OR REPLACE TEMPORARY VIEW clicks_tail USING sparklog OPTIONS "
+        f"(subscribe 'clicks', startingOffsets '{{\"clicks\":{{\"0\":8,\"1\":8,\"2\":8}}}}', {opts})"
+    )
+    assert spark.sql("SELECT count(*) AS n FROM clicks_tail").collect()[0]["n"] == 6
+
+
+def test_register_topics_helper(spark, cluster_options, topics):
+    from sparklog.spark import register_topics
+
+    assert register_topics(spark, **cluster_options) == ["clicks", "clicks-eu"]
+    assert spark.sql("SELECT count(*) AS n FROM `clicks-eu`").collect()[0]["n"] == 10
+
+
+def test_reads_are_pinned_to_the_offsets_resolved_at_planning(spark, cluster, cluster_options, topics):
+    df = load(spark, cluster_options, subscribe="clicks-eu")
+    assert df.count() == 10
+    with cluster.producer() as producer:
+        producer.send("clicks-eu", "late", partition=0).result()
+    assert load(spark, cluster_options, subscribe="clicks-eu").count() == 11, "a new read sees the new high watermark"
+    assert df.count() == 10, "a DataFrame keeps the offsets it was planned with (repeatable reads)"
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({}, "Exactly one of the options"),
+        ({"subscribe": "clicks", "assign": '{"clicks":[0]}'}, "Exactly one of the options"),
+        ({"subscribe": "nope"}, "do not exist"),
+        ({"assign": "{"}, "malformed JSON"),
+        ({"subscribe": "clicks", "startingOffsets": '{"clicks":{"0":1}}'}, "must name every partition"),
+        ({"subscribe": "clicks", "startingOffsets": "latest"}, "not allowed for batch"),
+        ({"subscribe": "clicks", "endingOffsets": "earliest"}, "not allowed for batch"),
+        ({"subscribe": "clicks", "startingTimestamp": "yesterday"}, "milliseconds"),
+        ({"subscribe": "clicks", "failOnDataLoss": "maybe"}, "true or false"),
+    ],
+)
+def test_bad_options_are_clear_errors(spark, cluster_options, topics, options, message):
+    with pytest.raises(Exception, match=message):
+        load(spark, cluster_options, **options).collect()
+
+
+def test_any_session_finds_the_source_without_registration(cluster_options, topics, tmp_path):
+    """Spark's data-source lookup finds pyspark_sparklog: a plain SparkSession just works."""
+    script = textwrap.dedent(
+        f"""
+        from pyspark.sql import SparkSession
+        spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+        df = spark.read.format("sparklog").option("subscribe", "clicks-eu").options(**{cluster_options!r}).load()
+        print("COUNT", df.count())
+        spark.stop()
+        """
+    )
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    assert "COUNT 10" in done.stdout, done.stderr[-3000:]
