@@ -77,6 +77,7 @@ class Cluster:
         self._zk: ZkSession | None = None
         self._metadata: MetadataStore | None = None
         self._tables: dict[tuple[str, str], TopicTable] = {}
+        self._log_dirs: dict[int, str] = {}
         self._lock = threading.RLock()
 
     # -- plumbing ------------------------------------------------------------------------
@@ -100,12 +101,21 @@ class Cluster:
         return self._metadata
 
     def _log_dir_of(self, broker_id: int) -> str:
-        if broker_id == self.config.broker_id:
-            return self.config.log_dir
+        """Where broker ``broker_id`` keeps its replicas, per the registry (cached)."""
+        with self._lock:
+            cached = self._log_dirs.get(broker_id)
+        if cached is not None:
+            return cached
         brokers = self.metadata.brokers()
-        if broker_id not in brokers:
+        if broker_id in brokers:
+            log_dir = brokers[broker_id].log_dir
+        elif broker_id == self.config.broker_id:
+            log_dir = self.config.log_dir
+        else:
             raise SparklogError(f"Broker {broker_id} is not registered in ZooKeeper {self.zk.connect_string}")
-        return brokers[broker_id].log_dir
+        with self._lock:
+            self._log_dirs[broker_id] = log_dir
+        return log_dir
 
     def table(self, topic: str, partition: int = 0) -> TopicTable:
         """The leader replica's table of ``topic`` (its partition ``partition``)."""
@@ -127,6 +137,7 @@ class Cluster:
             self._zk = None
             self._metadata = None
             self._tables.clear()
+            self._log_dirs.clear()
 
     def __enter__(self) -> "Cluster":
         return self
