@@ -157,7 +157,7 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "broker.id": "0",
     "broker.rack": None,
     "writer.lease.ms": "10000",
-    "spark.writer.lease.ms": "300000",
+    "spark.writer.lease.ms": "120000",
 }
 
 

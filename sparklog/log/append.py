@@ -29,7 +29,7 @@ from sparklog.errors import FencedError, StorageError
 from sparklog.log.segment import SegmentFile, split_for_size, write_segment
 from sparklog.log.table import CommitConflict, TopicTable, end_app_id, fence_app_id, producer_app_id
 
-__all__ = ["AppendResult", "append", "commit_reserved", "MAX_COMMIT_ATTEMPTS"]
+__all__ = ["AppendResult", "append", "commit_reserved", "with_append_time", "MAX_COMMIT_ATTEMPTS"]
 
 MAX_COMMIT_ATTEMPTS = 50
 
@@ -88,7 +88,7 @@ def append(
         try:
             for partition, records in sorted(batches.items()):
                 if log_append_time:
-                    records = _with_append_time(records, append_ms)
+                    records = with_append_time(records, append_ms)
                 next_offset = base_offsets[partition]
                 for piece in split_for_size(records, segment_bytes):
                     segments.append(write_segment(table.root, partition, next_offset, piece, compression, fsync))
@@ -113,7 +113,8 @@ def append(
     )
 
 
-def _with_append_time(records: pa.Table, append_ms: int) -> pa.Table:
+def with_append_time(records: pa.Table, append_ms: int) -> pa.Table:
+    """LogAppendTime topics: every record gets the broker's append time, timestampType 1."""
     ts = pa.array([append_ms * 1000] * records.num_rows, type=records.schema.field("timestamp").type)
     kinds = pa.array([1] * records.num_rows, type=pa.int32())
     records = records.set_column(records.schema.get_field_index("timestamp"), "timestamp", ts)

@@ -41,21 +41,16 @@ def session_options(spark: "SparkSession", **options: Any) -> dict[str, str]:
 
 def produce(df: "DataFrame", topic: str, **options: Any) -> ProduceResult:
     """Write ``df`` (Kafka sink columns) to ``topic`` as one atomic produce; return its offsets."""
-    import json
-
     from sparklog.cluster import connect
-    from sparklog.spark.writer import JOB_ID_OPTION
+    from sparklog.spark.writer import JOB_ID_OPTION, job_ranges
 
     opts = session_options(df.sparkSession, **options)
     job_id = uuid.uuid4().hex
     df.write.format("sparklog").options(**opts).option("topic", topic).option(JOB_ID_OPTION, job_id).mode("append").save()
     with connect(opts) as cluster:
-        table = cluster.table(topic)
-        for entry in table.snapshot().history(50):
-            if entry.get("sparklog.job") == f"spark-{job_id}":
-                raw = json.loads(str(entry.get("sparklog.ranges", "{}")))
-                return ProduceResult(topic, {int(p): (int(a), int(b)) for p, (a, b) in raw.items()})
-    return ProduceResult(topic, {})
+        # The commit ran in a Spark worker; its commitInfo records the job's ranges.
+        ranges = job_ranges(cluster.table(topic).snapshot().history(50), f"spark-{job_id}")
+    return ProduceResult(topic, ranges or {})
 
 
 def read(spark: "SparkSession", topic: str, **options: Any) -> "DataFrame":

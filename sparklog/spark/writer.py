@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from pyspark.sql.types import StructType
 from sparklog.errors import ConfigError, SchemaMismatchError
 from sparklog.spark.options import cluster_config_from_options
 
-__all__ = ["SparklogBatchWriter", "SegmentsWritten", "JOB_ID_OPTION"]
+__all__ = ["SparklogBatchWriter", "SegmentsWritten", "JOB_ID_OPTION", "job_ranges"]
 
 JOB_ID_OPTION = "sparklog.job.id"
 _ALLOWED_TYPES = {
@@ -85,6 +86,7 @@ class SparklogBatchWriter(DataSourceArrowWriter):
         config = cluster_config_from_options(options)
         self.cluster_options = config.to_options()
         self.owner = f"spark-{options.get(JOB_ID_OPTION) or uuid.uuid4().hex}"
+        self.lease_ms = config.spark_writer_lease_ms
         cluster = Cluster(config)
         try:
             self.zk_connect = resolve_connect(config)
@@ -123,6 +125,7 @@ class SparklogBatchWriter(DataSourceArrowWriter):
         from sparklog.batches import normalise_input
         from sparklog.coordination.lease import reserve_offsets
         from sparklog.coordination.session import ZkSession
+        from sparklog.log.append import with_append_time
         from sparklog.log.segment import split_for_size, write_segment
         from sparklog.log.table import TopicTable
 
@@ -147,11 +150,8 @@ class SparklogBatchWriter(DataSourceArrowWriter):
             for partition, pieces in sorted(per_partition.items()):
                 records = pa.concat_tables(pieces)
                 if self.log_append_time:
-                    from sparklog.log.append import _with_append_time
-                    import time
-
-                    records = _with_append_time(records, int(time.time() * 1000))
-                base = reserve_offsets(zk, grants[partition], str(task), records.num_rows)
+                    records = with_append_time(records, int(time.time() * 1000))
+                base = reserve_offsets(zk, grants[partition], str(task), records.num_rows, self.lease_ms)
                 for piece in split_for_size(records, self.segment_bytes):
                     seg = write_segment(target.root, partition, base, piece, self.compression)
                     message.segments.append(seg.to_dict())
