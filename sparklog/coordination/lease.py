@@ -110,8 +110,9 @@ class WriterLease:
                         f"until {record.expires_ms - now} ms from now. Retry later or raise max.block.ms."
                     )
                 changed = threading.Event()
-                if client.exists(self.path, watch=lambda _event: changed.set()) is None:
-                    continue
+                stat = client.exists(self.path, watch=lambda _event: changed.set())
+                if stat is None or stat.version != version:
+                    continue  # changed (e.g. released) since we read it: the watch would never fire
                 changed.wait(min(remaining, max(0.001, (record.expires_ms - now) / 1000.0 + 0.002)))
 
     def _granted(self, epoch: int, takeover: bool) -> LeaseGrant:
@@ -173,12 +174,13 @@ class WriterLease:
         )
 
 
-def reserve_offsets(zk: ZkSession, grant: LeaseGrant, key: str, count: int) -> int:
+def reserve_offsets(zk: ZkSession, grant: LeaseGrant, key: str, count: int, lease_ms: int = 0) -> int:
     """Reserve ``count`` offsets from the lease's counter for ``key`` (e.g. a Spark task).
 
     The advance of the counter and the record of the reservation happen in one multi-op,
     and a second call with the same ``key`` returns the same base (a retried Spark task
-    rewrites the same offsets instead of opening a gap).
+    rewrites the same offsets instead of opening a gap). Each reservation also renews the
+    lease for ``lease_ms``: a job whose tasks keep finishing keeps its lease.
     """
     path = zkdata.writer_path(grant.topic, grant.partition)
     child = f"{path}/{grant.owner}/{key}"
@@ -206,7 +208,8 @@ def reserve_offsets(zk: ZkSession, grant: LeaseGrant, key: str, count: int) -> i
                     f"(epoch {grant.epoch}); now {record.owner} (epoch {record.epoch}). The job is fenced."
                 )
             base = record.next_offset
-            updated = WriterLeaseRecord(record.owner, record.epoch, record.expires_ms, False, base + count)
+            expires = max(record.expires_ms, now_ms() + lease_ms)
+            updated = WriterLeaseRecord(record.owner, record.epoch, expires, False, base + count)
             txn = client.transaction()
             txn.set_data(path, encode(updated), version=stat.version)
             txn.create(child, encode({"base": base, "count": count}))
