@@ -158,9 +158,11 @@ class Cluster:
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise InvalidPartitionsError(f"Number of partitions must be larger than 0, got {partitions!r}")
         configs = _stored_configs(validate_configs(config, TOPIC_CONFIGS, "topic"))
+        # This client offers its own log dir as a broker; place replicas before registering
+        # it, so a rejected request changes nothing.
+        brokers = set(self.metadata.brokers()) | {self.config.broker_id}
+        assignment = assign_replicas(sorted(brokers), partitions, replication_factor)
         self._register_self()
-        brokers = self.metadata.brokers()
-        assignment = assign_replicas(list(brokers), partitions, replication_factor)
         topic_id = _new_topic_id()
         self.metadata.create_topic(name, topic_id, assignment, configs)
         try:

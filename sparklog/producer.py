@@ -30,6 +30,8 @@ from sparklog.errors import (
     ProducerClosedError,
     RecordTooLargeError,
     SchemaMismatchError,
+    StorageError,
+    TopicNotFoundError,
     UnknownPartitionError,
 )
 from sparklog.log.append import AppendResult, append
@@ -263,7 +265,7 @@ class Producer:
                 # The topic may have grown since we cached it.
                 self._topics.pop(topic, None)
                 info = self._topic_info(topic)
-                if not isinstance(partition, int) or not 0 <= partition < info.partitions:
+                if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < info.partitions:
                     raise UnknownPartitionError(
                         f"Partition {partition!r} of topic {topic} does not exist (partitions 0..{info.partitions - 1})"
                     )
@@ -363,6 +365,11 @@ class Producer:
                     )
                 except FencedError as exc:
                     last_error = exc  # our lease expired and someone else wrote: take it again
+                except (StorageError, TopicNotFoundError):
+                    # Maybe deleted (and re-created): re-read metadata and re-open the table next time.
+                    self._topics.pop(topic, None)
+                    info.table.forget()
+                    raise
                 finally:
                     for lease in leases:
                         lease.release()

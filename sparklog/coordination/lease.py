@@ -29,7 +29,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from sparklog.coordination import zkdata
 from sparklog.coordination.session import ZkSession, zk_errors
 from sparklog.coordination.zkdata import WriterLeaseRecord, decode_json, encode
-from sparklog.errors import FencedError, LeaseTimeoutError
+from sparklog.errors import FencedError, LeaseTimeoutError, TopicNotFoundError
 
 __all__ = ["LeaseGrant", "WriterLease", "reserve_offsets", "now_ms"]
 
@@ -82,9 +82,15 @@ class WriterLease:
                 if record is None:
                     new = WriterLeaseRecord(self.owner, log_epoch + 1, expires, False, next_offset)
                     try:
-                        client.create(self.path, encode(new), makepath=True)
+                        # No makepath: the partition znode exists for as long as the topic does,
+                        # and re-creating it would resurrect a deleted topic as an empty ghost.
+                        client.create(self.path, encode(new))
                     except NodeExistsError:
                         continue
+                    except NoNodeError:
+                        raise TopicNotFoundError(
+                            f"Partition {self.topic}-{self.partition} does not exist (was the topic deleted?)"
+                        ) from None
                     # Someone wrote before the znode existed: they may still be around.
                     return self._granted(new.epoch, takeover=log_epoch > 0)
                 mine = (
@@ -186,7 +192,15 @@ def reserve_offsets(zk: ZkSession, grant: LeaseGrant, key: str, count: int, leas
     child = f"{path}/{grant.owner}/{key}"
     client = zk.client
     with zk_errors(f"reserving offsets of {grant.topic}-{grant.partition}"):
-        client.ensure_path(f"{path}/{grant.owner}")
+        try:
+            client.create(f"{path}/{grant.owner}")  # not ensure_path: never re-create a deleted topic's znodes
+        except NodeExistsError:
+            pass
+        except NoNodeError:
+            raise FencedError(
+                f"Write lease of partition {grant.topic}-{grant.partition} is gone (was the topic deleted?); "
+                "the job is fenced"
+            ) from None
         while True:
             try:
                 data, _ = client.get(child)

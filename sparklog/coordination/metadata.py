@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import socket
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from sparklog.coordination import zkdata
 from sparklog.coordination.session import ZkSession, zk_errors
@@ -179,7 +179,15 @@ class MetadataStore:
         with zk_errors(f"deleting topic {topic}"):
             if not client.exists(zkdata.topic_path(topic)):
                 raise TopicNotFoundError(f"Topic '{topic}' does not exist")
-            client.delete(zkdata.topic_path(topic), recursive=True)
+            for attempt in range(20):
+                try:
+                    client.delete(zkdata.topic_path(topic), recursive=True)
+                    break
+                except NotEmptyError:
+                    # A writer created a lease/reservation znode while we deleted: go again
+                    # (writers never re-create the partition znodes, so this ends).
+                    if attempt == 19:
+                        raise
             try:
                 client.delete(zkdata.topic_config_path(topic))
             except NoNodeError:

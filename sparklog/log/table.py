@@ -106,7 +106,7 @@ class TopicTable:
 
     def delete(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
-        self._local = threading.local()
+        self.forget()
 
     # -- snapshots -----------------------------------------------------------------------
     def snapshot(self, version: int | None = None) -> DeltaTable:
@@ -129,21 +129,28 @@ class TopicTable:
         except (DeltaError, OSError) as exc:
             raise StorageError(f"Cannot read the table of topic {self.topic} at {self.root}: {exc}") from exc
 
+    def forget(self) -> None:
+        """Drop the cached snapshots (every thread's): the next :meth:`snapshot` re-opens the table."""
+        self._local = threading.local()
+
     @staticmethod
     def log_end(dt: DeltaTable, partition: int) -> int:
-        return dt.transaction_version(end_app_id(partition)) or 0
+        return _transaction_version(dt, end_app_id(partition)) or 0
 
     @staticmethod
     def fence_epoch(dt: DeltaTable, partition: int) -> int:
-        return dt.transaction_version(fence_app_id(partition)) or 0
+        return _transaction_version(dt, fence_app_id(partition)) or 0
 
     @staticmethod
     def producer_sequence(dt: DeltaTable, producer_id: str) -> int | None:
-        return dt.transaction_version(producer_app_id(producer_id))
+        return _transaction_version(dt, producer_app_id(producer_id))
 
     def files(self, dt: DeltaTable, partitions: set[int] | None = None) -> list[FileEntry]:
         """Live files (optionally of some partitions), ordered by partition and offset."""
-        actions = pa.table(dt.get_add_actions(flatten=True))
+        try:
+            actions = pa.table(dt.get_add_actions(flatten=True))
+        except (DeltaError, OSError) as exc:
+            raise StorageError(f"Cannot list the files of topic {self.topic} at {self.root}: {exc}") from exc
         if actions.num_rows == 0:
             return []
         cols: dict[str, list[Any]] = {
@@ -254,6 +261,17 @@ class TopicTable:
             except CommitConflict:
                 continue
         raise StorageError(f"Could not commit the epoch marker of {self.topic}-{partition}: too many conflicts")
+
+
+def _transaction_version(dt: DeltaTable, app_id: str) -> int | None:
+    # Snapshot state is read lazily: a table deleted (or re-created) under a cached snapshot
+    # fails here, not in snapshot(). Keep deltalake's errors inside this module.
+    try:
+        return dt.transaction_version(app_id)
+    except (DeltaError, OSError) as exc:
+        raise StorageError(
+            f"Cannot read {app_id} of the table at {dt.table_uri}: {exc}. Was the topic deleted or re-created?"
+        ) from exc
 
 
 def _micros(value: Any) -> int | None:

@@ -35,8 +35,14 @@ def session_options(spark: "SparkSession", **options: Any) -> dict[str, str]:
     """``spark.sparklog.*`` session conf overlaid with explicit options (explicit wins)."""
     conf = {k: v for k, v in spark.conf.getAll.items()} if hasattr(spark.conf, "getAll") else {}
     merged = cluster_options_from_conf(conf)
-    merged.update({k.replace("_", "."): str(v) for k, v in options.items() if v is not None})
+    merged.update({_option_name(k): str(v) for k, v in options.items() if v is not None})
     return merged
+
+
+def _option_name(key: str) -> str:
+    # Python kwargs can't hold dots: zookeeper_connect -> zookeeper.connect; Kafka-source
+    # options (startingOffsets, failOnDataLoss) and dotted keys pass through unchanged.
+    return key if "." in key or not key.islower() else key.replace("_", ".")
 
 
 def produce(df: "DataFrame", topic: str, **options: Any) -> ProduceResult:
@@ -53,20 +59,39 @@ def produce(df: "DataFrame", topic: str, **options: Any) -> ProduceResult:
     return ProduceResult(topic, ranges or {})
 
 
-def read(spark: "SparkSession", topic: str, **options: Any) -> "DataFrame":
-    """``spark.read.format("sparklog").option("subscribe", topic)`` with session settings."""
-    return spark.read.format("sparklog").options(**session_options(spark, **options)).option("subscribe", topic).load()
+def read(spark: "SparkSession", topic: str | None = None, **options: Any) -> "DataFrame":
+    """Read topics with Spark's native Parquet reader (the data source's options and schema).
+
+    ``read(spark, "clicks", startingOffsets=...)`` equals
+    ``spark.read.format("sparklog").option("subscribe", "clicks")...load()`` but keeps
+    Python off the data path, so scans run at Parquet speed.
+    """
+    from sparklog.spark.native import read_topics
+
+    opts = session_options(spark, **options)
+    if topic is not None:
+        opts["subscribe"] = topic
+    return read_topics(spark, opts)
 
 
-def register_topics(spark: "SparkSession", **options: Any) -> list[str]:
-    """Create a temporary view per topic (named after it); returns the view names."""
+def register_topics(spark: "SparkSession", native: bool = True, **options: Any) -> list[str]:
+    """Create a temporary view per topic, named after it; returns the view names.
+
+    Views are planned when registered: their offsets stay fixed (repeatable queries);
+    register again to see newer records. ``native=True`` (default) reads with Spark's
+    Parquet reader (Parquet speed); ``native=False`` makes ``CREATE TEMPORARY VIEW ...
+    USING sparklog`` views, which move rows through the Python data source.
+    """
     from sparklog.cluster import connect
+    from sparklog.spark.native import read_topics
 
     opts = session_options(spark, **options)
     with connect(opts) as cluster:
         topics = cluster.list_topics(include_internal=False)
-    option_sql = ", ".join(f"`{k}` '{v}'" for k, v in opts.items())
     for topic in topics:
-        extra = f", {option_sql}" if option_sql else ""
-        spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{topic}` USING sparklog OPTIONS (subscribe '{topic}'{extra})")
+        if native:
+            read_topics(spark, {**opts, "subscribe": topic}).createOrReplaceTempView(f"`{topic}`")
+        else:
+            option_sql = "".join(f", `{k}` '{v}'" for k, v in opts.items())
+            spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{topic}` USING sparklog OPTIONS (subscribe '{topic}'{option_sql})")
     return topics

@@ -154,11 +154,46 @@ def test_sql_view(spark, cluster_options, topics):
     assert spark.sql("SELECT count(*) AS n FROM clicks_tail").collect()[0]["n"] == 6
 
 
-def test_register_topics_helper(spark, cluster_options, topics):
+def test_sql_view_is_planned_at_creation_and_refreshed_by_recreating(spark, cluster, cluster_options, topics):
+    opts = ", ".join(f"`{k}` '{v}'" for k, v in cluster_options.items())
+    create = f"CREATE OR REPLACE TEMPORARY VIEW eu_view USING sparklog OPTIONS (subscribe 'clicks-eu', {opts})"
+    spark.sql(create)
+    assert spark.sql("SELECT count(*) AS n FROM eu_view").collect()[0]["n"] == 10
+    with cluster.producer() as producer:
+        producer.send("clicks-eu", "late", partition=0).result()
+    assert spark.sql("SELECT count(*) AS n FROM eu_view").collect()[0]["n"] == 10, "a view keeps its planned offsets"
+    spark.sql(create)
+    assert spark.sql("SELECT count(*) AS n FROM eu_view").collect()[0]["n"] == 11
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_register_topics_helper(spark, cluster_options, topics, native):
     from sparklog.spark import register_topics
 
-    assert register_topics(spark, **cluster_options) == ["clicks", "clicks-eu"]
+    assert register_topics(spark, native=native, **cluster_options) == ["clicks", "clicks-eu"]
     assert spark.sql("SELECT count(*) AS n FROM `clicks-eu`").collect()[0]["n"] == 10
+    same(spark.table("clicks"), expected(spark, rows_of("clicks", range(3), range(10))))
+
+
+def native_and_source(spark: SparkSession, options: dict[str, str], **extra: str) -> tuple[DataFrame, DataFrame]:
+    from sparklog.spark.native import read_topics
+
+    return read_topics(spark, {**options, **extra}), load(spark, options, **extra)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"subscribe": "clicks"},
+        {"subscribePattern": "clicks.*", "includeHeaders": "true"},
+        {"assign": '{"clicks":[1]}', "startingOffsets": '{"clicks":{"1":4}}', "endingOffsets": '{"clicks":{"1":6}}'},
+        {"subscribe": "clicks", "startingTimestamp": str(BASE_MS + 7000)},
+    ],
+)
+def test_native_read_equals_the_data_source(spark, cluster_options, topics, extra):
+    native, source = native_and_source(spark, cluster_options, **extra)
+    assert native.schema.fieldNames() == source.schema.fieldNames()
+    same(native, source)
 
 
 def test_reads_are_pinned_to_the_offsets_resolved_at_planning(spark, cluster, cluster_options, topics):

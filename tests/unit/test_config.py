@@ -1,0 +1,207 @@
+"""Cluster settings resolution and config validation (pure, no ZooKeeper)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparklog.config import (
+    PRODUCER_CONFIGS,
+    TOPIC_CONFIGS,
+    load_properties,
+    resolve_cluster_config,
+    validate_configs,
+    with_defaults,
+)
+from sparklog.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def _no_project_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run in an empty dir so a ``conf/sparklog.properties`` of the checkout never leaks in."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+
+
+def write_props(path: Path, **props: str) -> Path:
+    path.write_text("# test properties\n" + "".join(f"{k.replace('_', '.')}={v}\n" for k, v in props.items()))
+    return path
+
+
+@pytest.fixture
+def props_file(tmp_path: Path) -> Path:
+    return write_props(
+        tmp_path / "sparklog.properties",
+        sparklog_home=str(tmp_path / "from-file"),
+        zookeeper_connect="file:2181",
+        broker_id="7",
+    )
+
+
+def test_defaults(tmp_path: Path) -> None:
+    config = resolve_cluster_config(environ={})
+    assert config.home == str((tmp_path / "cwd" / ".sparklog").resolve())
+    assert config.log_dir == str(Path(config.home) / "data")
+    assert config.zookeeper_connect is None  # embedded server
+    assert config.broker_id == 0
+    assert config.writer_lease_ms == 10_000
+    assert config.zookeeper_session_timeout_ms == 18_000
+
+
+def test_file_overrides_defaults(props_file: Path, tmp_path: Path) -> None:
+    config = resolve_cluster_config(environ={"SPARKLOG_CONF": str(props_file)})
+    assert config.home == str(tmp_path / "from-file")
+    assert config.zookeeper_connect == "file:2181"
+    assert config.broker_id == 7
+
+
+def test_env_overrides_file(props_file: Path, tmp_path: Path) -> None:
+    env = {"SPARKLOG_CONF": str(props_file), "SPARKLOG_HOME": str(tmp_path / "from-env"), "SPARKLOG_ZOOKEEPER": "env:2181"}
+    config = resolve_cluster_config(environ=env)
+    assert config.home == str(tmp_path / "from-env")
+    assert config.zookeeper_connect == "env:2181"
+    assert config.broker_id == 7  # not in the environment: still from the file
+
+
+def test_explicit_overrides_env(props_file: Path, tmp_path: Path) -> None:
+    env = {"SPARKLOG_CONF": str(props_file), "SPARKLOG_HOME": str(tmp_path / "from-env"), "SPARKLOG_ZOOKEEPER": "env:2181"}
+    config = resolve_cluster_config({"sparklog.home": str(tmp_path / "explicit")}, environ=env, zookeeper_connect="kw:2181")
+    assert config.home == str(tmp_path / "explicit")
+    assert config.zookeeper_connect == "kw:2181"
+    assert config.broker_id == 7
+
+
+def test_keyword_overrides_mapping_and_none_is_unset(tmp_path: Path) -> None:
+    config = resolve_cluster_config(
+        {"broker.id": 3, "zookeeper.connect": "map:2181"}, environ={"SPARKLOG_ZOOKEEPER": "env:2181"}, broker_id=4, zookeeper_connect=None
+    )
+    assert config.broker_id == 4
+    assert config.zookeeper_connect == "map:2181"
+
+
+def test_empty_env_values_are_ignored(props_file: Path, tmp_path: Path) -> None:
+    config = resolve_cluster_config(environ={"SPARKLOG_CONF": str(props_file), "SPARKLOG_HOME": "", "SPARKLOG_ZOOKEEPER": ""})
+    assert config.home == str(tmp_path / "from-file")
+    assert config.zookeeper_connect == "file:2181"
+
+
+def test_project_conf_file_in_working_dir_is_read(tmp_path: Path) -> None:
+    Path("conf").mkdir()
+    write_props(Path("conf/sparklog.properties"), broker_id="5")
+    assert resolve_cluster_config(environ={}).broker_id == 5
+    explicit_file = write_props(tmp_path / "x.properties", broker_id="6")
+    assert resolve_cluster_config(environ={"SPARKLOG_CONF": str(explicit_file)}).broker_id == 6  # SPARKLOG_CONF wins
+
+
+def test_relative_paths_become_absolute(tmp_path: Path) -> None:
+    config = resolve_cluster_config({"sparklog.home": "rel/home", "log.dirs": "rel/logs"}, environ={})
+    assert Path(config.home).is_absolute() and Path(config.log_dir).is_absolute()
+    assert config.home == str(tmp_path / "cwd" / "rel" / "home")
+    assert config.log_dir == str(tmp_path / "cwd" / "rel" / "logs")
+    from_env = resolve_cluster_config(environ={"SPARKLOG_HOME": "envrel"})
+    assert from_env.home == str(tmp_path / "cwd" / "envrel")
+    assert from_env.log_dir == str(tmp_path / "cwd" / "envrel" / "data")
+
+
+def test_options_round_trip(tmp_path: Path) -> None:
+    config = resolve_cluster_config({"sparklog.home": str(tmp_path), "zookeeper.connect": "h:1/c", "broker.rack": "r1"}, environ={})
+    assert resolve_cluster_config(config.to_options(), environ={}) == config
+
+
+@pytest.mark.parametrize("key", ["unknown.key", "unknown_key", "zookeeper.conect", "home"])
+def test_unknown_explicit_key_is_named(key: str) -> None:
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        resolve_cluster_config({key: "x"}, environ={})
+    kwarg = key.replace(".", "_")
+    with pytest.raises(ConfigError, match=f"'{kwarg}'"):
+        resolve_cluster_config(environ={}, **{kwarg: "x"})
+
+
+def test_unknown_key_in_properties_file_is_named(tmp_path: Path) -> None:
+    path = write_props(tmp_path / "bad.properties", sparklog_home="/x", bogus_setting="1")
+    with pytest.raises(ConfigError, match=r"bogus\.setting") as info:
+        resolve_cluster_config(environ={"SPARKLOG_CONF": str(path)})
+    assert str(path) in str(info.value)
+
+
+def test_missing_or_malformed_properties_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="nope.properties"):
+        resolve_cluster_config(environ={"SPARKLOG_CONF": str(tmp_path / "nope.properties")})
+    bad = tmp_path / "bad.properties"
+    bad.write_text("sparklog.home=/x\njust words\n")
+    with pytest.raises(ConfigError, match=":2:"):
+        load_properties(bad)
+
+
+def test_properties_syntax(tmp_path: Path) -> None:
+    path = tmp_path / "p.properties"
+    path.write_text("# comment\n! also comment\n\n a.b = 1 \nc:d\ne=f=g\nempty=\n")
+    assert load_properties(path) == {"a.b": "1", "c": "d", "e": "f=g", "empty": ""}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("broker.id", "-1"), ("broker.id", "abc"), ("zookeeper.session.timeout.ms", "10"), ("writer.lease.ms", "1.5")],
+)
+def test_bad_cluster_values(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        resolve_cluster_config({key: value}, environ={})
+
+
+# -- topic and client configs --------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("retention.ms", "abc"),
+        ("retention.ms", -2),
+        ("retention.ms", 1.5),
+        ("retention.ms", True),
+        ("cleanup.policy", "nope"),
+        ("cleanup.policy", "delete,delete"),
+        ("cleanup.policy", ""),
+        ("message.timestamp.type", "x"),
+        ("message.timestamp.type", "createtime"),
+        ("min.insync.replicas", 0),
+        ("min.insync.replicas", "0"),
+        ("max.message.bytes", -1),
+        ("segment.bytes", 1),
+        ("compression.type", "brotli"),
+        ("min.cleanable.dirty.ratio", "1.5"),
+        ("min.cleanable.dirty.ratio", "nan"),
+    ],
+)
+def test_bad_topic_values_name_key_and_allowed(key: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as info:
+        validate_configs({key: value}, TOPIC_CONFIGS, "topic")
+    assert "allowed" in str(info.value)
+
+
+def test_unknown_topic_key_lists_allowed_keys() -> None:
+    with pytest.raises(ConfigError, match="retention.mss") as info:
+        validate_configs({"retention.mss": 1}, TOPIC_CONFIGS, "topic")
+    assert "retention.ms" in str(info.value).split("Allowed keys:")[1]
+
+
+def test_topic_values_are_parsed() -> None:
+    parsed = validate_configs(
+        {"retention_ms": "-1", "cleanup.policy": "delete, compact", "min.insync.replicas": 2, "message.timestamp.type": "LogAppendTime"},
+        TOPIC_CONFIGS,
+        "topic",
+    )
+    assert parsed == {"retention.ms": -1, "cleanup.policy": "compact,delete", "min.insync.replicas": 2, "message.timestamp.type": "LogAppendTime"}
+    effective = with_defaults(parsed, TOPIC_CONFIGS)
+    assert set(effective) == set(TOPIC_CONFIGS)
+    assert effective["max.message.bytes"] == 1_048_588
+
+
+@pytest.mark.parametrize("acks", ["0", "1", "all", "-1", 0, 1, -1])
+def test_producer_acks_accepts_kafka_spellings(acks: object) -> None:
+    assert str(validate_configs({"acks": acks}, PRODUCER_CONFIGS, "producer")["acks"]) == str(acks)
+
+
+@pytest.mark.parametrize(("key", "value"), [("acks", "2"), ("acks", True), ("linger.ms", -1), ("enable.idempotence", "maybe"), ("bogus", 1)])
+def test_bad_producer_configs(key: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=key):
+        validate_configs({key: value}, PRODUCER_CONFIGS, "producer")
