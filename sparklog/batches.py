@@ -27,14 +27,14 @@ _RECORD_OVERHEAD = 21
 _TIMESTAMP = FILE_SCHEMA.field("timestamp").type
 
 
-def _as_binary(column: Any, name: str) -> pa.Array:
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+def _as_binary(column: Any, name: str) -> pa.ChunkedArray:
+    array = column if isinstance(column, pa.ChunkedArray) else pa.chunked_array([column])
     if pa.types.is_binary(array.type):
         return array
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type):
         return array.cast(pa.binary())
     if pa.types.is_null(array.type):
-        return pa.nulls(len(array), pa.binary())
+        return pa.chunked_array([pa.nulls(len(array), pa.binary())])
     raise SchemaMismatchError(f"Column {name!r} must be string or binary, got {array.type}")
 
 
@@ -73,7 +73,7 @@ def normalise_input(
             )
     n = table.num_rows
     value = _as_binary(table.column("value"), "value")
-    key = _as_binary(table.column("key"), "key") if "key" in names else pa.nulls(n, pa.binary())
+    key = _as_binary(table.column("key"), "key") if "key" in names else pa.chunked_array([pa.nulls(n, pa.binary())])
     if "headers" in names:
         try:
             headers = table.column("headers").combine_chunks().cast(HEADERS_TYPE)
@@ -102,7 +102,7 @@ def normalise_input(
         partitions = spread(n, num_partitions, round_robin_start or 0)
         if has_keys:
             keyed = np.asarray(key.is_valid())
-            partitions[keyed] = partitions_for_keys(key.filter(pa.array(keyed)), num_partitions)
+            partitions[keyed] = partitions_for_keys(key.filter(pa.array(keyed)).combine_chunks(), num_partitions)
         if explicit is not None:
             given = explicit.combine_chunks()
             mask = np.asarray(given.is_valid())
