@@ -268,15 +268,19 @@ class Cluster:
         partitions = self.partitions_of(topic)
         table = self.table(topic)
         dt = table.snapshot()
-        files = table.files(dt)
-        starts: dict[int, int] = {}
-        for entry in files:
-            starts.setdefault(entry.partition, entry.base_offset)
+        starts = table.log_starts(dt)
         result = {}
         for p in partitions:
             end = table.log_end(dt, p)
             result[p] = PartitionOffsets((starts.get(p, end), end))
         return result
+
+    def high_watermarks(self, topic: str) -> dict[int, int]:
+        """``partition -> high watermark`` only: no file listing, cheap enough to poll."""
+        partitions = self.partitions_of(topic)
+        table = self.table(topic)
+        dt = table.snapshot()
+        return {p: table.log_end(dt, p) for p in partitions}
 
     def list_offsets(self, topic: str, spec: OffsetSpec | str = "latest") -> dict[int, int]:
         """Per partition: earliest, latest, or the first offset with timestamp >= ``spec`` ms.
@@ -284,11 +288,11 @@ class Cluster:
         For a timestamp after every record the answer is -1 (Kafka's "no such offset").
         """
         parsed = parse_offset_spec(spec)
+        if parsed == "latest":
+            return self.high_watermarks(topic)
         offsets = self.partition_offsets(topic)
         if parsed == "earliest":
             return {p: o.log_start for p, o in offsets.items()}
-        if parsed == "latest":
-            return {p: o.high_watermark for p, o in offsets.items()}
         table = self.table(topic)
         dt = table.snapshot()
         result = {}
@@ -317,11 +321,11 @@ class Cluster:
             partitions = [partition]
         table = self.table(topic)
         dt = table.snapshot()
-        files = table.files(dt, set(partitions))
+        starts = table.log_starts(dt)
         ranges: dict[int, tuple[int, int]] = {}
         for p in partitions:
             end = table.log_end(dt, p)
-            start = next((f.base_offset for f in files if f.partition == p), end)
+            start = starts.get(p, end)
             lo = start if start_offset is None else start_offset
             if lo < start or lo > end:
                 raise OffsetOutOfRangeError(

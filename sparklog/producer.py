@@ -13,6 +13,7 @@ Records of one partition keep send order. Thread-safe.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import uuid
@@ -342,22 +343,27 @@ class Producer:
             sequence = self._sequences.get(topic, 0) + 1
             self._sequences[topic] = sequence
             last_error: FencedError | None = None
-            for _attempt in range(_FENCED_RETRIES):
+            for attempt in range(_FENCED_RETRIES):
                 leases = [self._lease(topic, p) for p in sorted(batches)]
                 try:
-                    dt = info.table.snapshot()
                     epochs = {}
                     for lease in leases:
-                        grant = lease.acquire(int(self.config["max.block.ms"]), info.table.fence_epoch(dt, lease.partition))
+                        grant = lease.acquire(
+                            int(self.config["max.block.ms"]),
+                            functools.partial(_log_epoch, info.table, lease.partition),
+                        )
                         if grant.takeover:
                             info.table.commit_epoch_marker(lease.partition, grant.epoch)
                         epochs[lease.partition] = grant.epoch
+                    idempotent = bool(self.config["enable.idempotence"])
                     return append(
                         info.table,
                         epochs,
                         batches,
-                        producer_id=self.producer_id if self.config["enable.idempotence"] else None,
-                        sequence=sequence if self.config["enable.idempotence"] else None,
+                        producer_id=self.producer_id if idempotent else None,
+                        sequence=sequence if idempotent else None,
+                        # A sequence never tried before can't be stored yet: skip the lookup.
+                        check_duplicate=attempt > 0,
                         log_append_time=info.log_append_time,
                         compression=info.compression,
                         segment_bytes=info.segment_bytes,
@@ -375,6 +381,10 @@ class Producer:
                         lease.release()
             assert last_error is not None
             raise last_error
+
+
+def _log_epoch(table: TopicTable, partition: int) -> int:
+    return table.fence_epoch(table.snapshot(), partition)
 
 
 def _to_arrow(records: list[_Pending]) -> pa.Table:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -66,11 +67,15 @@ class WriterLease:
             return None, -1
         return WriterLeaseRecord.decode(data, self.path), stat.version
 
-    def acquire(self, timeout_ms: int, log_epoch: int = 0, next_offset: int = -1) -> LeaseGrant:
+    def acquire(
+        self, timeout_ms: int, log_epoch: int | Callable[[], int] = 0, next_offset: int = -1
+    ) -> LeaseGrant:
         """Take (or renew) the lease, waiting up to ``timeout_ms`` for a live holder to finish.
 
-        ``log_epoch`` is the newest epoch already recorded in the log: a new grant is always
-        above it, so a lost or recreated znode never hands out an epoch the log has seen.
+        ``log_epoch`` is the newest epoch already recorded in the log (or a function that
+        reads it; called only when the znode is missing, since an existing znode's epoch is
+        never below the log's). A new grant is always above it, so a lost or recreated znode
+        never hands out an epoch the log has seen.
         """
         deadline = time.monotonic() + timeout_ms / 1000.0
         client = self.zk.client
@@ -80,6 +85,8 @@ class WriterLease:
                 now = now_ms()
                 expires = now + self.lease_ms
                 if record is None:
+                    if callable(log_epoch):
+                        log_epoch = log_epoch()
                     new = WriterLeaseRecord(self.owner, log_epoch + 1, expires, False, next_offset)
                     try:
                         # No makepath: the partition znode exists for as long as the topic does,
@@ -100,7 +107,8 @@ class WriterLease:
                     and not record.released
                 )
                 if mine or record.released or record.expires_ms <= now:
-                    epoch = record.epoch if mine else max(record.epoch, log_epoch) + 1
+                    floor = 0 if callable(log_epoch) else log_epoch
+                    epoch = record.epoch if mine else max(record.epoch, floor) + 1
                     new = WriterLeaseRecord(self.owner, epoch, expires, False, next_offset)
                     try:
                         client.set(self.path, encode(new), version=version)

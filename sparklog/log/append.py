@@ -66,18 +66,24 @@ def append(
     *,
     producer_id: str | None = None,
     sequence: int | None = None,
+    check_duplicate: bool = True,
     log_append_time: bool = False,
     compression: str = "snappy",
     segment_bytes: int = 1 << 30,
     fsync: bool = False,
 ) -> AppendResult:
-    """Append ``batches`` (partition -> records without offsets) under ``epochs`` (partition -> epoch)."""
+    """Append ``batches`` (partition -> records without offsets) under ``epochs`` (partition -> epoch).
+
+    ``check_duplicate=False`` skips the idempotence lookup on the first attempt; callers
+    pass it only for a sequence they have never sent before.
+    """
     missing = set(batches) - set(epochs)
     if missing:
         raise FencedError(f"No write lease held for partitions {sorted(missing)} of {table.topic}")
-    for _attempt in range(MAX_COMMIT_ATTEMPTS):
+    for attempt in range(MAX_COMMIT_ATTEMPTS):
         dt = table.snapshot()
-        if producer_id is not None and sequence is not None:
+        # A conflict may hide a commit of ours that landed: from the 2nd attempt on, always look.
+        if producer_id is not None and sequence is not None and (check_duplicate or attempt > 0):
             committed = table.producer_sequence(dt, producer_id)
             if committed is not None and committed >= sequence:
                 return AppendResult(_previous_offsets(table, dt, producer_id, sequence), 0, duplicate=True)

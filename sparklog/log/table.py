@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction
@@ -147,10 +148,9 @@ class TopicTable:
 
     def files(self, dt: DeltaTable, partitions: set[int] | None = None) -> list[FileEntry]:
         """Live files (optionally of some partitions), ordered by partition and offset."""
-        try:
-            actions = pa.table(dt.get_add_actions(flatten=True))
-        except (DeltaError, OSError) as exc:
-            raise StorageError(f"Cannot list the files of topic {self.topic} at {self.root}: {exc}") from exc
+        actions = self._actions(dt)
+        if partitions is not None and actions.num_rows:
+            actions = actions.filter(pc.is_in(actions.column("partition.partition"), pa.array(sorted(partitions), pa.int32())))
         if actions.num_rows == 0:
             return []
         cols: dict[str, list[Any]] = {
@@ -166,29 +166,38 @@ class TopicTable:
                 "max.timestamp",
             )
         }
-        entries = []
-        for i in range(actions.num_rows):
-            partition = int(cols["partition.partition"][i])
-            if partitions is not None and partition not in partitions:
-                continue
-            entries.append(
-                FileEntry(
-                    path=cols["path"][i],
-                    partition=partition,
-                    base_offset=int(cols["min.offset"][i]),
-                    last_offset=int(cols["max.offset"][i]),
-                    num_records=int(cols["num_records"][i]),
-                    size_bytes=int(cols["size_bytes"][i]),
-                    min_timestamp_us=_micros(cols["min.timestamp"][i]),
-                    max_timestamp_us=_micros(cols["max.timestamp"][i]),
-                )
+        entries = [
+            FileEntry(
+                path=cols["path"][i],
+                partition=int(cols["partition.partition"][i]),
+                base_offset=int(cols["min.offset"][i]),
+                last_offset=int(cols["max.offset"][i]),
+                num_records=int(cols["num_records"][i]),
+                size_bytes=int(cols["size_bytes"][i]),
+                min_timestamp_us=_micros(cols["min.timestamp"][i]),
+                max_timestamp_us=_micros(cols["max.timestamp"][i]),
             )
+            for i in range(actions.num_rows)
+        ]
         entries.sort(key=lambda e: (e.partition, e.base_offset))
         return entries
 
+    def _actions(self, dt: DeltaTable) -> pa.Table:
+        try:
+            return pa.table(dt.get_add_actions(flatten=True))
+        except (DeltaError, OSError) as exc:
+            raise StorageError(f"Cannot list the files of topic {self.topic} at {self.root}: {exc}") from exc
+
+    def log_starts(self, dt: DeltaTable) -> dict[int, int]:
+        """Smallest live offset per partition that has files (vectorised: no per-file objects)."""
+        actions = self._actions(dt)
+        if actions.num_rows == 0:
+            return {}
+        grouped = actions.group_by("partition.partition").aggregate([("min.offset", "min")])
+        return dict(zip(grouped.column("partition.partition").to_pylist(), grouped.column("min.offset_min").to_pylist()))
+
     def log_start(self, dt: DeltaTable, partition: int) -> int:
-        files = self.files(dt, {partition})
-        return files[0].base_offset if files else self.log_end(dt, partition)
+        return self.log_starts(dt).get(partition, self.log_end(dt, partition))
 
     def full_path(self, relative: str) -> str:
         return os.path.join(self.root, relative)
