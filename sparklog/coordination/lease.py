@@ -59,13 +59,32 @@ class WriterLease:
         self.lease_ms = lease_ms
         self.path = zkdata.writer_path(topic, partition)
         self.grant: LeaseGrant | None = None
+        # The record this writer last wrote and the znode version it got: the next
+        # acquire/release tries a compare-and-set on it before reading (one round trip
+        # instead of two when nobody else touched the lease meanwhile).
+        self._known: tuple[WriterLeaseRecord, int] | None = None
 
     def _read(self) -> tuple[WriterLeaseRecord | None, int]:
+        known, self._known = self._known, None
+        if known is not None:
+            return known
         try:
             data, stat = self.zk.client.get(self.path)
         except NoNodeError:
             return None, -1
         return WriterLeaseRecord.decode(data, self.path), stat.version
+
+    def _set(self, record: WriterLeaseRecord, version: int) -> None:
+        """Compare-and-set; remembers the outcome for the next call.
+
+        A vanished znode (topic deleted, maybe re-created) counts as a lost race: the caller
+        re-reads, like after ``BadVersionError``.
+        """
+        try:
+            stat = self.zk.client.set(self.path, encode(record), version=version)
+        except NoNodeError:
+            raise BadVersionError() from None
+        self._known = (record, stat.version)
 
     def acquire(
         self, timeout_ms: int, log_epoch: int | Callable[[], int] = 0, next_offset: int = -1
@@ -92,6 +111,7 @@ class WriterLease:
                         # No makepath: the partition znode exists for as long as the topic does,
                         # and re-creating it would resurrect a deleted topic as an empty ghost.
                         client.create(self.path, encode(new))
+                        self._known = (new, 0)
                     except NodeExistsError:
                         continue
                     except NoNodeError:
@@ -111,7 +131,7 @@ class WriterLease:
                     epoch = record.epoch if mine else max(record.epoch, floor) + 1
                     new = WriterLeaseRecord(self.owner, epoch, expires, False, next_offset)
                     try:
-                        client.set(self.path, encode(new), version=version)
+                        self._set(new, version)
                     except BadVersionError:
                         continue
                     takeover = False if mine else not record.released
@@ -143,14 +163,17 @@ class WriterLease:
                     raise FencedError(self._lost_message(record))
                 new = WriterLeaseRecord(self.owner, grant.epoch, now_ms() + self.lease_ms, False, record.next_offset)
                 try:
-                    self.zk.client.set(self.path, encode(new), version=version)
+                    self._set(new, version)
                     return
                 except BadVersionError:
                     continue
         raise FencedError(f"Write lease of {self.topic}-{self.partition} kept changing under owner {self.owner}")
 
-    def release(self) -> None:
-        """Mark the lease released if still ours (a lost lease needs no release)."""
+    def release(self, drop_reservations: bool = False) -> None:
+        """Mark the lease released if still ours (a lost lease needs no release).
+
+        ``drop_reservations`` also removes the Spark tasks' offset reservations.
+        """
         grant = self.grant
         if grant is None:
             return
@@ -162,8 +185,9 @@ class WriterLease:
                     return
                 new = WriterLeaseRecord(self.owner, grant.epoch, record.expires_ms, True, -1)
                 try:
-                    self.zk.client.set(self.path, encode(new), version=version)
-                    self._drop_reservations()
+                    self._set(new, version)
+                    if drop_reservations:
+                        self._drop_reservations()
                     return
                 except BadVersionError:
                     continue

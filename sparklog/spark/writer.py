@@ -204,7 +204,7 @@ class SparklogBatchWriter(DataSourceArrowWriter):
         for grant in self.grants:
             lease = WriterLease(cluster.zk, self.topic, grant.partition, self.owner, 0)  # type: ignore[attr-defined]
             lease.grant = grant
-            lease.release()
+            lease.release(drop_reservations=True)
 
 
 def job_ranges(history: list[dict[str, object]], owner: str) -> dict[int, tuple[int, int]] | None:
