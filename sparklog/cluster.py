@@ -32,7 +32,6 @@ from sparklog.errors import (
     InvalidPartitionsError,
     OffsetOutOfRangeError,
     SparklogError,
-    TopicNotFoundError,
     UnknownPartitionError,
 )
 from sparklog.log.reader import offset_for_timestamp, read_ranges

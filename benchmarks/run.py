@@ -1,0 +1,114 @@
+"""Entry point of ``make bench``: ``python -m benchmarks.run [--runs N] [--only a,b] [--scale F] [--output PATH]``.
+
+Starts one embedded ZooKeeper (under a temporary home) and one ``local[2]`` Spark session
+for the whole benchmark, runs the selected cases, prints the results table on stdout and
+writes the JSON report. Progress goes to stderr. Exit status 0 when every selected case
+ran (whether or not it met its targets), 1 when a case failed with an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+from benchmarks import case_latency, case_light_producer, case_spark_produce, case_sql_scan
+from benchmarks.harness import BenchContext, CaseResult, format_table, machine_info, write_json
+
+CASES: dict[str, ModuleType] = {
+    case_spark_produce.CASE: case_spark_produce,
+    case_light_producer.CASE: case_light_producer,
+    case_sql_scan.CASE: case_sql_scan,
+    case_latency.CASE: case_latency,
+}
+DEFAULT_OUTPUT = Path("benchmarks/results/latest.json")
+SPARK_MASTER = "local[2]"
+# The 5M-row DataFrame of cases (a)/(c) is cached (~0.6 GB); 1 GB default heap would spill it to disk.
+SPARK_CONF = {"spark.driver.memory": "4g"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description="sparklog benchmarks vs baselines")
+    parser.add_argument("--runs", type=int, default=3, help="runs per case; medians are reported (default 3)")
+    parser.add_argument("--only", default=",".join(CASES), help="comma-separated cases to run, e.g. a,c (default all)")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiplies record counts, e.g. 0.05 for a quick check")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"JSON report path (default {DEFAULT_OUTPUT})")
+    args = parser.parse_args(argv)
+    selected = [c.strip() for c in args.only.split(",") if c.strip()]
+    unknown = [c for c in selected if c not in CASES]
+    if unknown or not selected:
+        parser.error(f"--only: unknown case(s) {unknown or selected}; choose from {','.join(CASES)}")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    if args.scale <= 0:
+        parser.error("--scale must be positive")
+    args.only = selected
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # Nothing from the caller's environment may point the benchmark at another cluster.
+    for var in ("SPARKLOG_HOME", "SPARKLOG_ZOOKEEPER", "SPARKLOG_CONF"):
+        os.environ.pop(var, None)
+    from sparklog.coordination import embedded
+    from sparklog.spark import get_or_create_session
+
+    work_dir = Path(tempfile.mkdtemp(prefix="sparklog-bench-"))
+    zk_home = work_dir / "zk-home"
+    zk_home.mkdir()
+    results: list[CaseResult] = []
+    machine = machine_info()
+    machine["load_average_at_start"] = list(os.getloadavg())
+    config = {
+        "runs": args.runs,
+        "scale": args.scale,
+        "only": args.only,
+        "spark_master": SPARK_MASTER,
+        "spark_conf": SPARK_CONF,
+        "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks.run", *(argv if argv is not None else sys.argv[1:])]),
+    }
+    started = time.perf_counter()
+    spark = None
+    try:
+        print(f"[bench] starting embedded ZooKeeper under {zk_home} …", file=sys.stderr, flush=True)
+        zk_hosts = embedded.ensure_started(zk_home)
+        print(f"[bench] ZooKeeper at {zk_hosts}; starting Spark ({SPARK_MASTER}) …", file=sys.stderr, flush=True)
+        spark = get_or_create_session(app_name="sparklog-bench", master=SPARK_MASTER, conf=SPARK_CONF)
+        ctx = BenchContext(spark=spark, zk_hosts=zk_hosts, work_dir=work_dir, runs=args.runs, scale=args.scale)
+        for name in args.only:
+            module = CASES[name]
+            ctx.log(name, f"{module.TITLE}: {args.runs} run(s), scale {args.scale}, load avg {os.getloadavg()[0]:.2f}")
+            case_start = time.perf_counter()
+            try:
+                result = module.run(ctx)
+            except Exception as exc:  # noqa: BLE001 - report it and go on with the other cases
+                traceback.print_exc()
+                result = CaseResult(name, module.TITLE, module.__doc__ or "", error=f"{type(exc).__name__}: {exc}")
+            result.duration_s = time.perf_counter() - case_start
+            result.params["load_average_after"] = list(os.getloadavg())
+            results.append(result)
+            ctx.log(name, f"done in {result.duration_s:.0f} s" + (f" — ERROR {result.error}" if result.error else ""))
+            write_json(args.output, results, machine, {**config, "partial": True})
+    finally:
+        if spark is not None:
+            spark.stop()
+        try:
+            embedded.stop(zk_home)
+        finally:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    config["total_seconds"] = round(time.perf_counter() - started, 1)
+    write_json(args.output, results, machine, config)
+    print(format_table(results))
+    print(f"\nJSON report: {args.output}", file=sys.stderr)
+    return 1 if any(r.error for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
