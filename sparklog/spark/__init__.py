@@ -88,10 +88,12 @@ def register_topics(spark: "SparkSession", native: bool = True, **options: Any) 
     opts = session_options(spark, **options)
     with connect(opts) as cluster:
         topics = cluster.list_topics(include_internal=False)
-    for topic in topics:
-        if native:
-            read_topics(spark, {**opts, "subscribe": topic}).createOrReplaceTempView(f"`{topic}`")
-        else:
-            option_sql = "".join(f", `{k}` '{v}'" for k, v in opts.items())
-            spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{topic}` USING sparklog OPTIONS (subscribe '{topic}'{option_sql})")
+        for topic in topics:
+            if native:
+                read_topics(spark, {**opts, "subscribe": topic}, cluster).createOrReplaceTempView(f"`{topic}`")
+            else:
+                option_sql = "".join(f", `{k}` '{v}'" for k, v in opts.items())
+                spark.sql(
+                    f"CREATE OR REPLACE TEMPORARY VIEW `{topic}` USING sparklog OPTIONS (subscribe '{topic}'{option_sql})"
+                )
     return topics

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from sparklog.cluster import Cluster
+
 __all__ = ["read_topics"]
 
 _FILE_DDL = (
@@ -24,12 +26,15 @@ _FILE_DDL = (
 )
 
 
-def read_topics(spark: "SparkSession", options: Mapping[str, str]) -> "DataFrame":
-    """Like ``spark.read.format("sparklog").options(**options).load()``, natively."""
+def read_topics(spark: "SparkSession", options: Mapping[str, str], cluster: "Cluster | None" = None) -> "DataFrame":
+    """Like ``spark.read.format("sparklog").options(**options).load()``, natively.
+
+    ``cluster`` lets a caller that reads many topics share one ZooKeeper session.
+    """
     from pyspark.sql import functions as F
     from pyspark.sql.datasource import CaseInsensitiveDict
 
-    from sparklog.cluster import Cluster
+    from sparklog.cluster import Cluster as ClusterClient
     from sparklog.log.reader import files_for_ranges
     from sparklog.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
     from sparklog.spark.options import cluster_config_from_options, option_flag
@@ -39,7 +44,9 @@ def read_topics(spark: "SparkSession", options: Mapping[str, str]) -> "DataFrame
     include_headers = option_flag(opts, "includeHeaders", False)
     output_ddl = SPARK_READ_DDL_WITH_HEADERS if include_headers else SPARK_READ_DDL
     frames: list[DataFrame] = []
-    cluster = Cluster(cluster_config_from_options(opts))
+    own = cluster is None
+    if cluster is None:
+        cluster = ClusterClient(cluster_config_from_options(opts))
     try:
         for topic, ranges in resolve_read_ranges(cluster, opts).items():
             table = cluster.table(topic)
@@ -62,7 +69,8 @@ def read_topics(spark: "SparkSession", options: Mapping[str, str]) -> "DataFrame
             ] + (["headers"] if include_headers else [])
             frames.append(df.select(*selected))
     finally:
-        cluster.close()
+        if own:
+            cluster.close()
     if not frames:
         return spark.createDataFrame([], output_ddl)
     return reduce(lambda a, b: a.unionByName(b), frames)
