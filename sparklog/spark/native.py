@@ -14,9 +14,10 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from sparklog.cluster import Cluster
+    from sparklog.log.table import FileEntry
 
 __all__ = ["read_topics"]
 
@@ -26,12 +27,23 @@ _FILE_DDL = (
 )
 
 
+def _range_predicate(ranges: Mapping[int, tuple[int, int]], files: list["FileEntry"]) -> str | None:
+    """SQL filter keeping ``[start, end)`` per partition; None when every file lies inside."""
+    partial = {f.partition for f in files if f.base_offset < ranges[f.partition][0] or f.last_offset >= ranges[f.partition][1]}
+    if not partial:
+        return None
+    whole = sorted({f.partition for f in files} - partial)
+    terms = [f"(`partition` = {p} AND `offset` >= {ranges[p][0]} AND `offset` < {ranges[p][1]})" for p in sorted(partial)]
+    if whole:
+        terms.append(f"`partition` IN ({', '.join(str(p) for p in whole)})")
+    return " OR ".join(terms)
+
+
 def read_topics(spark: "SparkSession", options: Mapping[str, str], cluster: "Cluster | None" = None) -> "DataFrame":
     """Like ``spark.read.format("sparklog").options(**options).load()``, natively.
 
     ``cluster`` lets a caller that reads many topics share one ZooKeeper session.
     """
-    from pyspark.sql import functions as F
     from pyspark.sql.datasource import CaseInsensitiveDict
 
     from sparklog.cluster import Cluster as ClusterClient
@@ -53,21 +65,17 @@ def read_topics(spark: "SparkSession", options: Mapping[str, str], cluster: "Clu
             files = files_for_ranges(table, table.snapshot(), ranges)
             if not files:
                 continue
-            wanted: list[Column] = [
-                (F.col("partition") == p) & (F.col("offset") >= start) & (F.col("offset") < end)
-                for p, (start, end) in sorted(ranges.items())
-                if end > start
-            ]
             df = (
                 spark.read.schema(_FILE_DDL)
                 .option("basePath", table.root)
                 .parquet(*[table.full_path(f.path) for f in files])
-                .where(reduce(lambda a, b: a | b, wanted))
             )
-            selected = [
-                "key", "value", F.lit(topic).alias("topic"), "partition", "offset", "timestamp", "timestampType",
-            ] + (["headers"] if include_headers else [])
-            frames.append(df.select(*selected))
+            predicate = _range_predicate(ranges, files)
+            if predicate is not None:
+                df = df.where(predicate)  # one SQL string: a py4j call per Column op adds up
+            # Topic names are validated ([a-zA-Z0-9._-]), so they are safe in a SQL literal.
+            selected = ["key", "value", f"'{topic}' AS topic", "partition", "offset", "timestamp", "timestampType"]
+            frames.append(df.selectExpr(*selected, *(["headers"] if include_headers else [])))
     finally:
         if own:
             cluster.close()
