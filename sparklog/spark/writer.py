@@ -132,13 +132,12 @@ class SparklogBatchWriter(DataSourceArrowWriter):
         context = TaskContext.get()
         task = context.partitionId() if context else 0
         per_partition: dict[int, list[pa.Table]] = {}
-        rows_seen = 0
+        cursor = task  # where this task's keyless rows start, so tasks don't all favour partition 0
         for batch in iterator:
-            table, partitions = normalise_input(
-                batch, self.num_partitions, self.topic, self.max_message_bytes, round_robin_start=task + rows_seen  # type: ignore[arg-type]
-            )
-            rows_seen += table.num_rows
-            assert partitions is not None
+            table, partitions = normalise_input(batch, self.num_partitions, self.topic, self.max_message_bytes)  # type: ignore[arg-type]
+            if partitions is None:
+                cursor = _spread_slices(table, self.num_partitions, cursor, per_partition)
+                continue
             for p in set(partitions.tolist()):
                 per_partition.setdefault(int(p), []).append(table.filter(pa.array(partitions == p)))
         message = SegmentsWritten(task=task)
@@ -205,6 +204,21 @@ class SparklogBatchWriter(DataSourceArrowWriter):
             lease = WriterLease(cluster.zk, self.topic, grant.partition, self.owner, 0)  # type: ignore[attr-defined]
             lease.grant = grant
             lease.release(drop_reservations=True)
+
+
+def _spread_slices(table: object, num_partitions: int, cursor: int, out: dict[int, list[object]]) -> int:
+    """Keyless rows: cut the batch into ``num_partitions`` contiguous, zero-copy slices of
+    equal size (±1) for successive partitions; returns the next cursor. The partitions that
+    get the extra row rotate, so counts stay even across batches."""
+    rows = table.num_rows  # type: ignore[attr-defined]
+    size, extra = divmod(rows, num_partitions)
+    start = 0
+    for k in range(num_partitions):
+        length = size + (1 if k < extra else 0)
+        if length:
+            out.setdefault((cursor + k) % num_partitions, []).append(table.slice(start, length))  # type: ignore[attr-defined]
+        start += length
+    return (cursor + extra) % num_partitions
 
 
 def job_ranges(history: list[dict[str, object]], owner: str) -> dict[int, tuple[int, int]] | None:
