@@ -226,7 +226,7 @@ def _sparklog_side(ctx: BenchContext, env: Any, run_no: int, sends: int, prior: 
         cluster.create_topic("latency", partitions=1)
 
         def send_one() -> int:
-            return producer.send("latency", value, partition=0).result().offset + 1
+            return producer.send("latency", value, partition=0).result(timeout=VISIBLE_TIMEOUT_S).offset + 1
 
         for phase in ("fresh", "after"):
             if phase == "after":

@@ -19,17 +19,22 @@ reader (``spark.read.option("basePath", root).parquet(*files)``), with ``partiti
 recovered from the ``partition=N`` directories exactly as Delta stores it. Same bytes on
 disk, same answer (asserted); the difference is purely sparklog's read path. Both timings
 include creating the view/DataFrame (the baseline's includes listing the live files from
-the Delta log), the query and ``collect()``. Before run 1 both queries run once untimed (warm-up).
+the Delta log), the query and ``collect()``. Before run 1 every query runs once untimed (warm-up).
 """
 
 from __future__ import annotations
 
 from benchmarks.case_spark_produce import RECORDS, TOPIC_PARTITIONS, cached_values
-from benchmarks.harness import BenchContext, CaseResult, Metric, Target, alternate, run_record, timed
+from benchmarks.harness import BenchContext, CaseResult, Metric, Target, run_record, timed
 
 CASE = "c"
 TITLE = "SQL scan + GROUP BY partition (5M records)"
 TARGET_RATIO = 0.9
+LABELS = {
+    "sparklog": "sparklog SQL scan (register_topics view)",
+    "source": "sparklog SQL scan (USING sparklog view, Python data source)",
+    "baseline": "baseline Parquet scan",
+}
 QUERY = "SELECT partition, count(*) AS records, sum(length(value)) AS bytes FROM {view} GROUP BY partition"
 
 
@@ -58,7 +63,7 @@ def _parquet_query(ctx: BenchContext, table_root: str) -> list[tuple[int, int, i
 
 
 def run(ctx: BenchContext) -> CaseResult:
-    """Run case (c) ``ctx.runs`` times on a freshly produced topic each run; the order alternates."""
+    """Run case (c) ``ctx.runs`` times on a freshly produced topic each run; the order rotates."""
     import sparklog
     from sparklog.spark import produce
 
@@ -88,40 +93,41 @@ def run(ctx: BenchContext) -> CaseResult:
                 table_root = table.root
                 files = len(table.files(table.snapshot()))
 
+            sides = {
+                "sparklog": lambda: _sparklog_query(ctx, env.options),
+                "source": lambda: _source_query(ctx, env.options),
+                "baseline": lambda: _parquet_query(ctx, table_root),
+            }
             if run_no == 1:
-                ctx.log(CASE, "warm-up: both queries once, untimed …")
-                _sparklog_query(ctx, env.options)
-                _parquet_query(ctx, table_root)
-
-            def sparklog_side() -> tuple[float, list[tuple[int, int, int]]]:
-                ctx.log(CASE, f"run {run_no}/{ctx.runs} sparklog SQL scan …")
-                seconds, rows = timed(lambda: _sparklog_query(ctx, env.options))
-                ctx.log(CASE, f"run {run_no}/{ctx.runs} sparklog: {seconds:.2f} s, {records / seconds:,.0f} records/s")
-                return seconds, rows
-
-            def baseline_side() -> tuple[float, list[tuple[int, int, int]]]:
-                ctx.log(CASE, f"run {run_no}/{ctx.runs} baseline Parquet scan …")
-                seconds, rows = timed(lambda: _parquet_query(ctx, table_root))
-                ctx.log(CASE, f"run {run_no}/{ctx.runs} baseline: {seconds:.2f} s, {records / seconds:,.0f} records/s")
-                return seconds, rows
-
-            (s_sec, s_rows), (b_sec, b_rows) = alternate(run_no, sparklog_side, baseline_side)
-            assert s_rows == b_rows, (s_rows, b_rows)
-            ctx.log(CASE, f"run {run_no}/{ctx.runs} USING sparklog (Python data source) scan …")
-            src_sec, src_rows = timed(lambda: _source_query(ctx, env.options))
-            assert src_rows == b_rows, (src_rows, b_rows)
-            source_rates.append(records / src_sec)
+                ctx.log(CASE, "warm-up: every query once, untimed …")
+                for query in sides.values():
+                    query()
+            # Rotate the order so that no side always runs first (or last).
+            order = list(sides)[(run_no - 1) % 3 :] + list(sides)[: (run_no - 1) % 3]
+            seconds: dict[str, float] = {}
+            answers: dict[str, list[tuple[int, int, int]]] = {}
+            for side in order:
+                ctx.log(CASE, f"run {run_no}/{ctx.runs} {LABELS[side]} …")
+                seconds[side], answers[side] = timed(sides[side])
+                ctx.log(CASE, f"run {run_no}/{ctx.runs} {side}: {seconds[side]:.2f} s, {records / seconds[side]:,.0f} records/s")
+            s_rows = answers["sparklog"]
+            assert s_rows == answers["baseline"] == answers["source"], answers
             assert sum(r[1] for r in s_rows) == records, s_rows
             assert sum(r[2] for r in s_rows) == records * 100, s_rows
+            s_sec, b_sec, src_sec = seconds["sparklog"], seconds["baseline"], seconds["source"]
             result.runs.append(
-                run_record(run_no, records, s_sec, b_sec, python_source_seconds=src_sec, live_files=files, result=s_rows)
-            )
+                run_record(
+                    run_no, records, s_sec, b_sec,
+                    order=order, python_source_seconds=src_sec, live_files=files, result=s_rows,
+                )
+            )  # fmt: skip
             sparklog_rates.append(records / s_sec)
             baseline_rates.append(records / b_sec)
+            source_rates.append(records / src_sec)
     result.metrics.append(
         Metric(
             CASE,
-            "scan + aggregate throughput",
+            "scan via register_topics view",
             "records/s",
             sparklog_rates,
             baseline_rates,

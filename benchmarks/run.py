@@ -4,12 +4,23 @@ Starts one embedded ZooKeeper (under a temporary home) and one ``local[2]`` Spar
 for the whole benchmark, runs the selected cases, prints the results table on stdout and
 writes the JSON report. Progress goes to stderr. Exit status 0 when every selected case
 ran (whether or not it met its targets), 1 when a case failed with an error.
+
+The code under test is frozen first: ``sparklog/`` (and ``pyspark_sparklog/``, ``conf/``)
+are copied to the benchmark's temporary directory and put first on ``sys.path`` and
+``PYTHONPATH``, and the working directory moves there, so the driver, the Spark Python
+workers and the spawned reader processes all run the same code even if the working tree
+is edited during a long run (``--no-snapshot`` benchmarks the working tree directly).
+The code's SHA-256 is recorded in the report. ``kill -USR1 <pid>`` dumps every thread's
+stack to stderr (to diagnose a hang).
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import hashlib
 import os
+import signal
 import shutil
 import sys
 import tempfile
@@ -39,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", default=",".join(CASES), help="comma-separated cases to run, e.g. a,c (default all)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies record counts, e.g. 0.05 for a quick check")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"JSON report path (default {DEFAULT_OUTPUT})")
+    parser.add_argument("--no-snapshot", action="store_true", help="run the working tree's sparklog, not a frozen copy")
     args = parser.parse_args(argv)
     selected = [c.strip() for c in args.only.split(",") if c.strip()]
     unknown = [c for c in selected if c not in CASES]
@@ -52,18 +64,58 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _code_digest(root: Path) -> tuple[str, int]:
+    """SHA-256 over the ``.py`` files of ``sparklog/`` and ``pyspark_sparklog/`` under ``root``."""
+    digest = hashlib.sha256()
+    files = sorted(p for pkg in ("sparklog", "pyspark_sparklog") for p in (root / pkg).rglob("*.py"))
+    for path in files:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest(), len(files)
+
+
+def freeze_code(work_dir: Path) -> Path:
+    """Copy the code under test into ``work_dir/code`` and make every process import it from there."""
+    assert "sparklog" not in sys.modules, "sparklog must not be imported before the code is frozen"
+    repo = Path(__file__).resolve().parents[1]
+    code = work_dir / "code"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("sparklog", "pyspark_sparklog", "conf"):
+        if (repo / name).is_dir():
+            shutil.copytree(repo / name, code / name, ignore=ignore)
+    sys.path.insert(0, str(code))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
+    # Spark's Python workers run ``python -m pyspark.daemon`` in the JVM's working directory,
+    # which Python puts first on their path: it must not be the repo.
+    os.chdir(work_dir)
+    return code
+
+
+def _check_workers_import(spark: object, code: Path) -> str:
+    """Where Spark's Python workers import sparklog from (must be the frozen copy)."""
+    where = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("sparklog").__file__).collect()[0]  # type: ignore[attr-defined]
+    if not str(where).startswith(str(code)):
+        raise RuntimeError(f"Spark workers import sparklog from {where}, not from the frozen copy {code}")
+    return str(where)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    args.output = args.output.resolve()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     # Nothing from the caller's environment may point the benchmark at another cluster.
     for var in ("SPARKLOG_HOME", "SPARKLOG_ZOOKEEPER", "SPARKLOG_CONF"):
         os.environ.pop(var, None)
-    from sparklog.coordination import embedded
-    from sparklog.spark import get_or_create_session
 
     work_dir = Path(tempfile.mkdtemp(prefix="sparklog-bench-"))
+    original_cwd = Path.cwd()
+    code = None if args.no_snapshot else freeze_code(work_dir)
     zk_home = work_dir / "zk-home"
     zk_home.mkdir()
     results: list[CaseResult] = []
+    from sparklog.coordination import embedded
+    from sparklog.spark import get_or_create_session
+
+    sha, n_files = _code_digest(code if code else Path(__file__).resolve().parents[1])
     machine = machine_info()
     machine["load_average_at_start"] = list(os.getloadavg())
     config = {
@@ -72,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         "only": args.only,
         "spark_master": SPARK_MASTER,
         "spark_conf": SPARK_CONF,
+        "sparklog_code": {"frozen_copy": code is not None, "sha256": sha, "files": n_files},
         "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks.run", *(argv if argv is not None else sys.argv[1:])]),
     }
     started = time.perf_counter()
@@ -81,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         zk_hosts = embedded.ensure_started(zk_home)
         print(f"[bench] ZooKeeper at {zk_hosts}; starting Spark ({SPARK_MASTER}) …", file=sys.stderr, flush=True)
         spark = get_or_create_session(app_name="sparklog-bench", master=SPARK_MASTER, conf=SPARK_CONF)
+        if code is not None:
+            where = _check_workers_import(spark, code)
+            print(f"[bench] code under test frozen at {code} (sha256 {sha[:12]}); workers import {where}", file=sys.stderr, flush=True)
         ctx = BenchContext(spark=spark, zk_hosts=zk_hosts, work_dir=work_dir, runs=args.runs, scale=args.scale)
         for name in args.only:
             module = CASES[name]
@@ -102,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             embedded.stop(zk_home)
         finally:
+            os.chdir(original_cwd)
             shutil.rmtree(work_dir, ignore_errors=True)
     config["total_seconds"] = round(time.perf_counter() - started, 1)
     write_json(args.output, results, machine, config)
