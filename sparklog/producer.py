@@ -303,9 +303,29 @@ class Producer:
                         if q.partitions
                     ]
                     self._cv.wait(max(0.0005, min(waits) / 1000.0) if waits else None)
-                drained = {topic: self._queues.pop(topic) for topic in ready}
+                drained = {topic: self._take_request(topic) for topic in ready}
             for topic, queue in drained.items():
                 self._send_queue(topic, queue)
+
+    def _take_request(self, topic: str) -> _TopicQueue:
+        """Up to ``max.request.size`` bytes of the topic's queue (at least one record), in
+        send order per partition; the rest stays queued for the next request (as in Kafka)."""
+        queue = self._queues.pop(topic)
+        limit = int(self.config["max.request.size"])
+        if queue.size <= limit:
+            return queue
+        taken, rest = _TopicQueue(first_ms=queue.first_ms), _TopicQueue(first_ms=queue.first_ms)
+        for partition, records in queue.partitions.items():
+            for i, record in enumerate(records):
+                if taken.size and taken.size + record.size > limit:
+                    rest.partitions[partition] = records[i:]
+                    rest.size += sum(r.size for r in records[i:])
+                    break
+                taken.partitions.setdefault(partition, []).append(record)
+                taken.size += record.size
+        if rest.partitions:
+            self._queues[topic] = rest
+        return taken
 
     def _send_queue(self, topic: str, queue: _TopicQueue) -> None:
         futures = [rec.future for recs in queue.partitions.values() for rec in recs]
