@@ -23,9 +23,13 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
+
+if TYPE_CHECKING:
+    from sparklog.coordination.session import ZkSession
 
 from sparklog.errors import ConfigError, SchemaMismatchError
 from sparklog.spark.options import cluster_config_from_options
@@ -84,7 +88,6 @@ class SparklogBatchWriter(DataSourceArrowWriter):
         self.topic = validate_topic_name(topic)
         check_input_schema(schema, self.topic)
         config = cluster_config_from_options(options)
-        self.cluster_options = config.to_options()
         self.owner = f"spark-{options.get(JOB_ID_OPTION) or uuid.uuid4().hex}"
         self.lease_ms = config.spark_writer_lease_ms
         cluster = Cluster(config)
@@ -112,7 +115,7 @@ class SparklogBatchWriter(DataSourceArrowWriter):
                     lease.acquire(config.spark_writer_lease_ms, grant.epoch, next_offset=start)
                     self.start_offsets[partition] = start
             except BaseException:
-                self._release_all(cluster)
+                self._release_all(cluster.zk)
                 raise
         finally:
             cluster.close()
@@ -159,11 +162,9 @@ class SparklogBatchWriter(DataSourceArrowWriter):
 
     # -- driver side ---------------------------------------------------------------------
     def commit(self, messages: list[SegmentsWritten | None]) -> None:  # type: ignore[override]
-        from sparklog.cluster import Cluster
         from sparklog.log.append import commit_reserved
         from sparklog.log.segment import SegmentFile
         from sparklog.log.table import TopicTable
-        from sparklog.spark.options import cluster_config_from_options
 
         segments = [SegmentFile.from_dict(s) for m in messages if m is not None for s in m.segments]
         table = TopicTable(self.table_log_dir, self.topic)
@@ -174,16 +175,9 @@ class SparklogBatchWriter(DataSourceArrowWriter):
             segments,
             custom_metadata={"sparklog.job": self.owner, "sparklog.operation": "SPARK PRODUCE"},
         )
-        cluster = Cluster(cluster_config_from_options(self.cluster_options))
-        try:
-            self._release_all(cluster)
-        finally:
-            cluster.close()
+        self._release_all()
 
     def abort(self, messages: list[SegmentsWritten | None]) -> None:  # type: ignore[override]
-        from sparklog.cluster import Cluster
-        from sparklog.spark.options import cluster_config_from_options
-
         root = os.path.join(self.table_log_dir, "topics", self.topic)
         for message in messages:
             for seg in message.segments if message is not None else []:
@@ -191,19 +185,22 @@ class SparklogBatchWriter(DataSourceArrowWriter):
                     os.remove(os.path.join(root, str(seg["path"])))
                 except FileNotFoundError:
                     pass
-        cluster = Cluster(cluster_config_from_options(self.cluster_options))
-        try:
-            self._release_all(cluster)
-        finally:
-            cluster.close()
+        self._release_all()
 
-    def _release_all(self, cluster: object) -> None:
+    def _release_all(self, zk: "ZkSession | None" = None) -> None:
+        """Release every lease of the job (on ``zk``, else on a session of its own)."""
         from sparklog.coordination.lease import WriterLease
+        from sparklog.coordination.session import ZkSession
 
-        for grant in self.grants:
-            lease = WriterLease(cluster.zk, self.topic, grant.partition, self.owner, 0)  # type: ignore[attr-defined]
-            lease.grant = grant
-            lease.release(drop_reservations=True)
+        session = zk or ZkSession(self.zk_connect).start()
+        try:
+            for grant in self.grants:
+                lease = WriterLease(session, self.topic, grant.partition, self.owner, 0)
+                lease.grant = grant
+                lease.release(drop_reservations=True)
+        finally:
+            if zk is None:
+                session.close()
 
 
 def _spread_slices(table: object, num_partitions: int, cursor: int, out: dict[int, list[object]]) -> int:
