@@ -146,6 +146,11 @@ class TopicTable:
     def producer_sequence(dt: DeltaTable, producer_id: str) -> int | None:
         return _transaction_version(dt, producer_app_id(producer_id))
 
+    @staticmethod
+    def app_version(dt: DeltaTable, app_id: str) -> int | None:
+        """The version of any application transaction (stream batch ids, group offsets)."""
+        return _transaction_version(dt, app_id)
+
     def files(self, dt: DeltaTable, partitions: set[int] | None = None) -> list[FileEntry]:
         """Live files (optionally of some partitions), ordered by partition and offset."""
         actions = self._actions(dt)
