@@ -29,6 +29,15 @@ __all__ = [
     "StorageError",
     "ProducerClosedError",
     "GroupError",
+    "InvalidGroupIdError",
+    "IllegalGenerationError",
+    "UnknownMemberError",
+    "FencedInstanceIdError",
+    "RebalanceInProgressError",
+    "GroupNotEmptyError",
+    "GroupIdNotFoundError",
+    "OffsetCommitError",
+    "ConsumerClosedError",
 ]
 
 
@@ -110,3 +119,39 @@ class ProducerClosedError(SparklogError):
 
 class GroupError(SparklogError):
     """Consumer-group coordination failed."""
+
+
+class InvalidGroupIdError(GroupError, ValueError):
+    """A group id (or group.instance.id) breaks the naming rule (``[a-zA-Z0-9._-]``, 1..249 chars)."""
+
+
+class IllegalGenerationError(GroupError):
+    """A commit or sync carries a generation that is not the group's current one."""
+
+
+class UnknownMemberError(GroupError):
+    """The member is not (or no longer) part of the group's current generation."""
+
+
+class FencedInstanceIdError(UnknownMemberError):
+    """Another process joined with the same ``group.instance.id``; this one is fenced."""
+
+
+class RebalanceInProgressError(GroupError):
+    """The group is rebalancing; rejoin (poll) and retry."""
+
+
+class GroupNotEmptyError(GroupError):
+    """The operation needs an inactive group (no live members)."""
+
+
+class GroupIdNotFoundError(GroupError):
+    """The group does not exist (no members and no committed offsets)."""
+
+
+class OffsetCommitError(GroupError, ValueError):
+    """An offset commit is malformed or would move a committed offset backwards."""
+
+
+class ConsumerClosedError(SparklogError):
+    """The consumer was used after ``close()``."""
