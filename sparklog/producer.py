@@ -39,8 +39,7 @@ from sparklog.log.append import AppendResult, append
 from sparklog.log.segment import parquet_compression
 from sparklog.log.table import TopicTable
 from sparklog.batches import normalise_input
-from sparklog.records import RecordMetadata, partition_for_key, to_bytes
-from sparklog.schema import FILE_SCHEMA
+from sparklog.records import RecordMetadata, partition_for_key, records_to_arrow, to_bytes
 
 if TYPE_CHECKING:
     from sparklog.cluster import Cluster
@@ -408,17 +407,6 @@ def _log_epoch(table: TopicTable, partition: int) -> int:
 
 
 def _to_arrow(records: list[_Pending]) -> pa.Table:
-    n = len(records)
-    return pa.Table.from_pydict(
-        {
-            "timestamp": pa.array([r.timestamp_ms * 1000 for r in records], type=FILE_SCHEMA.field("timestamp").type),
-            "timestampType": pa.array([0] * n, type=pa.int32()),
-            "key": pa.array([r.key for r in records], type=pa.binary()),
-            "value": pa.array([r.value for r in records], type=pa.binary()),
-            "headers": pa.array(
-                [None if r.headers is None else [{"key": k, "value": v} for k, v in r.headers] for r in records],
-                type=FILE_SCHEMA.field("headers").type,
-            ),
-        }
+    return records_to_arrow(
+        [r.key for r in records], [r.value for r in records], [r.timestamp_ms for r in records], [r.headers for r in records]
     )
-

@@ -19,6 +19,7 @@ __all__ = [
     "RecordMetadata",
     "Header",
     "to_bytes",
+    "records_to_arrow",
 ]
 
 _M = 0x5BD1E995
@@ -143,3 +144,30 @@ class RecordMetadata:
     partition: int
     offset: int
     timestamp: int  # milliseconds since the epoch
+
+
+def records_to_arrow(
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    timestamps_ms: Sequence[int],
+    headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None = None,
+) -> "pa.Table":
+    """Records (CreateTime) as the Arrow layout segments are written from (no offsets)."""
+    import pyarrow as pa
+
+    from sparklog.schema import FILE_SCHEMA
+
+    n = len(values)
+    return pa.Table.from_pydict(
+        {
+            "timestamp": pa.array([t * 1000 for t in timestamps_ms], type=FILE_SCHEMA.field("timestamp").type),
+            "timestampType": pa.array([0] * n, type=pa.int32()),
+            "key": pa.array(list(keys), type=pa.binary()),
+            "value": pa.array(list(values), type=pa.binary()),
+            "headers": pa.array(
+                [None if h is None else [{"key": k, "value": v} for k, v in h] for h in (headers or [None] * n)],
+                type=FILE_SCHEMA.field("headers").type,
+            ),
+        }
+    )
+

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sparklog.errors import CoordinationError
+from sparklog.group.ids import validate_group_id, validate_instance_id
 from sparklog.topic import validate_topic_name
 
 __all__ = [
@@ -34,6 +35,16 @@ __all__ = [
     "BrokerRecord",
     "encode",
     "decode_json",
+    "CONSUMERS",
+    "group_path",
+    "group_members_path",
+    "group_member_path",
+    "group_state_path",
+    "group_leader_path",
+    "group_static_path",
+    "MemberRecord",
+    "GroupStateRecord",
+    "StaticDepartureRecord",
 ]
 
 BROKER_IDS = "/brokers/ids"
@@ -43,6 +54,7 @@ TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
+CONSUMERS = "/consumers"
 
 
 def topic_path(topic: str) -> str:
@@ -71,6 +83,31 @@ def topic_config_path(topic: str) -> str:
 
 def broker_registry_path(broker_id: int) -> str:
     return f"{BROKER_REGISTRY}/{int(broker_id)}"
+
+
+def group_path(group_id: str) -> str:
+    return f"{CONSUMERS}/{validate_group_id(group_id)}"
+
+
+def group_members_path(group_id: str) -> str:
+    return f"{group_path(group_id)}/members"
+
+
+def group_member_path(group_id: str, member_key: str) -> str:
+    # A member key is a member id (dynamic) or a group.instance.id (static): both path-safe.
+    return f"{group_members_path(group_id)}/{validate_instance_id(member_key)}"
+
+
+def group_state_path(group_id: str) -> str:
+    return f"{group_path(group_id)}/state"
+
+
+def group_leader_path(group_id: str) -> str:
+    return f"{group_path(group_id)}/leader"
+
+
+def group_static_path(group_id: str, instance_id: str) -> str:
+    return f"{group_path(group_id)}/static/{validate_instance_id(instance_id)}"
 
 
 def encode(record: Any) -> bytes:
@@ -174,3 +211,98 @@ class TopicConfigRecord:
     def decode(cls, data: bytes, path: str) -> "TopicConfigRecord":
         raw = decode_json(data, path)
         return cls(config={str(k): str(v) for k, v in raw.get("config", {}).items()})
+
+
+@dataclass(frozen=True)
+class MemberRecord:
+    """``/consumers/<g>/members/<key>`` (ephemeral): one live member and what it wants.
+
+    ``topics`` is an explicit subscription, ``pattern`` a regex one (the leader resolves it).
+    ``acked_generation`` is the generation whose PreparingRebalance this member has
+    acknowledged (it committed and stopped fetching its partitions).
+    """
+
+    member_id: str
+    client_id: str
+    host: str
+    topics: list[str]
+    pattern: str | None
+    instance_id: str | None
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list[str]
+    acked_generation: int = -1
+    version: int = 1
+
+    @property
+    def key(self) -> str:
+        return self.instance_id or self.member_id
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> "MemberRecord":
+        raw = decode_json(data, path)
+        return cls(
+            member_id=str(raw["member_id"]),
+            client_id=str(raw.get("client_id", "")),
+            host=str(raw.get("host", "")),
+            topics=[str(t) for t in raw.get("topics", [])],
+            pattern=raw.get("pattern"),
+            instance_id=raw.get("instance_id"),
+            session_timeout_ms=int(raw.get("session_timeout_ms", 45_000)),
+            rebalance_timeout_ms=int(raw.get("rebalance_timeout_ms", 300_000)),
+            protocols=[str(p) for p in raw.get("protocols", ["range"])],
+            acked_generation=int(raw.get("acked_generation", -1)),
+        )
+
+
+@dataclass(frozen=True)
+class GroupStateRecord:
+    """``/consumers/<g>/state``: Kafka's group state machine, as the leader last wrote it.
+
+    ``members`` maps member key -> member id for the generation; ``assignment`` maps member
+    key -> ``[[topic, partition], ...]``; ``signature`` fingerprints the membership,
+    subscriptions and partition counts the assignment was computed from.
+    """
+
+    state: str  # Empty | PreparingRebalance | CompletingRebalance | Stable | Dead
+    generation: int
+    protocol: str = ""
+    leader: str = ""
+    members: dict[str, str] = field(default_factory=dict)
+    assignment: dict[str, list[list[Any]]] = field(default_factory=dict)
+    signature: str = ""
+    rebalance_deadline_ms: int = 0
+    version: int = 1
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> "GroupStateRecord":
+        raw = decode_json(data, path)
+        return cls(
+            state=str(raw["state"]),
+            generation=int(raw["generation"]),
+            protocol=str(raw.get("protocol", "")),
+            leader=str(raw.get("leader", "")),
+            members={str(k): str(v) for k, v in raw.get("members", {}).items()},
+            assignment={str(k): [list(tp) for tp in v] for k, v in raw.get("assignment", {}).items()},
+            signature=str(raw.get("signature", "")),
+            rebalance_deadline_ms=int(raw.get("rebalance_deadline_ms", 0)),
+        )
+
+    def partitions_of(self, member_key: str) -> list[tuple[str, int]]:
+        return [(str(t), int(p)) for t, p in self.assignment.get(member_key, [])]
+
+
+@dataclass(frozen=True)
+class StaticDepartureRecord:
+    """``/consumers/<g>/static/<instance>``: a static member closed cleanly at ``departed_ms``;
+    it keeps its place (no rebalance) until ``departed_ms + session_timeout_ms``."""
+
+    member_id: str
+    departed_ms: int
+    session_timeout_ms: int
+    version: int = 1
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> "StaticDepartureRecord":
+        raw = decode_json(data, path)
+        return cls(str(raw["member_id"]), int(raw["departed_ms"]), int(raw["session_timeout_ms"]))

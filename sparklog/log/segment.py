@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from sparklog.schema import FILE_SCHEMA
 
-__all__ = ["SegmentFile", "write_segment", "split_for_size", "fsync_path", "parquet_compression"]
+__all__ = ["SegmentFile", "write_segment", "split_for_size", "fsync_path", "parquet_compression", "discard_segments"]
 
 _COMPRESSION = {"producer": "snappy", "uncompressed": "none", "none": "none"}
 
@@ -142,3 +142,13 @@ def write_segment(
         max_timestamp_us=bounds["max"].as_py(),
         modification_time_ms=int(time.time() * 1000),
     )
+
+
+def discard_segments(table_root: str, segments: "list[SegmentFile]") -> None:
+    """Delete files written for a commit that did not land (conflict, error, duplicate)."""
+    for seg in segments:
+        try:
+            os.remove(os.path.join(table_root, seg.path))
+        except FileNotFoundError:
+            pass
+

@@ -1,0 +1,1 @@
+"""Consumer groups: coordinator, offsets store and the pure partition assignors."""
