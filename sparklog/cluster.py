@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sparklog.config import (
+    CONSUMER_CONFIGS,
     PRODUCER_CONFIGS,
     TOPIC_CONFIGS,
     ClusterConfig,
@@ -40,6 +41,8 @@ from sparklog.offsets import OffsetSpec, parse_offset_spec
 from sparklog.topic import PartitionDescription, TopicDescription, is_internal, validate_topic_name
 
 if TYPE_CHECKING:
+    from sparklog.consumer import Consumer
+    from sparklog.group.coordinator import GroupCoordinator
     from sparklog.producer import Producer
 
 __all__ = ["Cluster", "connect", "PartitionOffsets"]
@@ -78,6 +81,7 @@ class Cluster:
         self._tables: dict[tuple[str, str], TopicTable] = {}
         self._log_dirs: dict[int, str] = {}
         self._lock = threading.RLock()
+        self._groups: "GroupCoordinator | None" = None
 
     # -- plumbing ------------------------------------------------------------------------
     @property
@@ -135,6 +139,7 @@ class Cluster:
                 self._zk.close()
             self._zk = None
             self._metadata = None
+            self._groups = None
             self._tables.clear()
             self._log_dirs.clear()
 
@@ -341,6 +346,36 @@ class Cluster:
         from sparklog.producer import Producer
 
         return Producer(self, validate_configs(config, PRODUCER_CONFIGS, "producer"))
+
+    def consumer(self, group_id: str | None = None, **config: Any) -> "Consumer":
+        """A light consumer; with ``group_id`` it can join that group (``subscribe``) and commit."""
+        from sparklog.consumer import Consumer
+
+        return Consumer(self, group_id, validate_configs(config, CONSUMER_CONFIGS, "consumer"))
+
+    # -- consumer groups -----------------------------------------------------------------
+    @property
+    def groups(self) -> "GroupCoordinator":
+        with self._lock:
+            if self._groups is None:
+                from sparklog.group.coordinator import GroupCoordinator
+
+                self._groups = GroupCoordinator(self)
+            return self._groups
+
+    def commit_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
+        """Commit offsets for a group from outside it (Kafka's standalone commit, generation -1):
+        allowed while the group has no live members. Offsets never move backwards here."""
+        from sparklog.group.coordinator import OffsetCommit
+
+        self.groups.commit(group_id, {tp: OffsetCommit(int(o), metadata) for tp, o in offsets.items()})
+
+    def committed_offsets(self, group_id: str, topics: Iterable[str] | None = None) -> dict[tuple[str, int], int]:
+        """The group's committed offsets (of ``topics``, or of every topic it committed for)."""
+        if topics is None:
+            return {tp: c.offset for tp, c in self.groups.committed_all(group_id).items() if c.offset is not None}
+        wanted = [(t, p) for t in topics for p in self.partitions_of(t)]
+        return self.groups.committed(group_id, wanted)
 
 
 def connect(config: Mapping[str, Any] | None = None, **overrides: Any) -> Cluster:

@@ -89,6 +89,16 @@ def _choice(name: str, default: str, choices: tuple[str, ...]) -> ConfigSpec:
     return ConfigSpec(name, default, str, "one of " + ", ".join(choices), lambda v: v in choices)
 
 
+def _strategies(raw: str) -> str:
+    names = [part.strip().lower() for part in str(raw).split(",") if part.strip()]
+    # Kafka's class names are accepted for ported configs.
+    aliases = {"rangeassignor": "range", "roundrobinassignor": "roundrobin", "stickyassignor": "sticky"}
+    names = [aliases.get(n.rsplit(".", 1)[-1], n) for n in names]
+    if not names or any(n not in ("range", "roundrobin", "sticky") for n in names):
+        raise ValueError(raw)
+    return ",".join(names)
+
+
 def _cleanup_policy(raw: str) -> str:
     parts = sorted(p.strip() for p in str(raw).split(",") if p.strip())
     if not parts or any(p not in ("delete", "compact") for p in parts) or len(set(parts)) != len(parts):
@@ -145,6 +155,16 @@ CONSUMER_CONFIGS: dict[str, ConfigSpec] = {
         _choice("auto.offset.reset", "latest", ("earliest", "latest", "none")),
         _long("max.poll.records", 500, 1),
         ConfigSpec("client.id", "", str, "a string"),
+        ConfigSpec("enable.auto.commit", True, _parse_bool, "true or false", lambda v: isinstance(v, bool)),
+        _long("auto.commit.interval.ms", 5_000, 0),
+        # ZooKeeper bounds session timeouts (embedded server: 500 ms .. 60 s).
+        _long("session.timeout.ms", 45_000, 500),
+        _long("max.poll.interval.ms", 300_000, 1),
+        ConfigSpec("group.instance.id", None, str, "a string"),
+        ConfigSpec(
+            "partition.assignment.strategy", "range", _strategies,
+            "a comma-separated list of range, roundrobin, sticky",
+        ),
     )
 }
 
@@ -158,6 +178,7 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "broker.rack": None,
     "writer.lease.ms": "10000",
     "spark.writer.lease.ms": "120000",
+    "offsets.topic.num.partitions": "50",
 }
 
 
@@ -216,6 +237,7 @@ class ClusterConfig:
     zookeeper_connection_timeout_ms: int
     writer_lease_ms: int
     spark_writer_lease_ms: int
+    offsets_topic_num_partitions: int = 50
 
     def to_options(self) -> dict[str, str]:
         """The settings as string options, e.g. to ship to Spark tasks or data-source options."""
@@ -227,6 +249,7 @@ class ClusterConfig:
             "zookeeper.connection.timeout.ms": str(self.zookeeper_connection_timeout_ms),
             "writer.lease.ms": str(self.writer_lease_ms),
             "spark.writer.lease.ms": str(self.spark_writer_lease_ms),
+            "offsets.topic.num.partitions": str(self.offsets_topic_num_partitions),
         }
         if self.zookeeper_connect:
             options["zookeeper.connect"] = self.zookeeper_connect
@@ -289,4 +312,5 @@ def resolve_cluster_config(
         zookeeper_connection_timeout_ms=as_int("zookeeper.connection.timeout.ms", 100),
         writer_lease_ms=as_int("writer.lease.ms", 100),
         spark_writer_lease_ms=as_int("spark.writer.lease.ms", 1000),
+        offsets_topic_num_partitions=as_int("offsets.topic.num.partitions", 1),
     )

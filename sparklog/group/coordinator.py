@@ -1,0 +1,145 @@
+"""The group coordinator: where a group's offsets live and who may commit them.
+
+Kafka's coordinator is a broker; here it is this library code run by every client, with
+ZooKeeper (membership, generations) and the ``__consumer_offsets`` Delta table (offsets,
+generation fence) as the shared state. Invariants (DESIGN §5.6, §5.7):
+
+* a commit is accepted only from a member of the group's current generation (checked in
+  ZooKeeper, then fenced in Delta by the generation marker), or, with generation -1, from
+  a standalone client while the group has no live members;
+* committed offsets never move backwards except through :meth:`GroupCoordinator.reset`
+  (which requires an inactive group, like Kafka's ``--reset-offsets``).
+
+Callers: the light consumer, the Spark consumer, the streaming source and the admin layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from sparklog.coordination.group_registry import GroupRegistry
+from sparklog.errors import OffsetCommitError, TopicExistsError
+from sparklog.group.ids import validate_group_id
+from sparklog.log import group_offsets
+from sparklog.log.group_offsets import NO_GENERATION, OffsetCommit
+from sparklog.log.table import TopicTable
+
+if TYPE_CHECKING:
+    from sparklog.cluster import Cluster
+
+__all__ = ["GroupCoordinator", "OFFSETS_TOPIC", "OffsetCommit", "java_string_hash", "NO_GENERATION"]
+
+OFFSETS_TOPIC = "__consumer_offsets"
+TopicPartition = tuple[str, int]
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units), as Kafka uses to place a group."""
+    data = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def offsets_partition_for(group_id: str, num_partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+class GroupCoordinator:
+    """Offsets and membership checks of the groups of one cluster. Thread-safe."""
+
+    def __init__(self, cluster: "Cluster") -> None:
+        self.cluster = cluster
+        self.registry = GroupRegistry(cluster.zk)
+        self._table: TopicTable | None = None
+        self._num_partitions = 0
+
+    # -- the internal topic ----------------------------------------------------------------
+    def offsets_table(self) -> TopicTable:
+        if self._table is None:
+            if OFFSETS_TOPIC not in self.cluster.metadata.list_topics():
+                try:
+                    self.cluster.create_topic(
+                        OFFSETS_TOPIC,
+                        self.cluster.config.offsets_topic_num_partitions,
+                        config={"cleanup.policy": "compact", "segment.bytes": 104_857_600},
+                    )
+                except TopicExistsError:
+                    pass  # another client created it first
+            self._num_partitions = len(self.cluster.partitions_of(OFFSETS_TOPIC))
+            self._table = self.cluster.table(OFFSETS_TOPIC)
+        return self._table
+
+    def log_partition(self, group_id: str) -> int:
+        self.offsets_table()
+        return offsets_partition_for(group_id, self._num_partitions)
+
+    # -- commits ---------------------------------------------------------------------------
+    def commit(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, int | OffsetCommit],
+        *,
+        generation: int = NO_GENERATION,
+        member_id: str = "",
+        member_key: str | None = None,
+    ) -> None:
+        """Commit ``offsets`` (next offset to consume per partition) for ``group_id``."""
+        validate_group_id(group_id)
+        commits = {tp: v if isinstance(v, OffsetCommit) else OffsetCommit(int(v)) for tp, v in offsets.items()}
+        self._check_offsets(group_id, commits)
+        if generation == NO_GENERATION:
+            self.registry.ensure_group(group_id)
+            self.registry.require_inactive(group_id, f"Committing offsets of group {group_id} without joining it")
+        else:
+            self.registry.check_commit(group_id, generation, member_id, member_key or member_id)
+        table = self.offsets_table()
+        group_offsets.commit_offsets(
+            table, self.log_partition(group_id), group_id, commits, generation=generation, member_id=member_id
+        )
+
+    def reset(self, group_id: str, offsets: Mapping[TopicPartition, int | None]) -> None:
+        """Set (or, with None, delete) committed offsets of an inactive group, backwards too."""
+        validate_group_id(group_id)
+        commits = {tp: OffsetCommit(None if v is None else int(v)) for tp, v in offsets.items()}
+        self._check_offsets(group_id, commits)
+        self.registry.require_inactive(group_id, f"Resetting offsets of group {group_id}")
+        group_offsets.commit_offsets(
+            self.offsets_table(), self.log_partition(group_id), group_id, commits, reset=True
+        )
+
+    def _check_offsets(self, group_id: str, commits: Mapping[TopicPartition, OffsetCommit]) -> None:
+        for (topic, partition), commit in commits.items():
+            if commit.offset is not None and commit.offset < 0:
+                raise OffsetCommitError(
+                    f"Offset commit of group {group_id} for {topic}-{partition}: offset {commit.offset} is negative"
+                )
+
+    def mark_generation(self, group_id: str, generation: int) -> None:
+        """Fence commits of generations before ``generation`` (called by the group leader)."""
+        group_offsets.commit_generation(self.offsets_table(), group_id, generation)
+
+    # -- reads -----------------------------------------------------------------------------
+    def committed(self, group_id: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        validate_group_id(group_id)
+        if OFFSETS_TOPIC not in self.cluster.metadata.list_topics():
+            return {}
+        return group_offsets.committed_offsets(self.offsets_table(), group_id, sorted(set(partitions)))
+
+    def committed_all(self, group_id: str) -> dict[TopicPartition, OffsetCommit]:
+        """Every (topic, partition) the group has a live committed offset for, with metadata."""
+        validate_group_id(group_id)
+        if OFFSETS_TOPIC not in self.cluster.metadata.list_topics():
+            return {}
+        table = self.offsets_table()
+        records = group_offsets.offset_records(table, self.log_partition(group_id), group_id)
+        candidates = [(t, p) for (_g, t, p), v in records.items() if v is not None]
+        offsets = group_offsets.committed_offsets(table, group_id, candidates)
+        return {
+            tp: OffsetCommit(offset, str((records[(group_id, *tp)] or {}).get("metadata", "")))
+            for tp, offset in offsets.items()
+        }

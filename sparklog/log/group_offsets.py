@@ -1,0 +1,205 @@
+"""Committed group offsets in the ``__consumer_offsets`` table (the Delta side of DESIGN §8).
+
+An offset commit of group ``g`` is one Delta commit to partition ``p(g)`` of the internal
+topic holding:
+
+* one record per (topic, partition): key ``{"group","topic","partition"}`` (JSON), value
+  ``{"offset","metadata","generation","member_id","commit_timestamp"}`` (JSON; ``null`` =
+  tombstone after ``delete-offsets``), so the table *is* the offsets log, readable by SQL;
+* application transactions, so the hot reads are O(1) snapshot lookups:
+
+  - ``sparklog.offset/<g>/<topic>/<p>`` version = committed offset (-1 = deleted);
+  - ``sparklog.group/<g>`` version = the newest generation of ``g`` seen in the log.
+
+Invariants: every commit of ``g`` touches ``sparklog.group/<g>``, so two commits of one
+group prepared on the same snapshot never both land (delta-rs fails the second), which
+makes the checks below atomic with the commit: a commit carrying a generation older than
+``sparklog.group/<g>`` raises :class:`IllegalGenerationError`; a commit that would move an
+offset backwards raises :class:`OffsetCommitError` unless it is a reset. The group leader
+commits a *generation marker* (an empty commit raising ``sparklog.group/<g>``) before a new
+generation goes live, which fences commits of the previous generation.
+
+No write lease is taken: offsets of the internal topic stay contiguous because every
+commit to ``p`` also touches ``sparklog.end.<p>``. Callers: :mod:`sparklog.group.offsets_store`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparklog.errors import IllegalGenerationError, OffsetCommitError, StorageError
+from sparklog.log.append import MAX_COMMIT_ATTEMPTS
+from sparklog.log.reader import read_ranges
+from sparklog.log.segment import SegmentFile, discard_segments, write_segment
+from sparklog.log.table import CommitConflict, TopicTable, end_app_id
+from sparklog.records import records_to_arrow
+
+__all__ = [
+    "OffsetCommit",
+    "group_fence_app_id",
+    "group_offset_app_id",
+    "commit_offsets",
+    "commit_generation",
+    "committed_offsets",
+    "group_generation",
+    "offset_records",
+    "NO_GENERATION",
+]
+
+NO_GENERATION = -1  # commits from outside any generation (admin, standalone consumers)
+TopicPartition = tuple[str, int]
+
+
+def group_fence_app_id(group_id: str) -> str:
+    return f"sparklog.group/{group_id}"
+
+
+def group_offset_app_id(group_id: str, topic: str, partition: int) -> str:
+    return f"sparklog.offset/{group_id}/{topic}/{partition}"
+
+
+@dataclass(frozen=True)
+class OffsetCommit:
+    """What one (topic, partition) commit stores; ``offset`` None = delete (tombstone)."""
+
+    offset: int | None
+    metadata: str = ""
+
+
+def _key(group_id: str, topic: str, partition: int) -> bytes:
+    return json.dumps({"group": group_id, "partition": partition, "topic": topic}, sort_keys=True).encode()
+
+
+def commit_offsets(
+    table: TopicTable,
+    log_partition: int,
+    group_id: str,
+    offsets: Mapping[TopicPartition, OffsetCommit],
+    *,
+    generation: int = NO_GENERATION,
+    member_id: str = "",
+    reset: bool = False,
+) -> None:
+    """Store ``offsets`` of ``group_id`` in one Delta commit to ``log_partition``.
+
+    ``generation`` is checked against the log's group fence (``NO_GENERATION`` skips the
+    check: the caller has verified the group is inactive). Without ``reset`` no offset may
+    go below the one committed.
+    """
+    for attempt in range(MAX_COMMIT_ATTEMPTS):
+        dt = table.snapshot()
+        fence = table.app_version(dt, group_fence_app_id(group_id))
+        fence = -1 if fence is None else fence
+        if generation != NO_GENERATION and fence > generation:
+            raise IllegalGenerationError(
+                f"Offset commit of group {group_id} rejected: it carries generation {generation}, but generation "
+                f"{fence} is already live; the member must rejoin the group (poll) and commit again"
+            )
+        transactions: dict[str, int] = {group_fence_app_id(group_id): max(fence, generation)}
+        for (topic, partition), commit in sorted(offsets.items()):
+            app_id = group_offset_app_id(group_id, topic, partition)
+            if commit.offset is not None and not reset:
+                current = table.app_version(dt, app_id)
+                if current is not None and commit.offset < current:
+                    raise OffsetCommitError(
+                        f"Offset commit of group {group_id} for {topic}-{partition} rejected: {commit.offset} is "
+                        f"below the committed offset {current} (offsets only move forward; use reset-offsets)"
+                    )
+            transactions[app_id] = -1 if commit.offset is None else commit.offset
+        now_ms = int(time.time() * 1000)
+        keys = [_key(group_id, t, p) for (t, p) in sorted(offsets)]
+        values = [
+            None
+            if c.offset is None
+            else json.dumps(
+                {
+                    "offset": c.offset,
+                    "metadata": c.metadata,
+                    "generation": generation,
+                    "member_id": member_id,
+                    "commit_timestamp": now_ms,
+                },
+                sort_keys=True,
+            ).encode()
+            for _tp, c in sorted(offsets.items())
+        ]
+        base = table.log_end(dt, log_partition)
+        segments: list[SegmentFile] = []
+        try:
+            if keys:
+                segments.append(write_segment(table.root, log_partition, base, records_to_arrow(keys, values, [now_ms] * len(keys))))
+            transactions[end_app_id(log_partition)] = base + len(keys)
+            operation = "OFFSET RESET" if reset else "OFFSET COMMIT"
+            table.commit(dt, segments, transactions, {"sparklog.operation": operation, "sparklog.group": group_id})
+            return
+        except CommitConflict:
+            discard_segments(table.root, segments)
+            continue
+        except BaseException:
+            discard_segments(table.root, segments)
+            raise
+    raise StorageError(
+        f"Offset commit of group {group_id} gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits to "
+        f"{table.topic}-{log_partition}"
+    )
+
+
+def commit_generation(table: TopicTable, group_id: str, generation: int) -> None:
+    """The generation marker: after it, commits of older generations of ``group_id`` fail."""
+    for _attempt in range(MAX_COMMIT_ATTEMPTS):
+        dt = table.snapshot()
+        current = table.app_version(dt, group_fence_app_id(group_id))
+        if current is not None and current >= generation:
+            return
+        try:
+            table.commit(
+                dt, [], {group_fence_app_id(group_id): generation},
+                {"sparklog.operation": "GENERATION MARKER", "sparklog.group": group_id},
+            )
+            return
+        except CommitConflict:
+            continue
+    raise StorageError(f"Could not commit generation {generation} of group {group_id}: too many conflicts")
+
+
+def group_generation(table: TopicTable, group_id: str) -> int:
+    fence = table.app_version(table.snapshot(), group_fence_app_id(group_id))
+    return -1 if fence is None else fence
+
+
+def committed_offsets(table: TopicTable, group_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """The committed offset of each of ``partitions`` that has one (deleted ones are left out)."""
+    dt = table.snapshot()
+    result = {}
+    for topic, partition in partitions:
+        offset = table.app_version(dt, group_offset_app_id(group_id, topic, partition))
+        if offset is not None and offset >= 0:
+            result[(topic, partition)] = offset
+    return result
+
+
+def offset_records(table: TopicTable, log_partition: int, group_id: str | None = None) -> dict[tuple[str, str, int], dict[str, object] | None]:
+    """Latest value per (group, topic, partition) key in ``log_partition`` (compaction's view).
+
+    Scans the partition's records: for describe/admin paths, not for the hot path.
+    """
+    dt = table.snapshot()
+    end = table.log_end(dt, log_partition)
+    start = table.log_starts(dt).get(log_partition, end)
+    records = read_ranges(table, dt, {log_partition: (start, end)}, include_headers=False)
+    if group_id is not None and records.num_rows:
+        marker = f'"group": {json.dumps(group_id)}'.encode()
+        records = records.filter(pc.match_substring(records.column("key").cast(pa.string()), marker.decode()))
+    latest: dict[tuple[str, str, int], dict[str, object] | None] = {}
+    for key, value in zip(records.column("key").to_pylist(), records.column("value").to_pylist()):
+        parsed = json.loads(key)
+        if group_id is not None and parsed["group"] != group_id:
+            continue
+        latest[(parsed["group"], parsed["topic"], int(parsed["partition"]))] = None if value is None else json.loads(value)
+    return latest
