@@ -305,6 +305,23 @@ class Cluster:
             result[p] = -1 if found is None else max(found, o.log_start)
         return result
 
+    def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
+        """Kafka's ``deleteRecords``: per partition, drop records below the offset given; returns
+        the new log-start offsets. An offset above the high watermark is an error."""
+        offsets = self.partition_offsets(topic)
+        for partition, offset in before.items():
+            self._check_partition(topic, partition, sorted(offsets))
+            if offset < 0 or offset > offsets[partition].high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"Cannot delete records of {topic}-{partition} below {offset}: the high watermark is "
+                    f"{offsets[partition].high_watermark}"
+                )
+        table = self.table(topic)
+        for partition, offset in sorted(before.items()):
+            table.delete_records_before(partition, offset)
+        after = self.partition_offsets(topic)
+        return {p: after[p].log_start for p in before}
+
     def read(
         self,
         topic: str,

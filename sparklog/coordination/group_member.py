@@ -175,17 +175,15 @@ class GroupMember:
             if record is not None and self.key in record.members:
                 members = dict(record.members, **{self.key: self.member_id})
                 txn.set_data(zkdata.group_state_path(self.group_id), encode(replace(record, members=members)), version=state_version)
-                # The generation stays the same: keep the predecessor's partitions.
-                self.assignment = Assignment(record.generation, tuple(record.partitions_of(self.key)))
+                # The generation stays the same: sync() hands us the predecessor's partitions.
             if not any(isinstance(r, Exception) for r in txn.commit()):
                 return
-            self.assignment = None
         raise SparklogError(f"Could not join group {self.group_id} as static member {self.key}: too much contention")
 
     def update_subscription(self, topics: Sequence[str] = (), pattern: str | None = None) -> None:
         self.record = replace(self.record, topics=sorted(set(topics)), pattern=pattern)
         with zk_errors(f"updating the subscription in group {self.group_id}"):
-            self.zk.client.set_data(self.path, encode(self.record))
+            self.zk.client.set(self.path, encode(self.record))
 
     def sync(self) -> SyncResult:
         """Read the group state and tell the consumer what to do (call when :attr:`changed`)."""
@@ -206,10 +204,13 @@ class GroupMember:
                 f"Another consumer joined group {self.group_id} with group.instance.id {self.key} "
                 f"(member {owner}); this one ({self.member_id}) is fenced and must close"
             )
-        if record.state == PREPARING and self.assignment is not None and self.assignment.partitions:
+        if record.state == PREPARING and owner == self.member_id and record.partitions_of(self.key):
             if self.record.acked_generation <= record.generation:
-                self.status = "REVOKING"
-                return SyncResult("revoke", self.assignment)
+                if self.assignment is not None and self.assignment.partitions:
+                    self.status = "REVOKING"
+                    return SyncResult("revoke", self.assignment)
+                self.ack()  # owner on record but never fetched: nothing to commit
+                return SyncResult("none")
         if record.state == STABLE and owner == self.member_id:
             if self.assignment is None or record.generation > self.assignment.generation:
                 self.assignment = Assignment(record.generation, tuple(record.partitions_of(self.key)))
@@ -225,7 +226,7 @@ class GroupMember:
         self.assignment = Assignment(generation, ())
         self.status = "JOINED"
         with zk_errors(f"acknowledging the rebalance of group {self.group_id}"):
-            self.zk.client.set_data(self.path, encode(self.record))
+            self.zk.client.set(self.path, encode(self.record))
 
     def _rejoin(self, record: GroupStateRecord | None) -> SyncResult:
         """Our session expired (or our znode vanished): join again, with nothing assigned."""

@@ -11,8 +11,8 @@ One call = one produce request = one Delta commit covering every partition in it
    A conflict means someone else committed to one of our partitions: delete our files,
    go back to 1 (the fence check then tells a zombie it is fenced).
 
-Callers: the light producer and the admin tools. Spark jobs write segments in tasks and
-commit through :func:`commit_reserved`.
+Callers: the light producer and the admin tools. Spark jobs (batch writes and streaming
+micro-batches) write segments in tasks and commit through :func:`commit_reserved`.
 """
 
 from __future__ import annotations
@@ -135,6 +135,10 @@ def _discard(table: TopicTable, segments: list[SegmentFile]) -> None:
             pass
 
 
+def _at_least(stored: int | None, version: int) -> bool:
+    return stored is not None and stored >= version
+
+
 def commit_reserved(
     table: TopicTable,
     epochs: Mapping[int, int],
@@ -142,12 +146,20 @@ def commit_reserved(
     segments: list[SegmentFile],
     custom_metadata: dict[str, str] | None = None,
     fsync: bool = False,
-) -> dict[int, tuple[int, int]]:
+    *,
+    app_transactions: Mapping[str, int] | None = None,
+) -> dict[int, tuple[int, int]] | None:
     """Commit segments written by Spark tasks at offsets reserved from ``start_offsets``.
 
     Verifies, per partition, that the segments tile ``[start, end)`` with no gap or overlap
     and that the log end is still ``start`` (nobody else appended). Returns
     partition -> (start, end). Any violation fails the job; nothing is committed.
+
+    ``app_transactions`` (app id -> version) ride along in the same Delta commit and make
+    it idempotent: when the snapshot already holds one of them at that version or higher,
+    the batch was committed before (a replayed streaming micro-batch): nothing is
+    committed and ``None`` is returned; the caller deletes its segments. The check is
+    repeated on every attempt, so a conflict with our own earlier commit is recognised too.
     """
     ranges: dict[int, tuple[int, int]] = {}
     by_partition: dict[int, list[SegmentFile]] = {}
@@ -166,8 +178,11 @@ def commit_reserved(
         ranges[partition] = (start_offsets[partition], expected)
     metadata = dict(custom_metadata or {})
     metadata["sparklog.ranges"] = json.dumps({str(p): list(r) for p, r in sorted(ranges.items())})
+    extra = dict(app_transactions or {})
     for _attempt in range(MAX_COMMIT_ATTEMPTS):
         dt = table.snapshot()
+        if any(_at_least(table.app_version(dt, app_id), version) for app_id, version in extra.items()):
+            return None
         _check_fences(table, dt, epochs)
         for partition in ranges:
             end = table.log_end(dt, partition)
@@ -178,6 +193,7 @@ def commit_reserved(
                 )
         transactions = {fence_app_id(p): epochs[p] for p in epochs}
         transactions.update({end_app_id(p): end for p, (_start, end) in ranges.items()})
+        transactions.update(extra)
         try:
             table.commit(dt, segments, transactions, metadata, fsync=fsync)
             return ranges

@@ -42,7 +42,10 @@ def read_segment_range(
     """Rows of one segment file with ``start <= offset < end``, in the read schema."""
     columns = [f.name for f in FILE_SCHEMA if include_headers or f.name != "headers"]
     try:
-        data = pq.read_table(path, columns=columns, filters=[("offset", ">=", start), ("offset", "<", end)])
+        # schema=: files rewritten by delta-rs (DeleteRecords) store binary_view/string_view.
+        data = pq.read_table(
+            path, columns=columns, schema=FILE_SCHEMA, filters=[("offset", ">=", start), ("offset", "<", end)]
+        )
     except (OSError, pa.ArrowInvalid) as exc:
         raise StorageError(
             f"Cannot read segment {path} of topic {topic} partition {partition} (offsets {start}..{end - 1}): {exc}. "

@@ -255,6 +255,20 @@ class TopicTable:
                 fsync_path(os.path.join(log_dir, name))
         fsync_path(log_dir)
 
+    def delete_records_before(self, partition: int, offset: int) -> int:
+        """Kafka's DeleteRecords: drop records of ``partition`` below ``offset`` (log-start moves
+        there). Files wholly below are removed; a file straddling ``offset`` is rewritten with
+        its remaining records (offsets unchanged). Returns the number of records deleted."""
+        dt = self.snapshot()
+        try:
+            metrics = dt.delete(
+                f"partition = {int(partition)} AND offset < {int(offset)}",
+                commit_properties=CommitProperties(custom_metadata={"sparklog.operation": "DELETE RECORDS"}),
+            )
+        except (DeltaError, OSError) as exc:
+            raise StorageError(f"Deleting records of {self.topic}-{partition} below {offset} failed: {exc}") from exc
+        return int(metrics.get("num_deleted_rows", 0) or 0)
+
     def commit_epoch_marker(self, partition: int, epoch: int) -> None:
         """An empty commit carrying ``epoch``: any older writer's later commit now fails."""
         for _ in range(20):

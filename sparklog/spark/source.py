@@ -1,13 +1,23 @@
-"""The ``sparklog`` data source: ``spark.read/write.format("sparklog")`` and SQL ``USING sparklog``.
+"""The ``sparklog`` data source: ``spark.read/write.format("sparklog")``, SQL ``USING sparklog``,
+and Structured Streaming (``spark.readStream/writeStream.format("sparklog")``).
 
 Schema and options are those of Spark's Kafka source, so a job written for
 ``format("kafka")`` ports by changing the format name and the connection option
 (``kafka.bootstrap.servers`` → ``zookeeper.connect``, or nothing for the embedded server).
+Spark instantiates this class in its Python workers; the readers and writers it returns
+are documented in :mod:`sparklog.spark.reader`, :mod:`~sparklog.spark.writer`,
+:mod:`~sparklog.spark.stream_reader` and :mod:`~sparklog.spark.stream_writer`.
 """
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from sparklog.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
@@ -33,3 +43,13 @@ class SparklogDataSource(DataSource):
         from sparklog.spark.writer import SparklogBatchWriter
 
         return SparklogBatchWriter(self.options, schema, overwrite)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from sparklog.spark.stream_reader import SparklogStreamReader
+
+        return SparklogStreamReader(self.options, option_flag(self.options, "includeHeaders", False))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from sparklog.spark.stream_writer import SparklogStreamWriter
+
+        return SparklogStreamWriter(self.options, schema, overwrite)

@@ -1,0 +1,243 @@
+"""Structured Streaming reads of topics: ``spark.readStream.format("sparklog")``.
+
+Offsets are JSON ``{"topic": {"partition": next_offset}}``, exactly as Spark's Kafka source
+writes them to the checkpoint: every record below ``next_offset`` of that partition was
+handed to a micro-batch. Options are the Kafka source's (``subscribe``/``subscribePattern``/
+``assign``, ``startingOffsets`` default ``latest``, ``startingTimestamp``...,
+``maxOffsetsPerTrigger``, ``failOnDataLoss``, ``includeHeaders``, ``minPartitions``) plus
+the connection options of the batch source and ``groupId``.
+
+Invariants:
+
+* a micro-batch never reads above the high watermark (ends come from the log-end app
+  transactions of a committed snapshot, via ``Cluster.high_watermarks``), and never more
+  than ``maxOffsetsPerTrigger`` records (:func:`rate_limit` splits the cap over the
+  partitions in proportion to their backlog, and the total is exact);
+* a partition the query has not seen before (partition increase, a new topic matching
+  ``subscribePattern``) starts at offset 0;
+* a start below log-start (retention, ``delete_records``) fails the query with
+  :class:`~sparklog.errors.OffsetOutOfRangeError` unless ``failOnDataLoss=false``, which
+  skips to log-start. Offset resolution and file planning are the batch reader's
+  (:func:`~sparklog.spark.reader.resolve_read_ranges`, :class:`SparklogBatchReader`): a
+  micro-batch is the batch read of ``assign``/``startingOffsets``/``endingOffsets`` JSON.
+
+Who calls what: Spark keeps one Python worker per query for ``initialOffset``,
+``latestOffset``, ``partitions``, ``commit`` and ``stop`` (one instance, so it keeps a
+``Cluster`` open), and creates another instance whose pickled copies ``read`` in tasks;
+``__init__`` therefore only parses options.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+
+from pyspark.sql.datasource import CaseInsensitiveDict, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from sparklog.errors import ConfigError, OffsetOutOfRangeError
+from sparklog.offsets import EARLIEST, LATEST, parse_offsets_json
+from sparklog.spark.options import cluster_config_from_options, option_flag
+from sparklog.spark.reader import SparklogBatchReader, _topics, resolve_read_ranges
+
+__all__ = ["SparklogStreamReader", "Offsets", "rate_limit", "offsets_to_json", "offsets_from_json"]
+
+log = logging.getLogger("sparklog.spark")
+
+Offsets = dict[str, dict[int, int]]  # topic -> partition -> next offset
+_BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+_UNSUPPORTED = ("minOffsetsPerTrigger", "maxTriggerDelay")
+_SELECTION = {k.lower() for k in ("subscribe", "subscribePattern", "assign", "startingOffsets", "startingTimestamp",
+                                  "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", *_BATCH_ONLY)}
+
+
+def offsets_to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
+    """Canonical form (topics sorted, partitions in numeric order): equal offsets, equal JSON."""
+    return {t: {str(p): offsets[t][p] for p in sorted(offsets[t])} for t in sorted(offsets)}
+
+
+def offsets_from_json(raw: Mapping[str, object], what: str) -> Offsets:
+    if not raw:
+        return {}
+    return parse_offsets_json(json.dumps(raw), what)
+
+
+def rate_limit(starts: Offsets, ends: Offsets, limit: int) -> Offsets:
+    """Lower ``ends`` so the batch holds at most ``limit`` records in total.
+
+    Like Spark's Kafka source the cap is split in proportion to each partition's backlog,
+    but exactly: every partition with a backlog first gets one record (the largest backlogs
+    first when the cap is smaller than their number), the rest of the cap is shared by the
+    largest-remainder method in integers. A partition missing from ``starts`` starts at 0.
+    """
+    backlog = {(t, p): e - starts.get(t, {}).get(p, 0) for t, parts in ends.items() for p, e in parts.items()}
+    behind = {tp: n for tp, n in backlog.items() if n > 0}
+    if sum(behind.values()) <= limit:
+        return ends
+    order = sorted(behind, key=lambda tp: (-behind[tp], tp))
+    shares = {tp: 0 for tp in order}
+    for tp in order[:limit]:
+        shares[tp] = 1
+    rest = limit - len(order)
+    if rest > 0:
+        remaining = {tp: behind[tp] - 1 for tp in order}
+        total = sum(remaining.values())  # > rest, since the backlog exceeds the cap
+        for tp in order:
+            shares[tp] += rest * remaining[tp] // total
+        leftover = limit - sum(shares.values())
+        by_remainder = sorted(order, key=lambda tp: (-(rest * remaining[tp] % total), tp))
+        for tp in by_remainder[:leftover]:
+            shares[tp] += 1
+    result = {t: dict(parts) for t, parts in ends.items()}
+    for (t, p), n in shares.items():
+        result[t][p] = starts.get(t, {}).get(p, 0) + n
+    return result
+
+
+class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: Mapping[str, str], include_headers: bool) -> None:
+        self.options = CaseInsensitiveDict(dict(options))
+        self.include_headers = include_headers
+        for key in _BATCH_ONLY:
+            if key in self.options:
+                raise ConfigError(
+                    f"Option {key} is not allowed for streaming queries (as in Spark's Kafka source); "
+                    "use trigger(availableNow=True) to stop at the current end, or a batch read"
+                )
+        for key in _UNSUPPORTED:
+            if key in self.options:
+                raise ConfigError(f"Option {key} is not supported by the sparklog stream source; use maxOffsetsPerTrigger")
+        self.fail_on_data_loss = option_flag(self.options, "failOnDataLoss", True)
+        self.max_offsets = _positive_int(self.options.get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger")
+        self.group_id = self.options.get("groupId") or None
+        self._cluster: object | None = None
+        self._target: Offsets | None = None  # Trigger.AvailableNow: nothing beyond these ends
+
+    def _connect(self) -> object:
+        from sparklog.cluster import Cluster
+
+        if self._cluster is None:
+            self._cluster = Cluster(cluster_config_from_options(self.options))
+        return self._cluster
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_cluster": None}  # connections stay in their process
+
+    # -- offsets -------------------------------------------------------------------------
+    def initialOffset(self) -> dict[str, dict[str, int]]:
+        """Resolve ``startingOffsets`` (or ``startingTimestamp``...) once, for a new query."""
+        options = CaseInsensitiveDict(dict(self.options))
+        by_timestamp = any(k.lower() in self.options for k in ("startingTimestamp", "startingOffsetsByTimestamp"))
+        raw = str(self.options.get("startingOffsets", "latest")).strip()
+        latest: set[tuple[str, int]] | None = set()  # None: every partition starts at latest
+        if not by_timestamp and raw.lower() == "latest":
+            options["startingoffsets"], latest = "earliest", None
+        elif not by_timestamp and raw.lower() != "earliest":
+            # The batch resolution refuses -1 (latest) as a start: resolve those as the range end.
+            spec = parse_offsets_json(raw, "startingOffsets")
+            latest = {(t, p) for t, parts in spec.items() for p, o in parts.items() if o == LATEST}
+            options["startingoffsets"] = json.dumps(
+                {t: {str(p): EARLIEST if o == LATEST else o for p, o in parts.items()} for t, parts in spec.items()}
+            )
+        ranges = resolve_read_ranges(self._connect(), options)
+        initial = {
+            t: {p: end if latest is None or (t, p) in latest else start for p, (start, end) in parts.items()}
+            for t, parts in ranges.items()
+        }
+        return offsets_to_json(initial)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadAllAvailable() if self.max_offsets is None else ReadMaxRows(self.max_offsets)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._high_watermarks()
+
+    def reportLatestOffset(self) -> dict[str, dict[str, int]]:
+        return offsets_to_json(self._high_watermarks())
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # type: ignore[type-arg]
+        """The end of the next micro-batch: the high watermarks (the availableNow target),
+        lowered to ``limit``. Cheap: one snapshot refresh and app-transaction lookups per topic."""
+        starts = offsets_from_json(start, "stream start offset")
+        available = self._target if self._target is not None else self._high_watermarks()
+        ends: Offsets = {t: dict(parts) for t, parts in starts.items()}  # partitions gone keep their place
+        for topic, hws in available.items():
+            for partition, hw in hws.items():
+                begin = starts.get(topic, {}).get(partition, 0)
+                if hw < begin:
+                    self._data_loss(
+                        f"The high watermark of {topic}-{partition} is {hw}, below the query's offset {begin}: "
+                        "was the topic deleted and re-created?"
+                    )
+                ends.setdefault(topic, {})[partition] = hw
+        if isinstance(limit, ReadMaxRows):
+            ends = rate_limit(starts, ends, limit.max_rows)
+        return start if ends == starts else offsets_to_json(ends)
+
+    def _high_watermarks(self) -> Offsets:
+        cluster = self._connect()
+        result: Offsets = {}
+        for topic, assigned in _topics(cluster, self.options).items():
+            hws = cluster.high_watermarks(topic)  # type: ignore[attr-defined]
+            if assigned is not None:
+                unknown = sorted(set(assigned) - set(hws))
+                if unknown:
+                    raise OffsetOutOfRangeError(f"Topic {topic} has no partition(s) {unknown} (option assign)")
+                hws = {p: hws[p] for p in assigned}
+            result[topic] = hws
+        return result
+
+    def _data_loss(self, message: str) -> None:
+        if self.fail_on_data_loss:
+            raise OffsetOutOfRangeError(f"{message} Set failOnDataLoss=false to skip the lost offsets.")
+        log.warning("%s Skipping (failOnDataLoss=false).", message)
+
+    # -- planning and reading --------------------------------------------------------------
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:  # type: ignore[type-arg,override]
+        """The batch read of ``[start, end)``: same clamping, data-loss rule and file slices."""
+        starts = offsets_from_json(start, "stream start offset")
+        ends = offsets_from_json(end, "stream end offset")
+        wanted = {
+            t: {p: (starts.get(t, {}).get(p, 0), e) for p, e in parts.items() if e > starts.get(t, {}).get(p, 0)}
+            for t, parts in ends.items()
+        }
+        wanted = {t: parts for t, parts in wanted.items() if parts}
+        if not wanted:
+            return []
+        options = {k: v for k, v in self.options.items() if k not in _SELECTION}
+        options["assign"] = json.dumps({t: sorted(parts) for t, parts in wanted.items()})
+        options["startingOffsets"] = json.dumps({t: {str(p): s for p, (s, _e) in parts.items()} for t, parts in wanted.items()})
+        options["endingOffsets"] = json.dumps({t: {str(p): e for p, (_s, e) in parts.items()} for t, parts in wanted.items()})
+        return list(SparklogBatchReader(options, self.include_headers).partitions())
+
+    def read(self, partition: InputPartition) -> Iterator[object]:  # type: ignore[override]
+        return SparklogBatchReader({}, self.include_headers).read(partition)  # type: ignore[arg-type]
+
+    # -- progress --------------------------------------------------------------------------
+    def commit(self, end: dict) -> None:  # type: ignore[type-arg]
+        """With ``groupId``: record the processed offsets as the group's committed offsets
+        (a standalone commit; the checkpoint stays the query's own source of truth)."""
+        if self.group_id is None:
+            return
+        ends = offsets_from_json(end, "stream end offset")
+        offsets = {(t, p): o for t, parts in ends.items() for p, o in parts.items()}
+        if offsets:
+            self._connect().commit_offsets(self.group_id, offsets, "spark structured streaming")  # type: ignore[attr-defined]
+
+    def stop(self) -> None:
+        if self._cluster is not None:
+            self._cluster.close()  # type: ignore[attr-defined]
+            self._cluster = None
+
+
+def _positive_int(raw: object, key: str) -> int | None:
+    if raw is None or str(raw).strip() == "":
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"Option {key} must be a positive number of records, got {raw!r}")
+    return value
