@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from sparklog.cluster import Cluster
     from sparklog.coordination.group_member import GroupMember
 
-__all__ = ["Consumer", "ConsumerRecord", "TopicPartition"]
+__all__ = ["Consumer", "ConsumerRecord", "GroupMetadata", "TopicPartition"]
 
 log = logging.getLogger("sparklog.consumer")
 
@@ -58,6 +58,16 @@ class ConsumerRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(frozen=True)
+class GroupMetadata:
+    """Kafka's ``ConsumerGroupMetadata``: who this consumer is in its group right now."""
+
+    group_id: str | None
+    generation: int  # -1 when not (yet) in a generation
+    member_id: str
+    instance_id: str | None
 
 
 class Consumer:
@@ -150,6 +160,11 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assigned)
+
+    def group_metadata(self) -> GroupMetadata:
+        member = self._member
+        generation = member.assignment.generation if member is not None and member.assignment is not None else -1
+        return GroupMetadata(self.group_id, generation, member.member_id if member is not None else "", self.instance_id)
 
     def unsubscribe(self) -> None:
         self._leave()

@@ -15,11 +15,12 @@ Callers: the light consumer, the Spark consumer, the streaming source and the ad
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from sparklog.coordination.group_registry import GroupRegistry
-from sparklog.errors import OffsetCommitError, TopicExistsError
+from sparklog.errors import OffsetCommitError, StorageError, TopicExistsError
 from sparklog.group.ids import validate_group_id
 from sparklog.log import group_offsets
 from sparklog.log.group_offsets import NO_GENERATION, OffsetCommit
@@ -71,7 +72,14 @@ class GroupCoordinator:
                 except TopicExistsError:
                     pass  # another client created it first
             self._num_partitions = len(self.cluster.partitions_of(OFFSETS_TOPIC))
-            self._table = self.cluster.table(OFFSETS_TOPIC)
+            table = self.cluster.table(OFFSETS_TOPIC)
+            # Another client may be between creating the znodes and the table: give it time.
+            deadline = time.monotonic() + 30
+            while not table.exists():
+                if time.monotonic() > deadline:
+                    raise StorageError(f"The {OFFSETS_TOPIC} topic exists in ZooKeeper but has no table at {table.root}")
+                time.sleep(0.05)
+            self._table = table
         return self._table
 
     def log_partition(self, group_id: str) -> int:

@@ -1,0 +1,253 @@
+"""Invariants 6 and 7 with real member processes: bounces, kill -9, SIGSTOP, static restarts.
+
+Members journal what they consumed, the assignments they adopted and their commits
+(:mod:`tests.fault.group_workers`); the parent checks, from the journals and the
+``__consumer_offsets`` table:
+
+* every produced record was consumed at least once (none skipped);
+* at the end, committed == position == high watermark for every partition;
+* within a generation no partition was adopted by two members;
+* committed offsets, sampled while the test runs, never went down;
+* a member paused past its session timeout has its next commit rejected.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+import pytest
+
+import sparklog
+from tests.fault.group_workers import member, produce_forever, read_journal
+from tests.helpers import reaping, spawn_context
+
+TOPIC = "orders"
+GROUP = "billing"
+PARTITIONS = 6
+SESSION_MS = 2000
+MEMBER_CONFIG = {"session_timeout_ms": SESSION_MS}
+
+
+class Members:
+    """Starts, stops and kills member processes; each incarnation has its own journal."""
+
+    def __init__(self, options: dict[str, str], tmp: Path, processes: list[BaseProcess], config: dict[str, object] | None = None) -> None:
+        self.options, self.tmp, self.processes = options, tmp, processes
+        self.config = dict(config or MEMBER_CONFIG)
+        self.count = 0
+        self.live: dict[int, tuple[BaseProcess, Path]] = {}
+
+    def start(self, slot: int, **config: object) -> BaseProcess:
+        self.count += 1
+        journal, stop = self.tmp / f"journal-{self.count}.log", self.tmp / f"stop-{self.count}"
+        process = spawn_context().Process(
+            target=member, args=(self.options, TOPIC, GROUP, str(journal), str(stop), {**self.config, **config}), daemon=True
+        )
+        process.start()
+        self.processes.append(process)
+        self.live[slot] = (process, stop)
+        return process
+
+    def stop(self, slot: int, wait: bool = True) -> None:
+        process, stop = self.live.pop(slot)
+        stop.write_text("stop")
+        if wait:
+            process.join(60)
+            assert process.exitcode == 0, f"member in slot {slot} exited with {process.exitcode}"
+
+    def kill(self, slot: int) -> None:
+        process, _ = self.live.pop(slot)
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(10)
+
+    def stop_all(self) -> None:
+        for slot in list(self.live):
+            self.stop(slot, wait=False)
+        for process in self.processes:
+            process.join(60)
+
+    def journals(self) -> list[list[list[str]]]:
+        return [read_journal(path) for path in sorted(self.tmp.glob("journal-*.log"))]
+
+
+@pytest.fixture
+def processes() -> Iterator[list[BaseProcess]]:
+    with reaping([]) as children:
+        yield children
+
+
+class OffsetsWatch:
+    """Samples committed offsets; fails when one goes down."""
+
+    def __init__(self, cluster: sparklog.Cluster) -> None:
+        self.cluster = cluster
+        self.last: dict[tuple[str, int], int] = {}
+
+    def sample(self) -> None:
+        current = self.cluster.committed_offsets(GROUP, [TOPIC])
+        for tp, offset in current.items():
+            assert offset >= self.last.get(tp, 0), f"committed offset of {tp} went down: {self.last[tp]} -> {offset}"
+        self.last.update(current)
+
+    def sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.sample()
+            time.sleep(0.2)
+
+
+def start_producer(options: dict[str, str], tmp: Path, processes: list[BaseProcess]) -> Path:
+    stop = tmp / "stop-producer"
+    process = spawn_context().Process(target=produce_forever, args=(options, TOPIC, str(stop), str(tmp / "produced")), daemon=True)
+    process.start()
+    processes.append(process)
+    return stop
+
+
+def wait_fully_committed(cluster: sparklog.Cluster, watch: OffsetsWatch, timeout_s: float = 90) -> dict[int, int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        watch.sample()
+        hw = cluster.high_watermarks(TOPIC)
+        if all(watch.last.get((TOPIC, p), 0) == end for p, end in hw.items()):
+            return hw
+        time.sleep(0.3)
+    raise AssertionError(f"group never caught up: committed {watch.last} vs high watermarks {cluster.high_watermarks(TOPIC)}")
+
+
+def assert_every_record_consumed(journals: list[list[list[str]]], hw: dict[int, int]) -> None:
+    consumed: dict[int, set[int]] = defaultdict(set)
+    for journal in journals:
+        for line in journal:
+            if line[0] == "R":
+                consumed[int(line[1])].add(int(line[2]))
+    for p, end in hw.items():
+        missing = sorted(set(range(end)) - consumed[p])
+        assert not missing, f"partition {p}: {len(missing)} records never consumed, first {missing[:10]}"
+
+
+def assert_one_owner_per_generation(journals: list[list[list[str]]]) -> None:
+    owners: dict[tuple[int, int], int] = {}
+    for index, journal in enumerate(journals):
+        for line in journal:
+            if line[0] == "A":
+                for p in line[2].split(","):
+                    key = (int(line[1]), int(p))
+                    assert owners.setdefault(key, index) == index, (
+                        f"partition {p} adopted by incarnations {owners[key]} and {index} in generation {line[1]}"
+                    )
+
+
+def test_rolling_and_full_bounces_while_producing_lose_nothing(cluster, cluster_options, tmp_path, processes) -> None:
+    cluster.create_topic(TOPIC, PARTITIONS)
+    members = Members(cluster_options, tmp_path, processes)
+    watch = OffsetsWatch(cluster)
+    stop_producer = start_producer(cluster_options, tmp_path, processes)
+    for slot in range(3):
+        members.start(slot)
+    watch.sleep(4)
+    for _round in range(5):  # rolling bounce: one member at a time
+        for slot in range(3):
+            members.stop(slot)
+            members.start(slot)
+            watch.sleep(1.0)
+    for _round in range(5):  # all at once
+        for slot in range(3):
+            members.stop(slot, wait=False)
+        for slot in range(3):
+            members.start(slot)
+        watch.sleep(1.5)
+    stop_producer.write_text("stop")
+    hw = wait_fully_committed(cluster, watch)
+    members.stop_all()
+    journals = members.journals()
+    assert_every_record_consumed(journals, hw)
+    assert_one_owner_per_generation(journals)
+    assert cluster.committed_offsets(GROUP, [TOPIC]) == {(TOPIC, p): end for p, end in hw.items()}
+    assert sum(hw.values()) == int((tmp_path / "produced").read_text())
+
+
+def test_killed_members_lose_no_record(cluster, cluster_options, tmp_path, processes) -> None:
+    cluster.create_topic(TOPIC, PARTITIONS)
+    members = Members(cluster_options, tmp_path, processes)
+    watch = OffsetsWatch(cluster)
+    stop_producer = start_producer(cluster_options, tmp_path, processes)
+    for slot in range(3):
+        members.start(slot)
+    watch.sleep(3)
+    for kill in range(5):
+        slot = kill % 3
+        members.kill(slot)
+        watch.sleep(0.5)
+        members.start(slot)
+        watch.sleep(SESSION_MS / 1000 + 1)
+    stop_producer.write_text("stop")
+    hw = wait_fully_committed(cluster, watch)
+    members.stop_all()
+    journals = members.journals()
+    assert_every_record_consumed(journals, hw)
+    assert_one_owner_per_generation(journals)
+
+
+def test_member_paused_past_its_session_is_fenced_on_resume(cluster, cluster_options, tmp_path, processes) -> None:
+    cluster.create_topic(TOPIC, PARTITIONS)
+    with cluster.producer() as producer:
+        for i in range(600):
+            producer.send(TOPIC, value=f"r{i}".encode(), key=f"k{i}".encode())
+    members = Members(cluster_options, tmp_path, processes, {**MEMBER_CONFIG, "max_poll_interval_ms": 4000})
+    watch = OffsetsWatch(cluster)
+    paused = members.start(0)
+    members.start(1)
+    members.start(2)
+    watch.sleep(4)
+    stop_producer = start_producer(cluster_options, tmp_path, processes)
+    os.kill(paused.pid, signal.SIGSTOP)
+    try:
+        watch.sleep(SESSION_MS / 1000 + 4)  # its session expires; the others take over
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+    watch.sleep(4)
+    stop_producer.write_text("stop")
+    hw = wait_fully_committed(cluster, watch)
+    members.stop_all()
+    journals = members.journals()
+    first = journals[0]
+    adopted = [line for line in first if line[0] == "A"]
+    rejected = [line for line in first if line[0] == "C" and line[1] == "rejected"]
+    assert rejected, f"the paused member's commits after resuming were all accepted: {[l for l in first if l[0] == 'C'][-5:]}"
+    assert rejected[0][2] in ("IllegalGenerationError", "UnknownMemberError"), rejected[0]
+    assert len(adopted) >= 1
+    assert_every_record_consumed(journals, hw)
+    assert_one_owner_per_generation(journals)
+
+
+def test_static_member_killed_and_restarted_within_its_session_keeps_its_partitions(cluster, cluster_options, tmp_path, processes) -> None:
+    cluster.create_topic(TOPIC, PARTITIONS)
+    members = Members(cluster_options, tmp_path, processes, {"session_timeout_ms": 15_000})
+    for slot in range(3):
+        members.start(slot, group_instance_id=f"node-{slot}")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        record = cluster.groups.registry.state_record(GROUP)[0]
+        if record is not None and record.state == "Stable" and len(record.members) == 3:
+            break
+        time.sleep(0.2)
+    before = cluster.groups.registry.state_record(GROUP)[0]
+    assert before is not None and len(before.members) == 3
+    members.kill(1)
+    members.start(1, group_instance_id="node-1")
+    time.sleep(4)
+    after = cluster.groups.registry.state_record(GROUP)[0]
+    assert after.generation == before.generation and after.assignment == before.assignment
+    assert after.members["node-1"] != before.members["node-1"], "the restarted process must have a new member id"
+    journals = members.journals()
+    adopted = [line for line in journals[-1] if line[0] == "A"]
+    assert adopted and int(adopted[0][1]) == before.generation
+    assert adopted[0][2] == ",".join(str(p) for _t, p in before.partitions_of("node-1"))
+    members.stop_all()
