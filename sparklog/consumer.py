@@ -35,6 +35,7 @@ from sparklog.errors import (
 from sparklog.group.coordinator import NO_GENERATION, GroupCoordinator, OffsetCommit
 from sparklog.group.ids import new_member_id, validate_group_id, validate_instance_id
 from sparklog.log.reader import empty_read_table, offset_for_timestamp, read_ranges
+from sparklog.log.table import TopicTable
 
 if TYPE_CHECKING:
     from sparklog.cluster import Cluster
@@ -88,6 +89,8 @@ class Consumer:
         self._positions: dict[TopicPartition, int] = {}
         self._next_partition = 0
         self._last_auto_commit = time.monotonic()
+        self._last_committed: dict[TopicPartition, int] = {}
+        self._tables: dict[str, TopicTable] = {}
         self._on_assign: Callable[[list[TopicPartition]], None] | None = None
         self._on_revoke: Callable[[list[TopicPartition]], None] | None = None
         self._closed = False
@@ -299,31 +302,35 @@ class Consumer:
                 time.sleep(min(remaining, _IDLE_WAIT_S))
 
     def _fetch(self, budget: int) -> pa.Table:
+        """Up to ``budget`` records, partitions taken in rotating order (one snapshot per topic)."""
         if not self._assigned:
             return empty_read_table(True)
         missing = [tp for tp in self._assigned if tp not in self._positions]
         if missing:
             self._initialise_positions(missing)
-        order = self._assigned[self._next_partition % len(self._assigned):] + self._assigned[: self._next_partition % len(self._assigned)]
+        turn = self._next_partition % len(self._assigned)
         self._next_partition += 1
+        order = self._assigned[turn:] + self._assigned[:turn]
         pieces: list[pa.Table] = []
-        watermarks: dict[str, dict[int, int]] = {}
+        snapshots: dict[str, tuple[TopicTable, Any]] = {}
         for tp in order:
             if budget <= 0:
                 break
             topic, partition = tp
-            if topic not in watermarks:
-                watermarks[topic] = self.cluster.high_watermarks(topic)
-            high = watermarks[topic].get(partition, 0)
+            if topic not in snapshots:
+                table = self._table(topic)
+                snapshots[topic] = (table, table.snapshot())
+            table, dt = snapshots[topic]
+            high = table.log_end(dt, partition)
             position = self._positions[tp]
             if position > high:
                 self._reset_position(tp, f"offset {position} is above the high watermark {high}")
                 position = self._positions[tp]
             if position >= high:
                 continue
-            piece = self._read(tp, position, min(high, position + budget))
+            piece = read_ranges(table, dt, {partition: (position, min(high, position + budget))}, include_headers=True)
             if piece.num_rows == 0 or piece.column("offset")[0].as_py() != position:
-                start = self._bounds(tp)[0]
+                start = table.log_start(dt, partition)
                 if position < start:
                     self._reset_position(tp, f"offset {position} is below the log-start offset {start}")
                     continue
@@ -333,9 +340,12 @@ class Consumer:
                 self._positions[tp] = piece.column("offset")[-1].as_py() + 1
         return pa.concat_tables(pieces) if pieces else empty_read_table(True)
 
-    def _read(self, tp: TopicPartition, start: int, end: int) -> pa.Table:
-        table = self.cluster.table(tp[0])
-        return read_ranges(table, table.snapshot(), {tp[1]: (start, end)}, include_headers=True)
+    def _table(self, topic: str) -> TopicTable:
+        """The topic's leader table, resolved once per consumer (partition reads use its snapshot)."""
+        table = self._tables.get(topic)
+        if table is None:
+            table = self._tables[topic] = self.cluster.table(topic)
+        return table
 
     # -- commits -------------------------------------------------------------------------
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None, metadata: str = "") -> None:
@@ -357,12 +367,15 @@ class Consumer:
                 self.group_id, commits, generation=generation, member_id=member.member_id, member_key=member.key
             )
         self._last_auto_commit = time.monotonic()
+        self._last_committed.update({tp: c.offset for tp, c in commits.items() if c.offset is not None})
 
     def _maybe_auto_commit(self) -> None:
         if not self.configs["enable.auto.commit"] or self.group_id is None:
             return
         if time.monotonic() - self._last_auto_commit >= int(self.configs["auto.commit.interval.ms"]) / 1000:
-            self._commit_quietly()
+            moved = any(self._last_committed.get(tp) != o for tp, o in self._positions.items())
+            if moved:  # an idle consumer adds no commits to the log
+                self._commit_quietly()
             self._last_auto_commit = time.monotonic()
 
     # -- life cycle ----------------------------------------------------------------------
