@@ -271,3 +271,19 @@ def test_bad_group_input_fails_clearly(cluster, consumers) -> None:
     consumer.assign([("t", 0)])
     with pytest.raises(GroupError, match="mutually exclusive"):
         consumer.subscribe(["t"])
+
+
+def test_subscription_change_rebalances(cluster, consumers) -> None:
+    cluster.create_topic("t1", 2)
+    cluster.create_topic("t2", 2)
+    a = consumers("g", partition_assignment_strategy="roundrobin")
+    b = consumers("g", partition_assignment_strategy="roundrobin")
+    a.subscribe(["t1"])
+    b.subscribe(["t1"])
+    wait_assigned([a, b], 2)
+    before = cluster.groups.registry.state_record("g")[0].generation
+    a.subscribe(["t1", "t2"])
+    wait_assigned([a, b], 4)
+    assert {tp for tp in a.assignment() if tp[0] == "t2"} == {("t2", 0), ("t2", 1)}
+    record = cluster.groups.registry.state_record("g")[0]
+    assert record.generation > before and record.protocol == "roundrobin" and record.state == "Stable"
