@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import CaseInsensitiveDict, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -39,7 +40,12 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from sparklog.errors import ConfigError, OffsetOutOfRangeError
 from sparklog.offsets import EARLIEST, LATEST, parse_offsets_json
 from sparklog.spark.options import cluster_config_from_options, option_flag
+# ``_topics`` (subscribe/subscribePattern/assign -> topics) is the batch reader's; reused,
+# not copied, so both sources resolve a subscription alike.
 from sparklog.spark.reader import SparklogBatchReader, _topics, resolve_read_ranges
+
+if TYPE_CHECKING:
+    from sparklog.cluster import Cluster
 
 __all__ = ["SparklogStreamReader", "Offsets", "rate_limit", "offsets_to_json", "offsets_from_json"]
 
@@ -111,10 +117,11 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.fail_on_data_loss = option_flag(self.options, "failOnDataLoss", True)
         self.max_offsets = _positive_int(self.options.get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger")
         self.group_id = self.options.get("groupId") or None
-        self._cluster: object | None = None
+        self._cluster: Cluster | None = None
         self._target: Offsets | None = None  # Trigger.AvailableNow: nothing beyond these ends
+        self._group_committed: dict[tuple[str, int], int] = {}
 
-    def _connect(self) -> object:
+    def _connect(self) -> "Cluster":
         from sparklog.cluster import Cluster
 
         if self._cluster is None:
@@ -122,7 +129,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._cluster
 
     def __getstate__(self) -> dict[str, object]:
-        return {**self.__dict__, "_cluster": None}  # connections stay in their process
+        return {**self.__dict__, "_cluster": None}  # a connection stays in its process
 
     # -- offsets -------------------------------------------------------------------------
     def initialOffset(self) -> dict[str, dict[str, int]]:
@@ -160,8 +167,9 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next micro-batch: the high watermarks (the availableNow target),
         lowered to ``limit``. Cheap: one snapshot refresh and app-transaction lookups per topic."""
         starts = offsets_from_json(start, "stream start offset")
+        self._commit_group(start)  # the batch ending at ``start`` is complete
         available = self._target if self._target is not None else self._high_watermarks()
-        ends: Offsets = {t: dict(parts) for t, parts in starts.items()}  # partitions gone keep their place
+        ends: Offsets = {}  # partitions no longer subscribed (or deleted) drop out, as in Kafka's source
         for topic, hws in available.items():
             for partition, hw in hws.items():
                 begin = starts.get(topic, {}).get(partition, 0)
@@ -179,7 +187,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cluster = self._connect()
         result: Offsets = {}
         for topic, assigned in _topics(cluster, self.options).items():
-            hws = cluster.high_watermarks(topic)  # type: ignore[attr-defined]
+            hws = cluster.high_watermarks(topic)
             if assigned is not None:
                 unknown = sorted(set(assigned) - set(hws))
                 if unknown:
@@ -216,18 +224,29 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- progress --------------------------------------------------------------------------
     def commit(self, end: dict) -> None:  # type: ignore[type-arg]
-        """With ``groupId``: record the processed offsets as the group's committed offsets
-        (a standalone commit; the checkpoint stays the query's own source of truth)."""
+        """Spark has processed everything below ``end``: see :meth:`_commit_group`."""
+        self._commit_group(end)
+
+    def _commit_group(self, processed: Mapping[str, object]) -> None:
+        """With ``groupId``: store ``processed`` as the group's committed offsets (a standalone
+        commit; the checkpoint stays the query's own source of truth).
+
+        Spark calls ``commit(end)`` of a batch only when it plans the *next* batch, so the
+        start handed to ``latestOffset`` (the end of the last completed batch) is committed
+        too: an ``availableNow`` run leaves the group at its final offsets. Unchanged
+        offsets are not committed again (``latestOffset`` runs on every trigger).
+        """
         if self.group_id is None:
             return
-        ends = offsets_from_json(end, "stream end offset")
+        ends = offsets_from_json(processed, "stream offset")
         offsets = {(t, p): o for t, parts in ends.items() for p, o in parts.items()}
-        if offsets:
-            self._connect().commit_offsets(self.group_id, offsets, "spark structured streaming")  # type: ignore[attr-defined]
+        if offsets and offsets != self._group_committed:
+            self._connect().commit_offsets(self.group_id, offsets, "spark structured streaming")
+            self._group_committed = offsets
 
     def stop(self) -> None:
         if self._cluster is not None:
-            self._cluster.close()  # type: ignore[attr-defined]
+            self._cluster.close()
             self._cluster = None
 
 
