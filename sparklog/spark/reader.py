@@ -20,7 +20,7 @@ from sparklog.errors import ConfigError, InvalidOffsetSpecError, OffsetOutOfRang
 from sparklog.offsets import EARLIEST, LATEST, parse_assign_json, parse_offsets_json
 from sparklog.spark.options import cluster_config_from_options, option_flag
 
-__all__ = ["SparklogBatchReader", "SegmentSlice", "resolve_read_ranges"]
+__all__ = ["SparklogBatchReader", "SegmentSlice", "resolve_read_ranges", "subscribed_topics"]
 
 log = logging.getLogger("sparklog.spark")
 
@@ -44,7 +44,7 @@ class SegmentSlice(InputPartition):
         object.__setattr__(self, "value", None)
 
 
-def _topics(cluster: object, options: Mapping[str, str]) -> dict[str, list[int] | None]:
+def subscribed_topics(cluster: object, options: Mapping[str, str]) -> dict[str, list[int] | None]:
     """topic -> explicit partitions (assign) or None (all), per subscribe/subscribePattern/assign."""
     given = [k for k in ("subscribe", "subscribePattern", "assign") if options.get(k)]
     if len(given) != 1:
@@ -131,7 +131,7 @@ def resolve_read_ranges(cluster: object, options: Mapping[str, str]) -> dict[str
     """topic -> partition -> [start, end) clamped to log-start and the high watermark."""
     fail_on_data_loss = option_flag(options, "failOnDataLoss", True)
     result: dict[str, dict[int, tuple[int, int]]] = {}
-    for topic, assigned in _topics(cluster, options).items():
+    for topic, assigned in subscribed_topics(cluster, options).items():
         offsets = cluster.partition_offsets(topic)  # type: ignore[attr-defined]
         partitions = assigned if assigned is not None else sorted(offsets)
         unknown = [p for p in partitions if p not in offsets]

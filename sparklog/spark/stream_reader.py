@@ -40,9 +40,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from sparklog.errors import ConfigError, OffsetOutOfRangeError
 from sparklog.offsets import EARLIEST, LATEST, parse_offsets_json
 from sparklog.spark.options import cluster_config_from_options, option_flag
-# ``_topics`` (subscribe/subscribePattern/assign -> topics) is the batch reader's; reused,
+# ``subscribed_topics`` (subscribe/subscribePattern/assign -> topics) is the batch reader's; reused,
 # not copied, so both sources resolve a subscription alike.
-from sparklog.spark.reader import SparklogBatchReader, _topics, resolve_read_ranges
+from sparklog.spark.reader import SparklogBatchReader, resolve_read_ranges, subscribed_topics
 
 if TYPE_CHECKING:
     from sparklog.cluster import Cluster
@@ -186,7 +186,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _high_watermarks(self) -> Offsets:
         cluster = self._connect()
         result: Offsets = {}
-        for topic, assigned in _topics(cluster, self.options).items():
+        for topic, assigned in subscribed_topics(cluster, self.options).items():
             hws = cluster.high_watermarks(topic)
             if assigned is not None:
                 unknown = sorted(set(assigned) - set(hws))
