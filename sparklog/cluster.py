@@ -42,6 +42,7 @@ from sparklog.topic import PartitionDescription, TopicDescription, is_internal, 
 
 if TYPE_CHECKING:
     from sparklog.consumer import Consumer
+    from sparklog.group.admin import GroupDescription, GroupListing
     from sparklog.group.coordinator import GroupCoordinator
     from sparklog.producer import Producer
 
@@ -393,6 +394,56 @@ class Cluster:
             return {tp: c.offset for tp, c in self.groups.committed_all(group_id).items() if c.offset is not None}
         wanted = [(t, p) for t in topics for p in self.partitions_of(t)]
         return self.groups.committed(group_id, wanted)
+
+    def list_groups(self) -> list["GroupListing"]:
+        """Every consumer group with its state (``kafka-consumer-groups --list --state``)."""
+        from sparklog.group import admin
+
+        return admin.list_groups(self)
+
+    def describe_group(self, group_id: str) -> "GroupDescription":
+        """State, members and per-partition CURRENT-OFFSET / LOG-END-OFFSET / LAG of a group."""
+        from sparklog.group import admin
+
+        return admin.describe_group(self, group_id)
+
+    def delete_group(self, group_id: str) -> None:
+        """Delete an inactive group: its committed offsets, then its znodes."""
+        from sparklog.group import admin
+
+        admin.delete_group(self, group_id)
+
+    def delete_group_offsets(
+        self, group_id: str, topic: str, partitions: Iterable[int] | None = None
+    ) -> list[tuple[str, int]]:
+        """Delete an inactive group's committed offsets of ``topic`` (all, or ``partitions``)."""
+        from sparklog.group import admin
+
+        return admin.delete_group_offsets(self, group_id, topic, partitions)
+
+    def reset_group_offsets(
+        self,
+        group_id: str,
+        scenario: str,
+        value: Any = None,
+        *,
+        topics: Iterable[str] = (),
+        partitions: Iterable[tuple[str, int]] = (),
+        all_topics: bool = False,
+        execute: bool = False,
+    ) -> list[tuple[str, int, int]]:
+        """Kafka's ``--reset-offsets`` for an inactive group; a dry run unless ``execute``.
+
+        ``scenario``: to-earliest, to-latest, to-current, to-offset N, shift-by N,
+        to-datetime 'YYYY-MM-DDTHH:mm:SS.sss[zone]', by-duration 'PnDTnHnMnS', from-file PATH.
+        Returns ``(topic, partition, new offset)`` sorted.
+        """
+        from sparklog.group import admin
+
+        return admin.reset_group_offsets(
+            self, group_id, scenario, value, topics=list(topics), partitions=partitions, all_topics=all_topics,
+            execute=execute,
+        )  # fmt: skip
 
 
 def connect(config: Mapping[str, Any] | None = None, **overrides: Any) -> Cluster:

@@ -147,6 +147,7 @@ class Consumer:
             protocols=str(self.configs["partition.assignment.strategy"]).split(","),
             assign=run_assignor,
             on_generation=lambda generation: self.coordinator.mark_generation(self.group_id, generation),  # type: ignore[arg-type]
+            generation_floor=lambda: self.coordinator.generation(self.group_id),  # type: ignore[arg-type]
         )
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:

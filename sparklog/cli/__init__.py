@@ -2,7 +2,8 @@
 
 One module per noun: :mod:`~sparklog.cli.topics`, :mod:`~sparklog.cli.configs`,
 :mod:`~sparklog.cli.produce`, :mod:`~sparklog.cli.consume`, :mod:`~sparklog.cli.offsets`
-(``get-offsets``) and :mod:`~sparklog.cli.zookeeper`; :mod:`~sparklog.cli.main` builds the
+(``get-offsets``), :mod:`~sparklog.cli.groups` (``kafka-consumer-groups``) and
+:mod:`~sparklog.cli.zookeeper`; :mod:`~sparklog.cli.main` builds the
 parser and maps errors to exit codes; :mod:`~sparklog.cli.options` and
 :mod:`~sparklog.cli.output` hold what the commands share.
 

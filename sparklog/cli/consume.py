@@ -8,6 +8,12 @@ of each partition that grew, so it only ever sees committed records (invariant 5
 stops after ``--max-messages`` records, after ``--timeout-ms`` without a new record, or on
 Ctrl-C / SIGTERM, and then prints ``Processed a total of N messages`` on stderr.
 
+With ``--group g`` it is a member of consumer group ``g`` (the light consumer's
+``subscribe``): the group assigns the partitions, each starts at the group's committed offset
+(else at the end, or the log start with ``--from-beginning``, i.e. ``auto.offset.reset``),
+and the position is committed every ``auto.commit.interval.ms`` and on exit. A poll never
+takes more records than ``--max-messages`` still allows, so the commit never skips a record.
+
 Records print with Kafka's ``DefaultMessageFormatter``: the enabled columns of
 ``CreateTime:<ms>`` (or ``LogAppendTime:<ms>``), ``Partition:<p>``, ``Offset:<o>``,
 headers (``k:v,k2:v2`` or ``NO_HEADERS``), key and value, in that order, joined by
@@ -46,6 +52,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from sparklog.cluster import Cluster
+    from sparklog.consumer import Consumer
 
 __all__ = ["register", "ConsoleRecord", "MessageFormatter", "records_of", "FORMATTER_PROPERTIES"]
 
@@ -180,7 +187,15 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         subparsers, "consume", _consume, "print a topic's records (kafka-console-consumer)", description=__doc__
     )
     parser.add_argument("--topic", required=True, help="the topic to consume")
-    parser.add_argument("--from-beginning", action="store_true", help="start at the log start instead of the end")
+    parser.add_argument(
+        "--group",
+        help="consume as a member of this consumer group: partitions come from the group, reading starts at the "
+        "group's committed offsets, and the position is committed while consuming and on exit",
+    )
+    parser.add_argument(
+        "--from-beginning", action="store_true",
+        help="start at the log start instead of the end (with --group: where the group has no committed offset)",
+    )  # fmt: skip
     parser.add_argument("--partition", type=int, help="consume only this partition")
     parser.add_argument("--offset", type=_offset_arg, help="start offset of --partition: a number, earliest or latest")
     parser.add_argument("--max-messages", type=int, help="exit after this many records")
@@ -197,6 +212,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def _check_options(args: argparse.Namespace) -> None:
+    for option in ("partition", "offset"):
+        if args.group is not None and getattr(args, option) is not None:
+            raise UsageError(f"Options group and {option} cannot be specified together.")
     if args.offset is not None and args.partition is None:
         raise UsageError("The partition is required when offset is specified.")
     if args.offset is not None and args.from_beginning:
@@ -264,41 +282,67 @@ def _poll_once(
     return count
 
 
+def _poll_group(consumer: "Consumer", limit: int | None, emit: Callable[[ConsoleRecord], None]) -> int:
+    """One poll as a group member (never more than ``limit`` records, so the position the
+    consumer commits is exactly past the last record printed)."""
+    table = consumer.poll_arrow(0, limit)
+    for record in records_of(table):
+        emit(record)
+    return int(table.num_rows)
+
+
+def _group_consumer(cluster: "Cluster", args: argparse.Namespace) -> "Consumer":
+    reset = "earliest" if args.from_beginning else "latest"
+    consumer = cluster.consumer(args.group, **{"client.id": "console-consumer", "auto.offset.reset": reset})
+    try:
+        consumer.subscribe([args.topic])
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer
+
+
+def _run(args: argparse.Namespace, fetch: Callable[[int | None], int]) -> None:
+    """Poll until ``--max-messages``, ``--timeout-ms`` idle, Ctrl-C or SIGTERM; report the total."""
+    total = 0
+    previous = signal.signal(signal.SIGTERM, _raise_stop)
+    try:
+        last_record = time.monotonic()
+        while args.max_messages is None or total < args.max_messages:
+            got = fetch(None if args.max_messages is None else args.max_messages - total)
+            total += got
+            sys.stdout.flush()
+            if got:
+                last_record = time.monotonic()
+                continue  # more may be waiting: poll again at once
+            if args.timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
+                break
+            time.sleep(_POLL_INTERVAL_S)
+    except (KeyboardInterrupt, _Stop):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        with contextlib.suppress(BrokenPipeError):  # the reader left; the total still goes to stderr
+            sys.stdout.flush()
+        print_stderr(f"Processed a total of {total} messages")
+
+
 def _consume(args: argparse.Namespace) -> int:
     _check_options(args)
     props = parse_properties(args.properties, FORMATTER_PROPERTIES, "formatter")
     formatter = MessageFormatter.from_properties(props)
 
-    total = 0
-
     def emit(record: ConsoleRecord) -> None:
-        nonlocal total
         if args.output == "json":
             write_json_line(record_json(args.topic, record))
         else:
             sys.stdout.write(formatter.format(record))
-        total += 1
 
     with connect(args) as cluster:
-        positions = _start_positions(cluster, args)
-        previous = signal.signal(signal.SIGTERM, _raise_stop)
-        try:
-            last_record = time.monotonic()
-            while args.max_messages is None or total < args.max_messages:
-                limit = None if args.max_messages is None else args.max_messages - total
-                got = _poll_once(cluster, args.topic, positions, args.partition is None, limit, emit)
-                sys.stdout.flush()
-                if got:
-                    last_record = time.monotonic()
-                    continue  # more may be waiting: poll again at once
-                if args.timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
-                    break
-                time.sleep(_POLL_INTERVAL_S)
-        except (KeyboardInterrupt, _Stop):
-            pass
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-            with contextlib.suppress(BrokenPipeError):  # the reader left; the total still goes to stderr
-                sys.stdout.flush()
-            print_stderr(f"Processed a total of {total} messages")
+        if args.group is None:
+            positions = _start_positions(cluster, args)
+            _run(args, lambda limit: _poll_once(cluster, args.topic, positions, args.partition is None, limit, emit))
+        else:
+            with _group_consumer(cluster, args) as consumer:  # closing commits the position
+                _run(args, lambda limit: _poll_group(consumer, limit, emit))
     return 0

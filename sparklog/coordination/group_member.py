@@ -18,7 +18,8 @@ partition counts:
    member that owns partitions acknowledged (it committed and stopped fetching), or the
    rebalance timeout passed (stragglers are left out of the next generation);
 2. computes the assignment with the pure assignor, records ``CompletingRebalance`` (g+1),
-   runs ``on_generation(g+1)`` (the Delta generation marker that fences commits of g), then
+   runs ``on_generation(g+1)`` (the Delta generation marker that fences commits of g; the
+   next generation is also above ``generation_floor()``, the newest one that log has seen), then
    records ``Stable`` (g+1). Members adopt a generation only once it is ``Stable``.
 
 Every leader write is a multi-op that checks the leader znode's version, so a leader whose
@@ -90,6 +91,7 @@ class GroupMember:
         protocols: Sequence[str],
         assign: AssignFn,
         on_generation: Callable[[int], None],
+        generation_floor: Callable[[], int] = lambda: 0,
     ) -> None:
         self.zk = zk
         self.registry = GroupRegistry(zk)
@@ -107,6 +109,7 @@ class GroupMember:
         )
         self._assign = assign
         self._on_generation = on_generation
+        self._generation_floor = generation_floor
         self.status = "UNJOINED"
         self.assignment: Assignment | None = None
         self.changed = threading.Event()  # set by watches: call sync()
@@ -354,7 +357,8 @@ class GroupMember:
             record = replace(
                 record,
                 state=COMPLETING,
-                generation=record.generation + 1,
+                # A group deleted and re-created restarts in ZooKeeper, not in its offsets log.
+                generation=max(record.generation, self._generation_floor()) + 1,
                 protocol=protocol,
                 leader=self.member_id,
                 members={k: m.member_id for k, m in eligible.items()},

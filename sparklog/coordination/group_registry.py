@@ -81,8 +81,8 @@ class GroupSnapshot:
     def state(self) -> str:
         if not self.members and not self.departed:
             return EMPTY
-        if self.record is None:
-            return PREPARING
+        if self.record is None or self.record.state == EMPTY:
+            return PREPARING  # members are here; the leader has not recorded the rebalance yet
         return self.record.state
 
     @property
@@ -189,12 +189,12 @@ class GroupRegistry:
         return record
 
     def require_inactive(self, group_id: str, what: str) -> None:
-        """Kafka's refusal to touch an active group's offsets."""
+        """Refuse to touch an active group's offsets from outside it (Kafka's rule)."""
         snap = self.snapshot(group_id)
         if snap.active:
             raise GroupNotEmptyError(
-                f"{what}: assignments can only be reset if the group '{group_id}' is inactive, but the current "
-                f"state is {snap.state}."
+                f"{what}: the group '{group_id}' must be inactive, but the current state is {snap.state} "
+                f"with {len(snap.members) + len(snap.departed)} member(s); stop its consumers first."
             )
 
     def delete_group(self, group_id: str) -> None:
@@ -203,5 +203,9 @@ class GroupRegistry:
         with zk_errors(f"deleting group {group_id}"):
             try:
                 self.zk.client.delete(zkdata.group_path(group_id), recursive=True)
-            except (NoNodeError, NotEmptyError):
+            except NoNodeError:
                 pass
+            except NotEmptyError as exc:
+                raise GroupNotEmptyError(
+                    f"Group '{group_id}' gained a member while it was being deleted; stop its consumers and retry"
+                ) from exc

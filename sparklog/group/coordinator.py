@@ -116,6 +116,7 @@ class GroupCoordinator:
         commits = {tp: OffsetCommit(None if v is None else int(v)) for tp, v in offsets.items()}
         self._check_offsets(group_id, commits)
         self.registry.require_inactive(group_id, f"Resetting offsets of group {group_id}")
+        self.registry.ensure_group(group_id)  # a group reset into being is listed like any other
         group_offsets.commit_offsets(
             self.offsets_table(), self.log_partition(group_id), group_id, commits, reset=True
         )
@@ -126,6 +127,10 @@ class GroupCoordinator:
                 raise OffsetCommitError(
                     f"Offset commit of group {group_id} for {topic}-{partition}: offset {commit.offset} is negative"
                 )
+
+    def generation(self, group_id: str) -> int:
+        """The newest generation of ``group_id`` its offsets log has seen (-1: none)."""
+        return group_offsets.group_generation(self.offsets_table(), group_id)
 
     def mark_generation(self, group_id: str, generation: int) -> None:
         """Fence commits of generations before ``generation`` (called by the group leader)."""

@@ -20,7 +20,7 @@ commits a *generation marker* (an empty commit raising ``sparklog.group/<g>``) b
 generation goes live, which fences commits of the previous generation.
 
 No write lease is taken: offsets of the internal topic stay contiguous because every
-commit to ``p`` also touches ``sparklog.end.<p>``. Callers: :mod:`sparklog.group.offsets_store`.
+commit to ``p`` also touches ``sparklog.end.<p>``. Callers: :mod:`sparklog.group.coordinator`.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 ``produce(df, topic)`` is ``df.write.format("sparklog")`` with the session's
 ``spark.sparklog.*`` settings applied, returning where the job's records landed.
+``consumer_lag(spark)`` is every consumer group's lag as a DataFrame (DESIGN §8: lag as a
+table); ``register_topics`` also registers it as the ``consumer_lag`` view.
+``consume``/``consume_into`` read by consumer group, the latter exactly-once into a topic or
+a Delta table (:mod:`sparklog.spark.consume`).
 """
 
 from __future__ import annotations
@@ -10,13 +14,17 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sparklog.spark.consume import ConsumeIntoResult, GroupBatch, consume, consume_into
 from sparklog.spark.options import cluster_options_from_conf
 from sparklog.spark.session import get_or_create_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["produce", "ProduceResult", "read", "register_topics", "get_or_create_session", "session_options"]
+__all__ = [
+    "produce", "ProduceResult", "read", "register_topics", "consumer_lag", "get_or_create_session", "session_options",
+    "consume", "GroupBatch", "consume_into", "ConsumeIntoResult",
+]
 
 
 @dataclass(frozen=True)
@@ -74,20 +82,35 @@ def read(spark: "SparkSession", topic: str | None = None, **options: Any) -> "Da
     return read_topics(spark, opts)
 
 
-def register_topics(spark: "SparkSession", native: bool = True, **options: Any) -> list[str]:
-    """Create a temporary view per topic, named after it; returns the view names.
+def consumer_lag(spark: "SparkSession", **options: Any) -> "DataFrame":
+    """Every consumer group's lag per partition, as of this call: columns ``group, topic,
+    partition, current_offset, log_end_offset, lag, consumer_id, host, client_id, state``
+    (``kafka-consumer-groups --describe --all-groups`` as a table; nulls where Kafka shows -)."""
+    from sparklog.cluster import connect
+    from sparklog.spark.native import lag_frame
 
-    Views are planned when registered: their offsets stay fixed (repeatable queries);
-    register again to see newer records. ``native=True`` (default) reads with Spark's
-    Parquet reader (Parquet speed); ``native=False`` makes ``CREATE TEMPORARY VIEW ...
-    USING sparklog`` views, which move rows through the Python data source.
+    with connect(session_options(spark, **options)) as cluster:
+        return lag_frame(spark, cluster)
+
+
+def register_topics(spark: "SparkSession", native: bool = True, **options: Any) -> list[str]:
+    """Create a temporary view per topic, named after it, plus ``consumer_lag`` (see
+    :func:`consumer_lag`; a topic of that name keeps the name); returns the topics' view names.
+
+    Views are planned when registered: their offsets stay fixed (repeatable queries), and
+    ``consumer_lag`` is a snapshot of the lag when registered; register again to see newer
+    records and lag. ``native=True`` (default) reads with Spark's Parquet reader (Parquet
+    speed); ``native=False`` makes ``CREATE TEMPORARY VIEW ... USING sparklog`` views, which
+    move rows through the Python data source.
     """
     from sparklog.cluster import connect
-    from sparklog.spark.native import read_topics
+    from sparklog.spark.native import LAG_VIEW, lag_frame, read_topics
 
     opts = session_options(spark, **options)
     with connect(opts) as cluster:
         topics = cluster.list_topics(include_internal=False)
+        if LAG_VIEW not in topics:
+            lag_frame(spark, cluster).createOrReplaceTempView(LAG_VIEW)
         for topic in topics:
             if native:
                 read_topics(spark, {**opts, "subscribe": topic}, cluster).createOrReplaceTempView(f"`{topic}`")

@@ -5,6 +5,10 @@ clamping, one committed snapshot per topic); then the chosen segment files are h
 ``spark.read.parquet`` with the table root as ``basePath`` (so ``partition`` comes from the
 ``partition=N`` directories) and filtered to the offset ranges, which Parquet row-group
 stats prune. The result has the Kafka source's columns. Runs where the SparkSession is.
+
+:func:`lag_frame` is the ``consumer_lag`` view's DataFrame: the Arrow table of
+:func:`sparklog.group.admin.consumer_lag` handed to ``createDataFrame``, i.e. a snapshot of
+every group's lag taken when it is built (register the view again for a fresh one).
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ if TYPE_CHECKING:
     from sparklog.cluster import Cluster
     from sparklog.log.table import FileEntry
 
-__all__ = ["read_topics"]
+__all__ = ["read_topics", "lag_frame", "LAG_VIEW"]
+
+LAG_VIEW = "consumer_lag"
 
 _FILE_DDL = (
     "offset bigint, timestamp timestamp, timestampType int, key binary, value binary, "
@@ -82,3 +88,11 @@ def read_topics(spark: "SparkSession", options: Mapping[str, str], cluster: "Clu
     if not frames:
         return spark.createDataFrame([], output_ddl)
     return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def lag_frame(spark: "SparkSession", cluster: "Cluster") -> "DataFrame":
+    """Every group's per-partition lag now (group, topic, partition, current_offset,
+    log_end_offset, lag, consumer_id, host, client_id, state) as a small local DataFrame."""
+    from sparklog.group.admin import consumer_lag
+
+    return spark.createDataFrame(consumer_lag(cluster))

@@ -20,6 +20,8 @@ COMMANDS = [
     ["topics", "create"], ["topics", "list"], ["topics", "describe"], ["topics", "alter"], ["topics", "delete"],
     ["configs", "describe"], ["configs", "alter"], ["produce"], ["consume"], ["get-offsets"],
     ["zookeeper", "start"], ["zookeeper", "stop"], ["zookeeper", "status"],
+    ["groups", "list"], ["groups", "describe"], ["groups", "reset-offsets"], ["groups", "delete"],
+    ["groups", "delete-offsets"],
 ]  # fmt: skip
 
 
