@@ -188,14 +188,16 @@ class GroupRegistry:
             raise RebalanceInProgressError(f"Group {group_id} is completing a rebalance; poll and commit again")
         return record
 
-    def require_inactive(self, group_id: str, what: str) -> None:
-        """Refuse to touch an active group's offsets from outside it (Kafka's rule)."""
+    def require_inactive(self, group_id: str, what: str) -> GroupStateRecord | None:
+        """Refuse to touch an active group's offsets from outside it (Kafka's rule); returns
+        the group's state record (None: the group has no znodes yet)."""
         snap = self.snapshot(group_id)
         if snap.active:
             raise GroupNotEmptyError(
                 f"{what}: the group '{group_id}' must be inactive, but the current state is {snap.state} "
                 f"with {len(snap.members) + len(snap.departed)} member(s); stop its consumers first."
             )
+        return snap.record
 
     def delete_group(self, group_id: str) -> None:
         """Remove an inactive group's znodes (its committed offsets are the caller's business)."""

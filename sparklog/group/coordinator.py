@@ -101,8 +101,9 @@ class GroupCoordinator:
         commits = {tp: v if isinstance(v, OffsetCommit) else OffsetCommit(int(v)) for tp, v in offsets.items()}
         self._check_offsets(group_id, commits)
         if generation == NO_GENERATION:
-            self.registry.ensure_group(group_id)
-            self.registry.require_inactive(group_id, f"Committing offsets of group {group_id} without joining it")
+            # ensure_group costs 3+ round trips: only when the group has no state yet.
+            if self.registry.require_inactive(group_id, f"Committing offsets of group {group_id} without joining it") is None:
+                self.registry.ensure_group(group_id)
         else:
             self.registry.check_commit(group_id, generation, member_id, member_key or member_id)
         table = self.offsets_table()
