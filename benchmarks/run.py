@@ -1,5 +1,11 @@
 """Entry point of ``make bench``: ``python -m benchmarks.run [--runs N] [--only a,b] [--scale F] [--output PATH]``.
 
+``--only`` (alias ``--cases``) selects cases, so a run of the consumer-group cases
+(``--only e,f,g,h``) need not repeat the slow producer cases. The report *merges*: cases
+of an existing report at ``--output`` that this run did not select are kept (marked
+``carried_over`` with their own machine/config), so re-running some cases never drops the
+others' figures (``--no-merge`` writes only this run's cases).
+
 Starts one embedded ZooKeeper (under a temporary home) and one ``local[2]`` Spark session
 for the whole benchmark, runs the selected cases, prints the results table on stdout and
 writes the JSON report. Progress goes to stderr. Exit status 0 when every selected case
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import hashlib
+import json
 import os
 import signal
 import shutil
@@ -29,7 +36,16 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from benchmarks import case_latency, case_light_producer, case_spark_produce, case_sql_scan
+from benchmarks import (
+    case_commit_latency,
+    case_consumer,
+    case_latency,
+    case_light_producer,
+    case_rebalance,
+    case_spark_consume,
+    case_spark_produce,
+    case_sql_scan,
+)
 from benchmarks.harness import BenchContext, CaseResult, format_table, machine_info, write_json
 
 CASES: dict[str, ModuleType] = {
@@ -37,6 +53,10 @@ CASES: dict[str, ModuleType] = {
     case_light_producer.CASE: case_light_producer,
     case_sql_scan.CASE: case_sql_scan,
     case_latency.CASE: case_latency,
+    case_consumer.CASE: case_consumer,
+    case_spark_consume.CASE: case_spark_consume,
+    case_commit_latency.CASE: case_commit_latency,
+    case_rebalance.CASE: case_rebalance,
 }
 DEFAULT_OUTPUT = Path("benchmarks/results/latest.json")
 SPARK_MASTER = "local[2]"
@@ -47,10 +67,12 @@ SPARK_CONF = {"spark.driver.memory": "4g"}
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description="sparklog benchmarks vs baselines")
     parser.add_argument("--runs", type=int, default=3, help="runs per case; medians are reported (default 3)")
-    parser.add_argument("--only", default=",".join(CASES), help="comma-separated cases to run, e.g. a,c (default all)")
+    parser.add_argument("--only", "--cases", dest="only", default=",".join(CASES), help="comma-separated cases to run, e.g. a,c or e,f,g,h (default all)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies record counts, e.g. 0.05 for a quick check")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"JSON report path (default {DEFAULT_OUTPUT})")
     parser.add_argument("--no-snapshot", action="store_true", help="run the working tree's sparklog, not a frozen copy")
+    parser.add_argument("--no-merge", dest="merge", action="store_false",
+                        help="do not keep the other cases of an existing report at --output (default: keep them)")
     args = parser.parse_args(argv)
     selected = [c.strip() for c in args.only.split(",") if c.strip()]
     unknown = [c for c in selected if c not in CASES]
@@ -62,6 +84,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--scale must be positive")
     args.only = selected
     return args
+
+
+def load_previous(path: Path, selected: list[str]) -> dict[str, object] | None:
+    """The existing report at ``path`` if it has cases this run will not produce (to carry over)."""
+    try:
+        previous = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(previous, dict) or previous.get("schema") != "sparklog-bench/1":
+        return None
+    cases = {k: v for k, v in (previous.get("cases") or {}).items() if k not in selected}
+    return {**previous, "cases": cases} if cases else None
+
+
+def write_report(path: Path, results: list[CaseResult], machine: dict[str, object], config: dict[str, object],
+                 previous: dict[str, object] | None) -> None:
+    """``write_json``, then add the carried-over cases of ``previous`` (each with its own machine/config)."""
+    write_json(path, results, machine, config)
+    if previous is None:
+        return
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    origin = {"machine": previous.get("machine"), "config": previous.get("config")}
+    # A case carried over twice keeps the machine/config of the run that measured it.
+    carried = {k: {**v, "carried_over": v.get("carried_over") or origin} for k, v in previous["cases"].items()}  # type: ignore[union-attr]
+    fresh = {k: {**v, "carried_over": None} for k, v in payload["cases"].items()}
+    merged = dict(sorted({**carried, **fresh}.items()))
+    summary = [{**row, "carried_over": True} for row in previous.get("summary") or [] if row.get("case") in carried]  # type: ignore[union-attr]
+    summary += [{**row, "carried_over": False} for row in payload["summary"]]
+    summary.sort(key=lambda row: str(row.get("case")))  # stable: metric order within a case is kept
+    payload["cases"] = merged
+    payload["summary"] = summary
+    payload["config"] = {**payload["config"], "carried_over_cases": sorted(carried)}
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
 
 
 def _code_digest(root: Path) -> tuple[str, int]:
@@ -101,6 +158,7 @@ def _check_workers_import(spark: object, code: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.output = args.output.resolve()
+    previous = load_previous(args.output, args.only) if args.merge else None
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     # Nothing from the caller's environment may point the benchmark at another cluster.
     for var in ("SPARKLOG_HOME", "SPARKLOG_ZOOKEEPER", "SPARKLOG_CONF"):
@@ -151,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             result.params["load_average_after"] = list(os.getloadavg())
             results.append(result)
             ctx.log(name, f"done in {result.duration_s:.0f} s" + (f" — ERROR {result.error}" if result.error else ""))
-            write_json(args.output, results, machine, {**config, "partial": True})
+            write_report(args.output, results, machine, {**config, "partial": True}, previous)
     finally:
         if spark is not None:
             spark.stop()
@@ -161,8 +219,13 @@ def main(argv: list[str] | None = None) -> int:
             os.chdir(original_cwd)
             shutil.rmtree(work_dir, ignore_errors=True)
     config["total_seconds"] = round(time.perf_counter() - started, 1)
-    write_json(args.output, results, machine, config)
+    write_report(args.output, results, machine, config, previous)
     print(format_table(results))
+    for result in results:
+        if not result.error and not result.metrics:
+            print(f"({result.case}) {result.title}: skipped — {'; '.join(result.notes) or 'no figures'}")
+    if previous is not None:
+        print(f"(kept from the previous report: cases {', '.join(sorted(previous['cases']))})", file=sys.stderr)
     print(f"\nJSON report: {args.output}", file=sys.stderr)
     return 1 if any(r.error for r in results) else 0
 
