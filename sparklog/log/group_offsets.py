@@ -19,7 +19,9 @@ offset backwards raises :class:`OffsetCommitError` unless it is a reset. The gro
 commits a *generation marker* (an empty commit raising ``sparklog.group/<g>``) before a new
 generation goes live, which fences commits of the previous generation.
 
-No write lease is taken: offsets of the internal topic stay contiguous because every
+The partition is compacted as it is written: a commit replaces the partition's live file
+by one holding the newest record of every key (offsets preserved, gaps allowed), so live
+files, checkpoints and commit latency stay bounded. No write lease is taken: offsets of the internal topic stay contiguous because every
 commit to ``p`` also touches ``sparklog.end.<p>``. Callers: :mod:`sparklog.group.coordinator`.
 """
 
@@ -30,15 +32,17 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from typing import Any
+
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sparklog.errors import IllegalGenerationError, OffsetCommitError, StorageError
 from sparklog.log.append import MAX_COMMIT_ATTEMPTS
-from sparklog.log.reader import read_ranges
+from sparklog.log.reader import read_files
 from sparklog.log.segment import SegmentFile, discard_segments, write_segment
 from sparklog.log.table import CommitConflict, TopicTable, end_app_id
 from sparklog.records import records_to_arrow
+from sparklog.schema import FILE_SCHEMA
 
 __all__ = [
     "OffsetCommit",
@@ -91,8 +95,13 @@ def commit_offsets(
     ``generation`` is checked against the log's group fence (``NO_GENERATION`` skips the
     check: the caller has verified the group is inactive). Without ``reset`` no offset may
     go below the one committed.
+
+    The partition is compacted as it is written (Kafka compacts this topic too): the
+    commit replaces the partition's live file(s) by one file holding the newest record of
+    every other key (with its original offset) followed by the new records, so live files
+    and commit cost stay bounded however many commits a group makes.
     """
-    for attempt in range(MAX_COMMIT_ATTEMPTS):
+    for _attempt in range(MAX_COMMIT_ATTEMPTS):
         dt = table.snapshot()
         fence = table.app_version(dt, group_fence_app_id(group_id))
         fence = -1 if fence is None else fence
@@ -101,42 +110,36 @@ def commit_offsets(
                 f"Offset commit of group {group_id} rejected: it carries generation {generation}, but generation "
                 f"{fence} is already live; the member must rejoin the group (poll) and commit again"
             )
+        live = table.files(dt, {log_partition})
+        retained = latest_per_key(read_files(table, live))
+        keys = {_key(group_id, t, p): tp for tp in offsets for t, p in [tp]}
         transactions: dict[str, int] = {group_fence_app_id(group_id): max(fence, generation)}
-        for (topic, partition), commit in sorted(offsets.items()):
-            app_id = group_offset_app_id(group_id, topic, partition)
-            if commit.offset is not None and not reset:
-                current = table.app_version(dt, app_id)
-                if current is not None and commit.offset < current:
-                    raise OffsetCommitError(
-                        f"Offset commit of group {group_id} for {topic}-{partition} rejected: {commit.offset} is "
-                        f"below the committed offset {current} (offsets only move forward; use reset-offsets)"
-                    )
-            transactions[app_id] = -1 if commit.offset is None else commit.offset
+        for key, (topic, partition) in keys.items():
+            commit = offsets[(topic, partition)]
+            current = _offset_of(retained.get(key))
+            if commit.offset is not None and not reset and current is not None and commit.offset < current:
+                raise OffsetCommitError(
+                    f"Offset commit of group {group_id} for {topic}-{partition} rejected: {commit.offset} is "
+                    f"below the committed offset {current} (offsets only move forward; use reset-offsets)"
+                )
+            transactions[group_offset_app_id(group_id, topic, partition)] = -1 if commit.offset is None else commit.offset
         now_ms = int(time.time() * 1000)
-        keys = [_key(group_id, t, p) for (t, p) in sorted(offsets)]
-        values = [
-            None
-            if c.offset is None
-            else json.dumps(
-                {
-                    "offset": c.offset,
-                    "metadata": c.metadata,
-                    "generation": generation,
-                    "member_id": member_id,
-                    "commit_timestamp": now_ms,
-                },
-                sort_keys=True,
-            ).encode()
-            for _tp, c in sorted(offsets.items())
-        ]
+        ordered = sorted(keys, key=lambda k: keys[k])
+        values = [_value(offsets[keys[k]], generation, member_id, now_ms) for k in ordered]
         base = table.log_end(dt, log_partition)
+        kept = [row for key, row in sorted(retained.items(), key=lambda kv: kv[1]["offset"]) if key not in keys]
+        fresh = records_to_arrow(ordered, values, [now_ms] * len(ordered))
+        records = pa.concat_tables([_rows_to_arrow(kept).cast(fresh.schema), fresh])
+        positions = pa.array([row["offset"] for row in kept] + list(range(base, base + len(ordered))), pa.int64())
         segments: list[SegmentFile] = []
         try:
-            if keys:
-                segments.append(write_segment(table.root, log_partition, base, records_to_arrow(keys, values, [now_ms] * len(keys))))
-            transactions[end_app_id(log_partition)] = base + len(keys)
+            if records.num_rows:
+                segments.append(write_segment(table.root, log_partition, base, records, offsets=positions))
+            transactions[end_app_id(log_partition)] = base + len(ordered)
             operation = "OFFSET RESET" if reset else "OFFSET COMMIT"
-            table.commit(dt, segments, transactions, {"sparklog.operation": operation, "sparklog.group": group_id})
+            table.commit(
+                dt, segments, transactions, {"sparklog.operation": operation, "sparklog.group": group_id}, removes=live
+            )
             return
         except CommitConflict:
             discard_segments(table.root, segments)
@@ -148,6 +151,41 @@ def commit_offsets(
         f"Offset commit of group {group_id} gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits to "
         f"{table.topic}-{log_partition}"
     )
+
+
+def _value(commit: OffsetCommit, generation: int, member_id: str, now_ms: int) -> bytes | None:
+    if commit.offset is None:
+        return None
+    payload = {
+        "offset": commit.offset,
+        "metadata": commit.metadata,
+        "generation": generation,
+        "member_id": member_id,
+        "commit_timestamp": now_ms,
+    }
+    return json.dumps(payload, sort_keys=True).encode()
+
+
+def _offset_of(row: dict[str, Any] | None) -> int | None:
+    if row is None or row["value"] is None:
+        return None
+    return int(json.loads(row["value"])["offset"])
+
+
+def latest_per_key(records: pa.Table) -> dict[bytes, dict[str, Any]]:
+    """The newest record (highest offset) of every key, as row dicts."""
+    latest: dict[bytes, dict[str, Any]] = {}
+    for row in records.to_pylist():
+        current = latest.get(row["key"])
+        if current is None or row["offset"] > current["offset"]:
+            latest[row["key"]] = row
+    return latest
+
+
+def _rows_to_arrow(rows: list[dict[str, Any]]) -> pa.Table:
+    columns = [f.name for f in FILE_SCHEMA if f.name != "offset"]
+    schema = pa.schema([FILE_SCHEMA.field(c) for c in columns])
+    return pa.Table.from_pylist([{c: row[c] for c in columns} for row in rows], schema=schema)
 
 
 def commit_generation(table: TopicTable, group_id: str, generation: int) -> None:
@@ -185,21 +223,12 @@ def committed_offsets(table: TopicTable, group_id: str, partitions: list[TopicPa
 
 
 def offset_records(table: TopicTable, log_partition: int, group_id: str | None = None) -> dict[tuple[str, str, int], dict[str, object] | None]:
-    """Latest value per (group, topic, partition) key in ``log_partition`` (compaction's view).
-
-    Scans the partition's records: for describe/admin paths, not for the hot path.
-    """
+    """Latest value per (group, topic, partition) key in ``log_partition`` (None = tombstone)."""
     dt = table.snapshot()
-    end = table.log_end(dt, log_partition)
-    start = table.log_starts(dt).get(log_partition, end)
-    records = read_ranges(table, dt, {log_partition: (start, end)}, include_headers=False)
-    if group_id is not None and records.num_rows:
-        marker = f'"group": {json.dumps(group_id)}'.encode()
-        records = records.filter(pc.match_substring(records.column("key").cast(pa.string()), marker.decode()))
     latest: dict[tuple[str, str, int], dict[str, object] | None] = {}
-    for key, value in zip(records.column("key").to_pylist(), records.column("value").to_pylist()):
+    for key, row in latest_per_key(read_files(table, table.files(dt, {log_partition}))).items():
         parsed = json.loads(key)
-        if group_id is not None and parsed["group"] != group_id:
-            continue
-        latest[(parsed["group"], parsed["topic"], int(parsed["partition"]))] = None if value is None else json.loads(value)
+        if group_id is None or parsed["group"] == group_id:
+            value = row["value"]
+            latest[(parsed["group"], parsed["topic"], int(parsed["partition"]))] = None if value is None else json.loads(value)
     return latest

@@ -19,7 +19,9 @@ from sparklog.errors import StorageError
 from sparklog.log.table import FileEntry, TopicTable
 from sparklog.schema import FILE_SCHEMA, read_schema
 
-__all__ = ["files_for_ranges", "read_segment_range", "read_ranges", "offset_for_timestamp", "empty_read_table"]
+__all__ = [
+    "files_for_ranges", "read_segment_range", "read_ranges", "read_files", "offset_for_timestamp", "empty_read_table",
+]
 
 
 def files_for_ranges(table: TopicTable, dt: DeltaTable, ranges: Mapping[int, tuple[int, int]]) -> list[FileEntry]:
@@ -55,8 +57,8 @@ def read_segment_range(
     arrays = {
         "key": data.column("key"),
         "value": data.column("value"),
-        "topic": pa.array([topic] * n, type=pa.string()) if n else pa.array([], pa.string()),
-        "partition": pa.array([partition] * n, type=pa.int32()),
+        "topic": pa.repeat(pa.scalar(topic, pa.string()), n),
+        "partition": pa.repeat(pa.scalar(partition, pa.int32()), n),
         "offset": data.column("offset"),
         "timestamp": data.column("timestamp"),
         "timestampType": data.column("timestampType"),
@@ -77,6 +79,12 @@ def read_ranges(
     if not pieces:
         return empty_read_table(include_headers)
     return pa.concat_tables(pieces)
+
+
+def read_files(table: TopicTable, entries: list[FileEntry]) -> pa.Table:
+    """Whole files in the file layout (with ``offset``, without ``partition``), in order."""
+    pieces = [pq.read_table(table.full_path(e.path), schema=FILE_SCHEMA) for e in entries]
+    return pa.concat_tables(pieces) if pieces else FILE_SCHEMA.empty_table()
 
 
 def offset_for_timestamp(table: TopicTable, dt: DeltaTable, partition: int, timestamp_ms: int) -> int | None:

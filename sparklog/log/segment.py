@@ -25,6 +25,7 @@ from sparklog.schema import FILE_SCHEMA
 
 __all__ = ["SegmentFile", "write_segment", "split_for_size", "fsync_path", "parquet_compression", "discard_segments"]
 
+ROW_GROUP_RECORDS = 131_072
 _COMPRESSION = {"producer": "snappy", "uncompressed": "none", "none": "none"}
 
 
@@ -49,10 +50,11 @@ class SegmentFile:
     min_timestamp_us: int
     max_timestamp_us: int
     modification_time_ms: int
+    record_count: int = -1  # set when offsets have gaps (a compacted segment)
 
     @property
     def num_records(self) -> int:
-        return self.last_offset - self.base_offset + 1
+        return self.record_count if self.record_count >= 0 else self.last_offset - self.base_offset + 1
 
     def stats_json(self) -> str:
         return json.dumps(
@@ -106,16 +108,21 @@ def write_segment(
     records: pa.Table,
     compression: str = "snappy",
     fsync: bool = False,
+    offsets: pa.Array | None = None,
 ) -> SegmentFile:
     """Write ``records`` (FILE_SCHEMA minus ``offset``) with offsets from ``base_offset``.
 
     ``records`` carries ``timestamp, timestampType, key, value, headers``; the offset
-    column is assigned here so it is contiguous by construction.
+    column is assigned here so it is contiguous by construction. Only compaction passes
+    ``offsets`` (ascending, gaps allowed: the records keep the offsets they had).
     """
     n = records.num_rows
     if n == 0:
         raise ValueError("write_segment needs at least one record")
-    offsets = pa.array(np.arange(base_offset, base_offset + n, dtype=np.int64))
+    if offsets is None:
+        offsets = pa.array(np.arange(base_offset, base_offset + n, dtype=np.int64))
+    else:
+        base_offset = offsets[0].as_py()
     table = pa.Table.from_arrays(
         [offsets if f.name == "offset" else records.column(f.name) for f in FILE_SCHEMA], schema=FILE_SCHEMA
     )
@@ -124,8 +131,10 @@ def write_segment(
     os.makedirs(directory, exist_ok=True)
     full = os.path.join(table_root, relative)
     # No dictionary encoding: payloads rarely repeat, and trying costs more than the write.
+    # Row groups of 128k records let a small read skip most of a large segment.
     pq.write_table(
-        table, full, compression=compression, use_dictionary=False, write_statistics=["offset", "timestamp"]
+        table, full, compression=compression, use_dictionary=False, write_statistics=["offset", "timestamp"],
+        row_group_size=ROW_GROUP_RECORDS,
     )
     if fsync:
         fsync_path(full)
@@ -136,11 +145,12 @@ def write_segment(
         path=relative,
         partition=partition,
         base_offset=base_offset,
-        last_offset=base_offset + n - 1,
+        last_offset=offsets[-1].as_py() if n else base_offset,
         size_bytes=os.path.getsize(full),
         min_timestamp_us=bounds["min"].as_py(),
         max_timestamp_us=bounds["max"].as_py(),
         modification_time_ms=int(time.time() * 1000),
+        record_count=n,
     )
 
 

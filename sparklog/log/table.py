@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -34,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from sparklog.errors import FencedError, StorageError
 from sparklog.log.segment import SegmentFile, fsync_path
@@ -215,12 +216,19 @@ class TopicTable:
         transactions: dict[str, int],
         custom_metadata: dict[str, str] | None = None,
         fsync: bool = False,
+        removes: list[FileEntry] | None = None,
     ) -> None:
-        """Commit ``segments`` and app transactions in one Delta commit on top of ``dt``.
+        """Commit ``segments`` (and the removal of ``removes``) and app transactions in one
+        Delta commit on top of ``dt``.
 
         Raises :class:`CommitConflict` when a concurrent commit touched the same app ids.
         """
-        actions = [
+        now_ms = int(time.time() * 1000)
+        actions: list[AddAction | RemoveAction] = [
+            RemoveAction(entry.path, True, now_ms, entry.size_bytes, {"partition": str(entry.partition)})
+            for entry in removes or []
+        ]
+        actions += [
             AddAction(
                 seg.path,
                 seg.size_bytes,

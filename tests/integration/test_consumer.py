@@ -287,3 +287,23 @@ def test_subscription_change_rebalances(cluster, consumers) -> None:
     assert {tp for tp in a.assignment() if tp[0] == "t2"} == {("t2", 0), ("t2", 1)}
     record = cluster.groups.registry.state_record("g")[0]
     assert record.generation > before and record.protocol == "roundrobin" and record.state == "Stable"
+
+
+def test_offsets_topic_is_compacted_as_it_is_written(cluster) -> None:
+    import json
+
+    cluster.create_topic("t", 3)
+    for i in range(1, 31):
+        cluster.commit_offsets("g", {("t", i % 3): i})
+    offsets_table = cluster.table("__consumer_offsets")
+    partition = cluster.groups.log_partition("g")
+    files = offsets_table.files(offsets_table.snapshot(), {partition})
+    assert len(files) == 1, f"expected one live file in __consumer_offsets-{partition}, found {len(files)}"
+    records = cluster.read("__consumer_offsets", partition)
+    keys = [json.loads(k) for k in records.column("key").to_pylist()]
+    offsets = records.column("offset").to_pylist()
+    assert offsets == sorted(set(offsets)), "offsets must stay unique and ordered (gaps allowed)"
+    assert sorted((k["topic"], k["partition"]) for k in keys) == [("t", 0), ("t", 1), ("t", 2)]
+    latest = {k["partition"]: json.loads(v)["offset"] for k, v in zip(keys, records.column("value").to_pylist())}
+    assert latest == {0: 30, 1: 28, 2: 29} == {p: o for (_t, p), o in cluster.committed_offsets("g", ["t"]).items()}
+    assert offsets[-1] == 29, "the log end counts every record ever committed"
