@@ -87,9 +87,14 @@ class WriterLease:
         self._known = (record, stat.version)
 
     def acquire(
-        self, timeout_ms: int, log_epoch: int | Callable[[], int] = 0, next_offset: int = -1
+        self, timeout_ms: int, log_epoch: int | Callable[[], int] = 0, next_offset: int = -1, adopt: bool = False
     ) -> LeaseGrant:
         """Take (or renew) the lease, waiting up to ``timeout_ms`` for a live holder to finish.
+
+        ``adopt``: a lease held under our owner name by an earlier incarnation (a restarted
+        job with a stable owner id whose predecessor crashed) is taken over at once instead
+        of after its expiry; the epoch grows and the grant says ``takeover``, so the epoch
+        marker fences whatever the predecessor might still commit.
 
         ``log_epoch`` is the newest epoch already recorded in the log (or a function that
         reads it; called only when the znode is missing, since an existing znode's epoch is
@@ -126,7 +131,8 @@ class WriterLease:
                     and record.epoch == self.grant.epoch
                     and not record.released
                 )
-                if mine or record.released or record.expires_ms <= now:
+                adopted = adopt and not mine and record.owner == self.owner
+                if mine or adopted or record.released or record.expires_ms <= now:
                     floor = 0 if callable(log_epoch) else log_epoch
                     epoch = record.epoch if mine else max(record.epoch, floor) + 1
                     new = WriterLeaseRecord(self.owner, epoch, expires, False, next_offset)
