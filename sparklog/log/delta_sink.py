@@ -23,7 +23,7 @@ on the fresh snapshot (unrelated writers: retry; a run of the same group that co
 first: fail with nothing committed). Files of a commit that does not land are deleted. The
 first commit of a new table creates it (schema, files and offsets in version 0).
 
-Callers: :mod:`sparklog.spark.consume` (tasks and the Spark job's commit/abort).
+Callers: :mod:`sparklog.spark.exactly_once` (tasks and the Spark job's commit/abort).
 """
 
 from __future__ import annotations

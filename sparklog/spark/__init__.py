@@ -5,7 +5,7 @@
 ``consumer_lag(spark)`` is every consumer group's lag as a DataFrame (DESIGN §8: lag as a
 table); ``register_topics`` also registers it as the ``consumer_lag`` view.
 ``consume``/``consume_into`` read by consumer group, the latter exactly-once into a topic or
-a Delta table (:mod:`sparklog.spark.consume`).
+a Delta table (:mod:`sparklog.spark.group_batch`, :mod:`sparklog.spark.exactly_once`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparklog.spark.consume import ConsumeIntoResult, GroupBatch, consume, consume_into
 from sparklog.spark.options import cluster_options_from_conf
 from sparklog.spark.session import get_or_create_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from sparklog.spark.exactly_once import ConsumeIntoResult
+    from sparklog.spark.group_batch import GroupBatch
 
 __all__ = [
     "produce", "ProduceResult", "read", "register_topics", "consumer_lag", "get_or_create_session", "session_options",
@@ -120,3 +122,32 @@ def register_topics(spark: "SparkSession", native: bool = True, **options: Any) 
                     f"CREATE OR REPLACE TEMPORARY VIEW `{topic}` USING sparklog OPTIONS (subscribe '{topic}'{option_sql})"
                 )
     return topics
+
+
+def consume(spark: "SparkSession", group_id: str, topics: Any, **options: Any) -> "GroupBatch":
+    """The group's next records as a DataFrame plus a commit handle (see :mod:`sparklog.spark.group_batch`)."""
+    from sparklog.spark.group_batch import consume as run
+
+    return run(spark, group_id, topics, **options)
+
+
+def consume_into(
+    spark: "SparkSession", group_id: str, topics: Any, transform: Any = None, **options: Any
+) -> "ConsumeIntoResult":
+    """Exactly-once: output and input offsets in one Delta commit (see :mod:`sparklog.spark.exactly_once`)."""
+    from sparklog.spark.exactly_once import consume_into as run
+
+    return run(spark, group_id, topics, transform, **options)
+
+
+def __getattr__(name: str) -> Any:
+    # The result types load with their modules (pyspark data source, deltalake) only when used.
+    if name == "GroupBatch":
+        from sparklog.spark.group_batch import GroupBatch
+
+        return GroupBatch
+    if name == "ConsumeIntoResult":
+        from sparklog.spark.exactly_once import ConsumeIntoResult
+
+        return ConsumeIntoResult
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -132,10 +132,11 @@ def check_target(options: Mapping[str, str], schema: StructType, overwrite: bool
     return topic
 
 
-def plan_produce(options: Mapping[str, str], topic: str, owner: str) -> ProducePlan:
+def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool = False) -> ProducePlan:
     """Take the write lease of *every* partition of ``topic`` for ``owner`` (input arrives
     arbitrarily partitioned), commit epoch markers where a stale lease was taken over, and
-    seed each lease's offset counter with the partition's log end."""
+    seed each lease's offset counter with the partition's log end. ``adopt``: ``owner`` is a
+    stable id, and leases a crashed earlier run of it left behind are taken over at once."""
     from sparklog.cluster import Cluster
     from sparklog.coordination.lease import WriterLease
     from sparklog.coordination.session import resolve_connect
@@ -151,7 +152,9 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str) -> ProduceP
         try:
             for partition in range(len(cluster.partitions_of(topic))):
                 lease = WriterLease(cluster.zk, topic, partition, owner, config.spark_writer_lease_ms)
-                grant = lease.acquire(config.spark_writer_lease_ms, table.fence_epoch(table.snapshot(), partition))
+                grant = lease.acquire(
+                    config.spark_writer_lease_ms, table.fence_epoch(table.snapshot(), partition), adopt=adopt
+                )
                 grants.append(grant)
                 if grant.takeover:
                     table.commit_epoch_marker(partition, grant.epoch)

@@ -271,7 +271,7 @@ def test_stale_delta_commit_is_fenced_and_its_files_deleted(cluster, tmp_path):
 
 def test_stale_topic_commit_is_fenced_under_the_leases(spark, cluster, cluster_options):
     """The same re-check for a topic output, made in the job's commit under the leases."""
-    from sparklog.spark.consume import _Output
+    from sparklog.spark.exactly_once import _Output
     from sparklog.spark.writer import plan_produce
 
     cluster.create_topic("src1", partitions=1)

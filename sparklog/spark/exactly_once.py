@@ -1,0 +1,294 @@
+"""Exactly-once processing of a consumer group's records into a topic or a Delta table.
+
+:func:`consume_into` transforms the group's next records (as :func:`sparklog.spark.group_batch`
+reads them) and writes the output AND the input end offsets in ONE Delta commit of the
+output (a sparklog topic or a plain Delta table), as application transactions
+``sparklog.input/<group>/<topic>/<partition>`` = next offset. A run starts from max(those,
+``__consumer_offsets``) and afterwards mirrors its end offsets to ``__consumer_offsets``.
+
+Invariants (argued in ``docs/design-notes.md``, "Spark group consumption and exactly-once"):
+a topic output's write leases are taken BEFORE the stored input offsets are read (under the
+group's stable lease owner, so a rerun after a crash adopts the dead run's leases at once
+and fences it); the output commit lands only on a snapshot whose stored input offsets are
+still those the run started from; files of a commit that does not land are deleted.
+
+Where code runs: the driver plans and verifies; Spark tasks write segments or Parquet files
+through a private Python data source (Arrow batches, no pandas) whose ``commit``/``abort``
+run in a Python worker on the driver host. Callers: users via :mod:`sparklog.spark`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import pickle
+import re
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceWriter
+from pyspark.sql.types import StructType
+
+from sparklog import errors
+from sparklog.errors import ConfigError, GroupError, StorageError, TopicNotFoundError
+from sparklog.log.delta_sink import DataFile, DeltaSink, check_input_offsets, input_app_id, write_task_files
+from sparklog.log.table import TopicTable
+from sparklog.spark.group_batch import (
+    Ranges,
+    TopicPartition,
+    advances,
+    connect_group,
+    input_partitions,
+    read_ranges_df,
+    require_inactive_group,
+    resolve_ranges,
+)
+from sparklog.spark.writer import ProducePlan, SegmentsWritten, abort_produce, check_target, commit_produce, plan_produce
+from sparklog.spark.writer import job_ranges, release_leases, task_id, write_task_segments
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from sparklog.cluster import Cluster
+
+__all__ = ["consume_into", "ConsumeIntoResult"]
+
+log = logging.getLogger("sparklog.spark")
+
+
+# -- consume_into: the output side, shipped into the Spark job -----------------------------
+@dataclass(frozen=True)
+class _Output(DataSourceArrowWriter):
+    """One run's output, and the Spark writer for it (pickled into a data source option)."""
+
+    run_id: str
+    plan: ProducePlan | None = None  # output topic: the write leases held
+    delta_root: str = ""  # or the output Delta table
+    delta_schema: bytes = b""  # ... and the Arrow schema of its data files
+    transactions: dict[str, int] = field(default_factory=dict)  # input app id -> end offset
+    expected: dict[str, int | None] = field(default_factory=dict)  # input app id -> stored at start
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def stored(self, app_ids: Iterable[str]) -> dict[str, int | None]:
+        if self.plan is None:
+            return DeltaSink(self.delta_root).app_versions(app_ids)
+        table = TopicTable(self.plan.table_log_dir, self.plan.topic)
+        dt = table.snapshot()
+        return {app_id: table.app_version(dt, app_id) for app_id in app_ids}
+
+    def landed(self, paths: Iterable[str] = ()) -> bool:
+        """Did this run's commit land? By its files when known, else by the input offsets."""
+        if wanted := set(paths):
+            if self.plan is None:
+                return bool(wanted & DeltaSink(self.delta_root).live_paths())
+            table = TopicTable(self.plan.table_log_dir, self.plan.topic)
+            return any(f.path in wanted for f in table.files(table.snapshot()))
+        stored = self.stored(self.transactions)
+        return all(stored[a] is not None and stored[a] >= v for a, v in self.transactions.items())  # type: ignore[operator]
+
+    def write(self, batches: Iterator[Any]) -> SegmentsWritten:  # type: ignore[override]
+        task = task_id()
+        if self.plan is not None:
+            return SegmentsWritten(task, write_task_segments(self.plan, batches, task))
+        files = write_task_files(self.delta_root, self.file_schema(), batches, f"{self.run_id}-{task}")
+        return SegmentsWritten(task, [f.to_dict() for f in files])
+
+    def commit(self, messages: list[SegmentsWritten | None]) -> None:  # type: ignore[override]
+        if self.plan is None:
+            files = [DataFile.from_dict(d) for m in messages if m is not None for d in m.segments]
+            DeltaSink(self.delta_root).commit(files, self.file_schema(), self.transactions, self.expected, self.metadata)
+            return
+        check_input_offsets(f"topic {self.plan.topic}", self.stored(self.expected), self.expected)
+        if commit_produce(self.plan, messages, self.metadata, self.transactions) is None:
+            raise StorageError(f"Topic {self.plan.topic} already holds the input offsets of run {self.run_id}; nothing committed")
+
+    def abort(self, messages: list[SegmentsWritten | None]) -> None:  # type: ignore[override]
+        # Spark aborts also when commit() failed AFTER the Delta commit landed (e.g. while
+        # releasing the leases): committed files must stay.
+        written = [d for m in messages if m is not None for d in m.segments]
+        if self.plan is None:
+            DeltaSink(self.delta_root).discard(DataFile.from_dict(d) for d in written)
+        elif written and self.landed(str(d["path"]) for d in written):
+            release_leases(self.plan)
+        else:
+            abort_produce(self.plan, messages)
+
+    def file_schema(self) -> pa.Schema:
+        return pa.ipc.read_schema(pa.py_buffer(self.delta_schema))
+
+
+class _ConsumeIntoSource(DataSource):
+    """Internal write-only data source: Spark hands each task its Arrow batches (no pandas)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sparklog_consume_into"
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return pickle.loads(base64.b64decode(self.options["output"]))  # an _Output
+
+
+_REGISTERED: "weakref.WeakSet[SparkSession]" = weakref.WeakSet()  # sessions that know the data source
+
+
+def _run_job(spark: "SparkSession", df: "DataFrame", output: _Output) -> None:
+    """Run the write; a failure is re-raised as the sparklog error behind it when there is one."""
+    if spark not in _REGISTERED:
+        spark.dataSource.register(_ConsumeIntoSource)
+        _REGISTERED.add(spark)
+    encoded = base64.b64encode(pickle.dumps(output)).decode("ascii")
+    try:
+        df.write.format(_ConsumeIntoSource.name()).option("output", encoded).mode("append").save()
+    except Exception as exc:
+        if output.landed():
+            log.warning("run %s: the Spark job reported an error after its commit landed: %s", output.run_id, exc)
+            if output.plan is not None:
+                release_leases(output.plan)
+            return
+        found = re.findall(r"sparklog\.errors\.(\w+): (.+)", str(exc))
+        kind = getattr(errors, found[-1][0], None) if found else None
+        if isinstance(kind, type) and issubclass(kind, errors.SparklogError):
+            raise kind(found[-1][1].strip()) from exc
+        raise
+    if not output.landed():
+        raise StorageError(f"Run {output.run_id}: the Spark job finished but its commit is not in the output; nothing committed")
+
+
+# -- consume_into: the driver --------------------------------------------------------------
+@dataclass(frozen=True)
+class ConsumeIntoResult:
+    """What one :func:`consume_into` run did."""
+
+    group_id: str
+    input_ranges: Ranges  # (topic, partition) -> [start, end) consumed
+    output_ranges: dict[int, tuple[int, int]]  # output topic: partition -> [start, end) written
+    delta_version: int | None  # output Delta table: the version committed
+    mirrored: bool  # end offsets also committed to __consumer_offsets
+
+    @property
+    def records(self) -> int:
+        """Input records consumed (0: nothing was committed)."""
+        return sum(end - start for start, end in self.input_ranges.values())
+
+
+def consume_into(
+    spark: "SparkSession",
+    group_id: str,
+    topics: str | Iterable[str],
+    transform: "Callable[[DataFrame], DataFrame] | None" = None,
+    *,
+    output_topic: str | None = None,
+    output_path: str | None = None,
+    **options: Any,
+) -> ConsumeIntoResult:
+    """Exactly-once: ``transform(df)`` of the group's next records of ``topics``, written to
+    ``output_topic`` (Kafka sink columns) or the Delta table at ``output_path`` (any columns;
+    created if missing) in ONE Delta commit with the input end offsets. Call it again (e.g.
+    on a schedule) to continue; after any crash, just run it again.
+
+    ``transform`` defaults to the records as they are (for a topic: ``key``, ``value`` and,
+    with ``includeHeaders``, ``headers``); it must be deterministic (a retried Spark task must
+    produce the same rows) and may be called more than once (first on an empty frame, to
+    validate the output schema before anything changes). Options are :func:`consume`'s.
+    """
+    if (output_topic is None) == (output_path is None):
+        raise ConfigError("consume_into needs exactly one of output_topic= or output_path=")
+    opts, settings, cluster = connect_group(spark, options)
+    with cluster:
+        partitions = input_partitions(cluster, group_id, topics)
+        require_inactive_group(cluster, group_id)
+        transform = transform or _default_transform(output_topic is not None, settings.include_headers)
+        probe = _apply(transform, read_ranges_df(spark, cluster, {}, settings)).schema  # validate before changing anything
+        run_id = f"consume-{group_id}-{uuid.uuid4().hex[:12]}"
+        output = _open_output(cluster, opts, group_id, run_id, partitions, probe, output_topic, output_path)
+        try:
+            ids = {tp: input_app_id(group_id, *tp) for tp in partitions}
+            stored = output.stored(ids.values())
+            before = {tp: stored[ids[tp]] for tp in partitions}
+            ranges = resolve_ranges(cluster, group_id, partitions, settings, before)
+            if not any(end > start for start, end in ranges.values()):
+                if output.plan is not None:
+                    release_leases(output.plan)
+                return ConsumeIntoResult(group_id, ranges, {}, None, _mirror(cluster, group_id, ranges))
+            df = _apply(transform, read_ranges_df(spark, cluster, ranges, settings))
+            output = replace(
+                output,
+                delta_schema=_file_schema(output, df.schema),
+                transactions={ids[tp]: end for tp, end in advances(ranges, before).items()},
+                expected=stored,
+                metadata={"sparklog.job": run_id, "sparklog.operation": "CONSUME INTO", "sparklog.group": group_id,
+                          "sparklog.input": json.dumps({f"{t}-{p}": list(r) for (t, p), r in sorted(ranges.items())})},
+            )  # fmt: skip
+            _run_job(spark, df, output)
+        except BaseException:
+            if output.plan is not None:
+                release_leases(output.plan)  # no-op when the job released them already
+            raise
+        written, version = _outcome(cluster, output)
+        return ConsumeIntoResult(group_id, ranges, written, version, _mirror(cluster, group_id, ranges))
+
+
+def _default_transform(to_topic: bool, include_headers: bool) -> "Callable[[DataFrame], DataFrame]":
+    if not to_topic:
+        return lambda df: df
+    columns = ["key", "value", *(["headers"] if include_headers else [])]
+    return lambda df: df.select(*columns)
+
+
+def _apply(transform: "Callable[[DataFrame], DataFrame]", df: "DataFrame") -> "DataFrame":
+    out = transform(df)
+    if not hasattr(out, "schema") or not hasattr(out, "write"):
+        raise ConfigError(f"consume_into: transform must return a DataFrame, got {type(out).__name__}")
+    return out
+
+
+def _open_output(cluster: "Cluster", opts: Mapping[str, str], group_id: str, run_id: str, partitions: list[TopicPartition],
+                 probe: StructType, output_topic: str | None, output_path: str | None) -> _Output:  # fmt: skip
+    """Validate the output against the transform's schema; a topic's write leases are taken
+    last (BEFORE the caller reads the stored input offsets)."""
+    if output_topic is None:
+        sink = DeltaSink(str(output_path))
+        sink.check_target()
+        output = _Output(run_id, delta_root=sink.root)
+        return replace(output, delta_schema=_file_schema(output, probe))
+    topic = check_target({"topic": output_topic}, probe, False, "consume_into")
+    if topic not in cluster.list_topics():
+        raise TopicNotFoundError(f"Output topic {topic} does not exist; create it first")
+    if topic in {t for t, _p in partitions}:
+        raise ConfigError(f"consume_into: the output topic {topic} is also an input topic; choose another output")
+    # One stable lease owner per group: a rerun after a crash adopts the dead run's leases.
+    return _Output(run_id, plan=plan_produce(opts, topic, f"consume-into-{group_id}", adopt=True))
+
+
+def _file_schema(output: _Output, schema: StructType) -> bytes:
+    """The Arrow schema data files of a Delta output get (checked against the table's)."""
+    if output.plan is not None:
+        return b""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return DeltaSink(output.delta_root).file_schema(to_arrow_schema(schema, timezone="UTC")).serialize().to_pybytes()
+
+
+def _outcome(cluster: "Cluster", output: _Output) -> tuple[dict[int, tuple[int, int]], int | None]:
+    if output.plan is not None:
+        history = cluster.table(output.plan.topic).snapshot().history(50)
+        return job_ranges(history, output.run_id) or {}, None
+    return {}, DeltaSink(output.delta_root).commit_version("sparklog.job", output.run_id)
+
+
+def _mirror(cluster: "Cluster", group_id: str, ranges: Ranges) -> bool:
+    """Copy the end offsets to ``__consumer_offsets`` (lag, describe). A failure here is
+    harmless: the output holds the truth and the next run starts from the max of both."""
+    try:
+        offsets = advances(ranges, cluster.groups.committed(group_id, list(ranges)))
+        if offsets:
+            cluster.commit_offsets(group_id, offsets)
+        return True
+    except GroupError as exc:
+        log.warning("group %s: output committed, but mirroring to __consumer_offsets failed: %s", group_id, exc)
+        return False
