@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmarks.case_light_producer import random_values
-from benchmarks.harness import BenchContext, CaseResult, Metric, Target, alternate, run_record, timed
+from benchmarks.harness import BenchContext, CaseResult, Metric, Target, alternate, fill_topic, run_record, timed
 
 CASE = "f"
 TITLE = "Spark group consume + action vs raw Parquet scan (5M records)"
@@ -140,16 +140,9 @@ def run(ctx: BenchContext) -> CaseResult:
     for run_no in range(1, ctx.runs + 1):
         with ctx.fresh_env(CASE, run_no) as env:
             with sparklog.connect(env.options) as cluster:
-                cluster.create_topic(TOPIC, partitions=TOPIC_PARTITIONS)
                 ctx.log(CASE, f"run {run_no}/{ctx.runs} producing {records:,} records (untimed) …")
-                with cluster.producer(acks=1) as producer:
-                    for batch in batches:
-                        producer.send_arrow(TOPIC, batch)
-                hw = cluster.high_watermarks(TOPIC)
-                assert sum(hw.values()) == records, hw
-                table = cluster.table(TOPIC)
-                table_root = table.root
-                live_files = len(table.files(table.snapshot()))
+                filled = fill_topic(cluster, TOPIC, TOPIC_PARTITIONS, batches)
+                hw, table_root, live_files = filled.high_watermarks, filled.table_root, filled.live_files
                 expected = sorted((p, end, end * 100) for p, end in hw.items())
                 if run_no == 1:
                     ctx.log(CASE, "warm-up: both sides once, untimed …")

@@ -85,6 +85,27 @@ def alternate(run_no: int, sparklog_side: Callable[[], T], baseline_side: Callab
     return sparklog_side(), second
 
 
+@dataclass(frozen=True)
+class FilledTopic:
+    """A topic a case filled (untimed): where its table lives and what it holds."""
+
+    table_root: str
+    live_files: int
+    high_watermarks: dict[int, int]
+
+
+def fill_topic(cluster: Any, topic: str, partitions: int, batches: Sequence[Any]) -> FilledTopic:
+    """Create ``topic`` and produce the Arrow ``batches`` into it, one request each."""
+    cluster.create_topic(topic, partitions=partitions)
+    with cluster.producer(acks=1) as producer:
+        for batch in batches:
+            producer.send_arrow(topic, batch)
+    hw = cluster.high_watermarks(topic)
+    assert sum(hw.values()) == sum(b.num_rows for b in batches), hw
+    table = cluster.table(topic)
+    return FilledTopic(table.root, len(table.files(table.snapshot())), hw)
+
+
 def run_record(run_no: int, records: int, s_sec: float, b_sec: float, **extra: Any) -> dict[str, Any]:
     """The per-run JSON row shared by the throughput cases."""
     return {

@@ -144,14 +144,20 @@ def assert_one_owner_per_generation(journals: list[list[list[str]]]) -> None:
                     )
 
 
-def test_rolling_and_full_bounces_while_producing_lose_nothing(cluster, cluster_options, tmp_path, processes) -> None:
+def three_members_while_producing(cluster, cluster_options, tmp_path, processes) -> tuple[Members, OffsetsWatch, Path]:
+    """A topic being produced to, consumed by three member processes; returns the stop file."""
     cluster.create_topic(TOPIC, PARTITIONS)
     members = Members(cluster_options, tmp_path, processes)
     watch = OffsetsWatch(cluster)
     stop_producer = start_producer(cluster_options, tmp_path, processes)
     for slot in range(3):
         members.start(slot)
-    watch.sleep(4)
+    watch.sleep(3)
+    return members, watch, stop_producer
+
+
+def test_rolling_and_full_bounces_while_producing_lose_nothing(cluster, cluster_options, tmp_path, processes) -> None:
+    members, watch, stop_producer = three_members_while_producing(cluster, cluster_options, tmp_path, processes)
     for _round in range(5):  # rolling bounce: one member at a time
         for slot in range(3):
             members.stop(slot)
@@ -174,13 +180,7 @@ def test_rolling_and_full_bounces_while_producing_lose_nothing(cluster, cluster_
 
 
 def test_killed_members_lose_no_record(cluster, cluster_options, tmp_path, processes) -> None:
-    cluster.create_topic(TOPIC, PARTITIONS)
-    members = Members(cluster_options, tmp_path, processes)
-    watch = OffsetsWatch(cluster)
-    stop_producer = start_producer(cluster_options, tmp_path, processes)
-    for slot in range(3):
-        members.start(slot)
-    watch.sleep(3)
+    members, watch, stop_producer = three_members_while_producing(cluster, cluster_options, tmp_path, processes)
     for kill in range(5):
         slot = kill % 3
         members.kill(slot)
