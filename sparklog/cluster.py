@@ -307,21 +307,42 @@ class Cluster:
         return result
 
     def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
-        """Kafka's ``deleteRecords``: per partition, drop records below the offset given; returns
-        the new log-start offsets. An offset above the high watermark is an error."""
-        offsets = self.partition_offsets(topic)
-        for partition, offset in before.items():
-            self._check_partition(topic, partition, sorted(offsets))
-            if offset < 0 or offset > offsets[partition].high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"Cannot delete records of {topic}-{partition} below {offset}: the high watermark is "
-                    f"{offsets[partition].high_watermark}"
-                )
+        """Kafka's ``deleteRecords``: per partition, records below the offset given disappear
+        (log-start moves there; files wholly below are removed from the table, metadata only);
+        returns the new log-start offsets. An offset above the high watermark is an error."""
+        from sparklog.log.policy import delete_records_plan
+
+        partitions = self.partitions_of(topic)
+        for partition in before:
+            self._check_partition(topic, partition, partitions)
         table = self.table(topic)
         for partition, offset in sorted(before.items()):
-            table.delete_records_before(partition, offset)
+            for _attempt in range(50):
+                dt = table.snapshot()
+                end = table.log_end(dt, partition)
+                start = table.log_starts(dt).get(partition, end)
+                if offset < 0 or offset > end:
+                    raise OffsetOutOfRangeError(
+                        f"Cannot delete records of {topic}-{partition} below {offset}: valid offsets are "
+                        f"{start}..{end} (log-start..high watermark)"
+                    )
+                plan = delete_records_plan(
+                    table.files(dt, {partition}), partition=partition, log_start=start, log_end=end, before_offset=offset
+                )
+                if plan.new_log_start <= start and not plan.removed:
+                    break
+                if table.advance_log_start(partition, plan.new_log_start, list(plan.removed), "DELETE RECORDS"):
+                    break
         after = self.partition_offsets(topic)
         return {p: after[p].log_start for p in before}
+
+    def run_retention(
+        self, topics: Iterable[str] | None = None, dry_run: bool = False, now_ms: int | None = None
+    ) -> list[Any]:
+        """Apply ``retention.ms``/``retention.bytes`` (metadata-only); see :mod:`sparklog.maintenance`."""
+        from sparklog.maintenance import run_retention
+
+        return run_retention(self, topics, dry_run, now_ms)
 
     def read(
         self,

@@ -38,6 +38,7 @@ __all__ = [
     "GroupIdNotFoundError",
     "OffsetCommitError",
     "ConsumerClosedError",
+    "DeleteRecordsOffsetError",
 ]
 
 
@@ -155,3 +156,7 @@ class OffsetCommitError(GroupError, ValueError):
 
 class ConsumerClosedError(SparklogError):
     """The consumer was used after ``close()``."""
+
+
+class DeleteRecordsOffsetError(OffsetOutOfRangeError, ValueError):
+    """A DeleteRecords offset is negative or beyond the partition's log end."""

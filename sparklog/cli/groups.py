@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 
 from sparklog.cli.offsets import parse_partitions
 from sparklog.cli.options import UsageError, add_command, connect
-from sparklog.cli.output import add_output_option, print_stderr, write_json, write_lines
+from sparklog.cli.output import add_output_option, print_stderr, table_lines, write_json, write_lines
 
 if TYPE_CHECKING:
     from sparklog.cluster import Cluster
     from sparklog.group.admin import GroupDescription
 
-__all__ = ["register", "parse_group_states", "offsets_lines", "members_lines", "state_lines", "reset_lines", "table_lines"]
+__all__ = ["register", "parse_group_states", "offsets_lines", "members_lines", "state_lines", "reset_lines"]
 
 MISSING = "-"
 TopicArg = tuple[str, frozenset[int] | None]
@@ -134,15 +134,6 @@ def _selected_groups(cluster: "Cluster", args: argparse.Namespace) -> list[str]:
 
 def _text(value: object) -> str:
     return MISSING if value is None else str(value)
-
-
-def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], widths: Sequence[int]) -> list[str]:
-    """Kafka's printf layout: each column but the last left-aligned in its width, one space
-    apart (a longer value widens only its own row, as ``%-15s`` does)."""
-    def line(cells: Sequence[str]) -> str:
-        return " ".join([*(c.ljust(w) for c, w in zip(cells[:-1], widths)), cells[-1]]).rstrip()
-
-    return [line(header), *(line(row) for row in rows)]
 
 
 def _width(values: Sequence[str], minimum: int = 15) -> int:

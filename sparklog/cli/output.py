@@ -15,7 +15,7 @@ import argparse
 import io
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "error_line",
     "decode_bytes",
     "comma_list",
+    "table_lines",
 ]
 
 OUTPUT_FORMATS = ("text", "json")
@@ -95,3 +96,12 @@ def decode_bytes(data: bytes | None, null_literal: str) -> str:
 
 def comma_list(values: Iterable[object]) -> str:
     return ",".join(str(v) for v in values)
+
+
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], widths: Sequence[int]) -> list[str]:
+    """Kafka's printf layout: each column but the last left-aligned in its width, one space
+    apart (a longer value widens only its own row, as ``%-15s`` does)."""
+    def line(cells: Sequence[str]) -> str:
+        return " ".join([*(c.ljust(w) for c, w in zip(cells[:-1], widths)), cells[-1]]).rstrip()
+
+    return [line(header), *(line(row) for row in rows)]

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from sparklog.errors import StorageError
-from sparklog.log.table import FileEntry, TopicTable
+from sparklog.log.table import FileEntry, TopicTable, start_app_id
 from sparklog.schema import FILE_SCHEMA, read_schema
 
 __all__ = [
@@ -71,7 +71,12 @@ def read_segment_range(
 def read_ranges(
     table: TopicTable, dt: DeltaTable, ranges: Mapping[int, tuple[int, int]], include_headers: bool = True
 ) -> pa.Table:
-    """All records in ``partition -> [start, end)`` as one table ordered by partition, offset."""
+    """All records in ``partition -> [start, end)`` as one table ordered by partition, offset.
+
+    Never returns records below a partition's explicit log-start (DeleteRecords, retention),
+    even when a live file straddles it: the range is clamped first."""
+    ranges = {p: (max(lo, table.app_version(dt, start_app_id(p)) or 0), hi) for p, (lo, hi) in ranges.items()}
+    ranges = {p: r for p, r in ranges.items() if r[0] < r[1]}
     pieces = [
         read_segment_range(table.full_path(e.path), e.partition, table.topic, *ranges[e.partition], include_headers)
         for e in files_for_ranges(table, dt, ranges)

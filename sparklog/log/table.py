@@ -7,6 +7,8 @@ This module (with the rest of ``log/``) is the only code that touches deltalake.
   they are read from the snapshot in O(1) and survive file removal:
 
   - ``sparklog.end.<p>``  version = log-end offset of partition ``p``;
+  - ``sparklog.start.<p>`` version = log-start offset set by retention / DeleteRecords
+    (records below it are hidden even inside a file that straddles it);
   - ``sparklog.fence.<p>`` version = the newest writer epoch of ``p``;
   - ``sparklog.producer.<id>`` version = last committed batch sequence of a producer.
 
@@ -41,11 +43,17 @@ from sparklog.errors import FencedError, StorageError
 from sparklog.log.segment import SegmentFile, fsync_path
 from sparklog.schema import TABLE_SCHEMA
 
-__all__ = ["TopicTable", "FileEntry", "CommitConflict", "end_app_id", "fence_app_id", "producer_app_id"]
+__all__ = [
+    "TopicTable", "FileEntry", "CommitConflict", "end_app_id", "start_app_id", "fence_app_id", "producer_app_id",
+]  # fmt: skip
 
 
 def end_app_id(partition: int) -> str:
     return f"sparklog.end.{partition}"
+
+
+def start_app_id(partition: int) -> str:
+    return f"sparklog.start.{partition}"
 
 
 def fence_app_id(partition: int) -> str:
@@ -195,12 +203,15 @@ class TopicTable:
             raise StorageError(f"Cannot list the files of topic {self.topic} at {self.root}: {exc}") from exc
 
     def log_starts(self, dt: DeltaTable) -> dict[int, int]:
-        """Smallest live offset per partition that has files (vectorised: no per-file objects)."""
+        """Log-start offset per partition that has files: its smallest live offset, or the
+        explicit ``sparklog.start.<p>`` when higher (a partition without files starts at its
+        log end)."""
         actions = self._actions(dt)
         if actions.num_rows == 0:
             return {}
         grouped = actions.group_by("partition.partition").aggregate([("min.offset", "min")])
-        return dict(zip(grouped.column("partition.partition").to_pylist(), grouped.column("min.offset_min").to_pylist()))
+        smallest = zip(grouped.column("partition.partition").to_pylist(), grouped.column("min.offset_min").to_pylist())
+        return {p: max(first, _transaction_version(dt, start_app_id(p)) or 0) for p, first in smallest}
 
     def log_start(self, dt: DeltaTable, partition: int) -> int:
         return self.log_starts(dt).get(partition, self.log_end(dt, partition))
@@ -263,19 +274,22 @@ class TopicTable:
                 fsync_path(os.path.join(log_dir, name))
         fsync_path(log_dir)
 
-    def delete_records_before(self, partition: int, offset: int) -> int:
-        """Kafka's DeleteRecords: drop records of ``partition`` below ``offset`` (log-start moves
-        there). Files wholly below are removed; a file straddling ``offset`` is rewritten with
-        its remaining records (offsets unchanged). Returns the number of records deleted."""
+    def advance_log_start(self, partition: int, new_log_start: int, removed: list[FileEntry], operation: str) -> bool:
+        """Remove ``removed`` (whole files, metadata only) and raise the log-start offset of
+        ``partition`` to ``new_log_start`` in one commit. Returns False when a concurrent
+        commit changed the partition's log start first (the caller re-plans)."""
         dt = self.snapshot()
+        current = self.app_version(dt, start_app_id(partition)) or 0
+        live = {f.path for f in self.files(dt, {partition})}
+        if current > new_log_start or any(f.path not in live for f in removed):
+            return False
         try:
-            metrics = dt.delete(
-                f"partition = {int(partition)} AND offset < {int(offset)}",
-                commit_properties=CommitProperties(custom_metadata={"sparklog.operation": "DELETE RECORDS"}),
+            self.commit(
+                dt, [], {start_app_id(partition): new_log_start}, {"sparklog.operation": operation}, removes=removed
             )
-        except (DeltaError, OSError) as exc:
-            raise StorageError(f"Deleting records of {self.topic}-{partition} below {offset} failed: {exc}") from exc
-        return int(metrics.get("num_deleted_rows", 0) or 0)
+        except CommitConflict:
+            return False
+        return True
 
     def commit_epoch_marker(self, partition: int, epoch: int) -> None:
         """An empty commit carrying ``epoch``: any older writer's later commit now fails."""

@@ -1,0 +1,88 @@
+"""The delete policy applied to a topic table (DESIGN §9, invariant 8).
+
+Per partition: plan with the pure :func:`sparklog.log.policy.retention_plan` (time,
+size), then remove the planned whole files and raise ``sparklog.start.<p>`` in ONE
+metadata-only Delta commit (:meth:`TopicTable.advance_log_start`). Nothing is rewritten and
+no data file is deleted here: VACUUM deletes files after ``file.delete.delay.ms``, so
+readers holding an older snapshot finish.
+
+Invariants: only what the policy names is removed, always a prefix of the partition, and
+log-start only moves forward; a commit that races another maintenance job or a producer
+is re-planned on a fresh snapshot (the loser re-plans or finds nothing left to do).
+Callers: :class:`sparklog.cluster.Cluster` (``run_retention``), the retention job and CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sparklog.errors import StorageError
+from sparklog.log.policy import RetentionPlan, retention_plan
+from sparklog.log.table import TopicTable
+
+__all__ = ["RetentionResult", "apply_delete_policy", "MAX_PLAN_ATTEMPTS"]
+
+MAX_PLAN_ATTEMPTS = 20
+
+
+@dataclass(frozen=True)
+class RetentionResult:
+    """What retention did (or, in a dry run, would do) to one partition."""
+
+    topic: str
+    partition: int
+    removed_files: int
+    removed_records: int
+    removed_bytes: int
+    old_log_start: int
+    new_log_start: int
+    dry_run: bool = False
+
+
+def apply_delete_policy(
+    table: TopicTable,
+    partitions: Iterable[int],
+    configs: Mapping[str, Any],
+    now_ms: int,
+    dry_run: bool = False,
+) -> list[RetentionResult]:
+    """Apply ``retention.ms`` / ``retention.bytes`` of ``configs`` to ``partitions``."""
+    results = []
+    for partition in sorted(partitions):
+        for _attempt in range(MAX_PLAN_ATTEMPTS):
+            dt = table.snapshot()
+            end = table.log_end(dt, partition)
+            start = table.log_starts(dt).get(partition, end)
+            plan = retention_plan(
+                table.files(dt, {partition}),
+                partition=partition,
+                log_start=start,
+                log_end=end,
+                now_ms=now_ms,
+                retention_ms=int(configs["retention.ms"]),
+                retention_bytes=int(configs["retention.bytes"]),
+            )
+            done = not plan.removed and plan.new_log_start <= start
+            if dry_run or done or table.advance_log_start(partition, plan.new_log_start, list(plan.removed), "RETENTION"):
+                results.append(_result(table.topic, plan, start, dry_run))
+                break
+        else:
+            raise StorageError(
+                f"Retention of {table.topic}-{partition} gave up after {MAX_PLAN_ATTEMPTS} conflicting commits"
+            )
+    return results
+
+
+def _result(topic: str, plan: RetentionPlan, old_log_start: int, dry_run: bool) -> RetentionResult:
+    return RetentionResult(
+        topic=topic,
+        partition=plan.partition,
+        removed_files=len(plan.removed),
+        removed_records=sum(s.num_records for s in plan.removed),
+        removed_bytes=sum(s.size_bytes for s in plan.removed),
+        old_log_start=old_log_start,
+        new_log_start=max(old_log_start, plan.new_log_start),
+        dry_run=dry_run,
+    )
