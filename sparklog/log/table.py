@@ -228,15 +228,21 @@ class TopicTable:
         custom_metadata: dict[str, str] | None = None,
         fsync: bool = False,
         removes: list[FileEntry] | None = None,
+        *,
+        data_change: bool = True,
+        max_commit_retries: int = 0,
     ) -> None:
         """Commit ``segments`` (and the removal of ``removes``) and app transactions in one
         Delta commit on top of ``dt``.
 
-        Raises :class:`CommitConflict` when a concurrent commit touched the same app ids.
+        ``data_change=False`` marks a rewrite that changes no record (optimize).
+        ``max_commit_retries`` > 0 lets delta-rs rebase over concurrent commits that do not
+        conflict logically (e.g. appends while maintenance removes other files); the default 0
+        fails on any concurrent commit. Raises :class:`CommitConflict` on a conflict.
         """
         now_ms = int(time.time() * 1000)
         actions: list[AddAction | RemoveAction] = [
-            RemoveAction(entry.path, True, now_ms, entry.size_bytes, {"partition": str(entry.partition)})
+            RemoveAction(entry.path, data_change, now_ms, entry.size_bytes, {"partition": str(entry.partition)})
             for entry in removes or []
         ]
         actions += [
@@ -245,7 +251,7 @@ class TopicTable:
                 seg.size_bytes,
                 {"partition": str(seg.partition)},
                 seg.modification_time_ms,
-                True,
+                data_change,
                 seg.stats_json(),
             )
             for seg in segments
@@ -253,7 +259,7 @@ class TopicTable:
         read_version = dt.version()
         properties = CommitProperties(
             custom_metadata=custom_metadata or None,
-            max_commit_retries=0,
+            max_commit_retries=max_commit_retries,
             app_transactions=[Transaction(app_id, version) for app_id, version in sorted(transactions.items())],
         )
         try:
