@@ -42,6 +42,7 @@ from benchmarks import (
     case_latency,
     case_light_producer,
     case_rebalance,
+    case_retention,
     case_spark_consume,
     case_spark_produce,
     case_sql_scan,
@@ -57,6 +58,7 @@ CASES: dict[str, ModuleType] = {
     case_spark_consume.CASE: case_spark_consume,
     case_commit_latency.CASE: case_commit_latency,
     case_rebalance.CASE: case_rebalance,
+    case_retention.CASE: case_retention,
 }
 DEFAULT_OUTPUT = Path("benchmarks/results/latest.json")
 SPARK_MASTER = "local[2]"

@@ -331,7 +331,7 @@ class Cluster:
                 )
                 if plan.new_log_start <= start and not plan.removed:
                     break
-                if table.advance_log_start(partition, plan.new_log_start, list(plan.removed), "DELETE RECORDS"):
+                if table.advance_log_starts({partition: plan.new_log_start}, list(plan.removed), "DELETE RECORDS"):
                     break
         after = self.partition_offsets(topic)
         return {p: after[p].log_start for p in before}

@@ -1,9 +1,9 @@
 """The delete policy applied to a topic table (DESIGN §9, invariant 8).
 
-Per partition: plan with the pure :func:`sparklog.log.policy.retention_plan` (time,
-size), then remove the planned whole files and raise ``sparklog.start.<p>`` in ONE
-metadata-only Delta commit (:meth:`TopicTable.advance_log_start`). Nothing is rewritten and
-no data file is deleted here: VACUUM deletes files after ``file.delete.delay.ms``, so
+Every partition is planned with the pure :func:`sparklog.log.policy.retention_plan` (time,
+size) on one snapshot; the planned whole files are removed and each ``sparklog.start.<p>``
+raised in ONE metadata-only Delta commit for the topic
+(:meth:`TopicTable.advance_log_starts`). Nothing is rewritten and no data file is deleted here: VACUUM deletes files after ``file.delete.delay.ms``, so
 readers holding an older snapshot finish.
 
 Invariants: only what the policy names is removed, always a prefix of the partition, and
@@ -48,15 +48,18 @@ def apply_delete_policy(
     now_ms: int,
     dry_run: bool = False,
 ) -> list[RetentionResult]:
-    """Apply ``retention.ms`` / ``retention.bytes`` of ``configs`` to ``partitions``."""
-    results = []
-    for partition in sorted(partitions):
-        for _attempt in range(MAX_PLAN_ATTEMPTS):
-            dt = table.snapshot()
+    """Apply ``retention.ms`` / ``retention.bytes`` of ``configs`` to ``partitions``, planned
+    on one snapshot and committed in one metadata-only commit."""
+    for _attempt in range(MAX_PLAN_ATTEMPTS):
+        dt = table.snapshot()
+        starts = table.log_starts(dt)
+        files = table.files(dt, set(partitions))
+        plans: list[tuple[RetentionPlan, int]] = []
+        for partition in sorted(partitions):
             end = table.log_end(dt, partition)
-            start = table.log_starts(dt).get(partition, end)
+            start = starts.get(partition, end)
             plan = retention_plan(
-                table.files(dt, {partition}),
+                [f for f in files if f.partition == partition],
                 partition=partition,
                 log_start=start,
                 log_end=end,
@@ -64,15 +67,12 @@ def apply_delete_policy(
                 retention_ms=int(configs["retention.ms"]),
                 retention_bytes=int(configs["retention.bytes"]),
             )
-            done = not plan.removed and plan.new_log_start <= start
-            if dry_run or done or table.advance_log_start(partition, plan.new_log_start, list(plan.removed), "RETENTION"):
-                results.append(_result(table.topic, plan, start, dry_run))
-                break
-        else:
-            raise StorageError(
-                f"Retention of {table.topic}-{partition} gave up after {MAX_PLAN_ATTEMPTS} conflicting commits"
-            )
-    return results
+            plans.append((plan, start))
+        changes = {plan.partition: plan.new_log_start for plan, start in plans if plan.removed or plan.new_log_start > start}
+        removed = [f for plan, _start in plans for f in plan.removed]
+        if dry_run or not changes or table.advance_log_starts(changes, removed, "RETENTION"):
+            return [_result(table.topic, plan, start, dry_run) for plan, start in plans]
+    raise StorageError(f"Retention of {table.topic} gave up after {MAX_PLAN_ATTEMPTS} conflicting commits")
 
 
 def _result(topic: str, plan: RetentionPlan, old_log_start: int, dry_run: bool) -> RetentionResult:

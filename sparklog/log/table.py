@@ -281,18 +281,24 @@ class TopicTable:
         fsync_path(log_dir)
 
     def advance_log_start(self, partition: int, new_log_start: int, removed: list[FileEntry], operation: str) -> bool:
+        """:meth:`advance_log_starts` for one partition."""
+        return self.advance_log_starts({partition: new_log_start}, removed, operation)
+
+    def advance_log_starts(self, new_log_starts: dict[int, int], removed: list[FileEntry], operation: str) -> bool:
         """Remove ``removed`` (whole files, metadata only) and raise the log-start offset of
-        ``partition`` to ``new_log_start`` in one commit. Returns False when a concurrent
-        commit changed the partition's log start first (the caller re-plans)."""
+        each partition in ``new_log_starts``, all in one commit. Returns False when a
+        concurrent commit got there first (a file is no longer live, or a log-start moved
+        past ours): the caller re-plans on a fresh snapshot."""
         dt = self.snapshot()
-        current = self.app_version(dt, start_app_id(partition)) or 0
-        live = {f.path for f in self.files(dt, {partition})}
-        if current > new_log_start or any(f.path not in live for f in removed):
+        live = {f.path for f in self.files(dt, set(new_log_starts))}
+        if any(f.path not in live for f in removed):
             return False
+        for partition, start in new_log_starts.items():
+            if (self.app_version(dt, start_app_id(partition)) or 0) > start:
+                return False
+        transactions = {start_app_id(p): start for p, start in new_log_starts.items()}
         try:
-            self.commit(
-                dt, [], {start_app_id(partition): new_log_start}, {"sparklog.operation": operation}, removes=removed
-            )
+            self.commit(dt, [], transactions, {"sparklog.operation": operation}, removes=removed)
         except CommitConflict:
             return False
         return True
