@@ -1,39 +1,58 @@
 """``spark-submit jobs/retention.py [--topic T ...] [--dry-run]``: scheduled log maintenance.
 
-Applies every selected topic's delete policy (``retention.ms``/``retention.bytes``,
-metadata-only Delta commits that advance log-start) and prints what it removed per
-partition. Exit code 0 on success, 1 on a sparklog error. Cluster settings come from the
-usual places (``SPARKLOG_*`` environment, ``conf/sparklog.properties``).
+Applies every selected topic's ``cleanup.policy`` (:func:`sparklog.maintenance.run_maintenance`):
+``delete`` removes whole old files (``retention.ms``/``retention.bytes``, metadata-only
+commits that advance log-start), ``compact`` keeps the newest record per key (one Spark task
+per partition, one Delta commit per partition), ``compact,delete`` does both. Prints one
+line per partition as it is done, then a summary. Exit code 0 on success, 1 on a sparklog
+error. Cluster settings come from the usual places (``SPARKLOG_*`` environment,
+``conf/sparklog.properties``). The Spark session starts only when a selected topic compacts.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import sparklog
 from sparklog.errors import SparklogError
+from sparklog.maintenance import run_maintenance
+
+
+def _needs_spark(cluster: sparklog.Cluster, topics: list[str] | None) -> bool:
+    from sparklog.topic import is_internal
+
+    selected = topics if topics is not None else [t for t in cluster.list_topics() if not is_internal(t)]
+    return any("compact" in str(cluster.topic_config(t)["cleanup.policy"]) for t in selected)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="retention", description=__doc__)
     parser.add_argument("--topic", action="append", help="topic to maintain (repeatable; default: all)")
-    parser.add_argument("--dry-run", action="store_true", help="report what would be removed; change nothing")
+    parser.add_argument("--dry-run", action="store_true", help="report what would be done; change nothing")
     args = parser.parse_args(argv)
+    if args.dry_run:
+        print("DRY RUN: nothing will be changed", flush=True)
     try:
         with sparklog.connect() as cluster:
-            results = cluster.run_retention(args.topic, dry_run=args.dry_run)
+            spark: Any = None
+            if _needs_spark(cluster, args.topic):
+                from sparklog.spark import get_or_create_session
+
+                spark = get_or_create_session(app_name="sparklog-maintenance")
+            report = run_maintenance(
+                cluster, spark, args.topic, dry_run=args.dry_run, progress=lambda line: print(line, flush=True)
+            )
     except SparklogError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
-    verb = "would remove" if args.dry_run else "removed"
-    for r in results:
-        print(
-            f"{r.topic}-{r.partition}: {verb} {r.removed_files} files, {r.removed_records} records, "
-            f"{r.removed_bytes} bytes; log-start {r.old_log_start} -> {r.new_log_start}",
-            flush=True,
-        )
-    print(f"{len(results)} partitions checked", flush=True)
+    compacted = sum(1 for r in report.compaction if r.status != "skipped")
+    print(
+        f"{len(report.retention)} partitions checked for retention, {len(report.compaction)} for compaction "
+        f"({compacted} {'would be ' if args.dry_run else ''}compacted)",
+        flush=True,
+    )
     return 0
 
 

@@ -329,11 +329,15 @@ class Consumer:
                 position = self._positions[tp]
             if position >= high:
                 continue
-            piece = read_ranges(table, dt, {partition: (position, min(high, position + budget))}, include_headers=True)
+            window_end = min(high, position + budget)
+            piece = read_ranges(table, dt, {partition: (position, window_end)}, include_headers=True)
             if piece.num_rows == 0 or piece.column("offset")[0].as_py() != position:
                 start = table.log_start(dt, partition)
                 if position < start:
                     self._reset_position(tp, f"offset {position} is below the log-start offset {start}")
+                    continue
+                if piece.num_rows == 0:  # the window is a gap left by compaction: step over it
+                    self._positions[tp] = window_end
                     continue
             if piece.num_rows:
                 pieces.append(piece)
