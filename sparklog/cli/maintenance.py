@@ -1,33 +1,53 @@
-"""``sparklog retention run`` and ``sparklog delete-records``: log maintenance from the shell.
+"""Log maintenance from the shell: retention, DeleteRecords, optimize, vacuum and history.
 
 ``retention run [--topic T ...] [--dry-run]`` applies each topic's delete policy
 (``retention.ms``, ``retention.bytes``; metadata-only) and prints, per partition, what was
 (or, dry, would be) removed and the new log-start offset. ``delete-records --topic T
 --partition P --offset O`` is Kafka's ``kafka-delete-records``: records of ``T-P`` below
-``O`` disappear, and the new low watermark (log-start) is printed in Kafka's words. Neither
-starts Spark.
+``O`` disappear, and the new low watermark (log-start) is printed in Kafka's words.
+
+``optimize [--topic T ...] [--dry-run]`` merges each partition's small files into
+``segment.bytes``-sized ones (offsets kept, ``dataChange=false``), then checkpoints the
+Delta log; it prints per partition the files merged, files written and bytes.
+``vacuum [--topic T ...] [--dry-run]`` deletes data files removed from the log more than the
+topic's ``file.delete.delay.ms`` ago (and uncommitted orphans that old) and prints the files
+and bytes deleted. ``history --topic T [--limit N]`` prints the table's commits in the
+columns of Delta's ``DESCRIBE HISTORY``, newest first.
+
+Without ``--topic``, retention, optimize and vacuum cover every topic. Progress (a line per
+partition or directory) goes to stderr, results to stdout (``--output json`` for machines).
+None of these commands starts Spark.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Sequence
 from dataclasses import asdict
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from sparklog.cli.options import add_command, connect
-from sparklog.cli.output import add_output_option, table_lines, write_json, write_lines
+from sparklog.cli.output import add_output_option, print_stderr, table_lines, write_json, write_lines
+
+if TYPE_CHECKING:
+    from sparklog.cluster import Cluster
+    from sparklog.log.table import TopicTable
 
 __all__ = ["register"]
 
 _RETENTION_HEADER = ["TOPIC", "PARTITION", "REMOVED-FILES", "REMOVED-RECORDS", "REMOVED-BYTES", "LOG-START-OFFSET"]
+_OPTIMIZE_HEADER = ["TOPIC", "PARTITION", "FILES-MERGED", "FILES-WRITTEN", "BYTES-MERGED", "BYTES-WRITTEN", "LIVE-FILES"]
+_VACUUM_HEADER = ["TOPIC", "FILES-DELETED", "BYTES-DELETED"]
+_DRY_RUN_LINE = "DRY RUN: nothing was changed"
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     retention = subparsers.add_parser("retention", help="apply retention policies (delete policy)")
     actions = retention.add_subparsers(dest="action", metavar="ACTION", required=True)
     run = add_command(actions, "run", _retention_run, "apply retention.ms / retention.bytes now", description=__doc__)
-    run.add_argument("--topic", action="append", help="a topic to maintain (repeatable; default: every topic)")
-    run.add_argument("--dry-run", action="store_true", help="print what would be removed; change nothing")
-    add_output_option(run)
+    _add_topics_and_dry_run(run, "print what would be removed; change nothing")
     delete = add_command(
         subparsers, "delete-records", _delete_records, "delete records below an offset (kafka-delete-records)",
         description=__doc__,
@@ -36,8 +56,56 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     delete.add_argument("--partition", type=int, required=True)
     delete.add_argument("--offset", type=int, required=True, help="records below this offset are deleted")
     add_output_option(delete)
+    optimize = add_command(
+        subparsers, "optimize", _optimize, "merge small files into segment.bytes-sized ones", description=__doc__
+    )
+    _add_topics_and_dry_run(optimize, "print what would be merged; change nothing")
+    vacuum = add_command(
+        subparsers, "vacuum", _vacuum, "delete data files removed longer than file.delete.delay.ms ago",
+        description=__doc__,
+    )  # fmt: skip
+    _add_topics_and_dry_run(vacuum, "print what would be deleted; delete nothing")
+    history = add_command(subparsers, "history", _history, "the commit history of a topic's table", description=__doc__)
+    history.add_argument("--topic", required=True)
+    history.add_argument("--limit", type=_positive_int, help="only the newest N versions")
+    add_output_option(history)
 
 
+def _add_topics_and_dry_run(parser: argparse.ArgumentParser, dry_run_help: str) -> None:
+    parser.add_argument("--topic", action="append", help="a topic to maintain (repeatable; default: every topic)")
+    parser.add_argument("--dry-run", action="store_true", help=dry_run_help)
+    add_output_option(parser)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _print_table(header: Sequence[str], rows: Sequence[Sequence[str]], dry_run: bool = False) -> None:
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(header[:-1])]
+    write_lines(([_DRY_RUN_LINE] if dry_run else []) + table_lines(header, rows, widths))
+
+
+def _arrow(before: int, after: int) -> str:
+    return f"{before} -> {after}" if before != after else str(after)
+
+
+def _leader_tables(cluster: "Cluster", topic: str) -> list[tuple["TopicTable", list[int]]]:
+    """The topic's tables (one per leader replica) with the partitions each one leads."""
+    grouped: dict[int, tuple["TopicTable", list[int]]] = {}
+    for partition in cluster.partitions_of(topic):
+        table = cluster.table(topic, partition)
+        grouped.setdefault(id(table), (table, []))[1].append(partition)
+    return list(grouped.values())
+
+
+# -- retention and DeleteRecords ---------------------------------------------------------------
 def _retention_run(args: argparse.Namespace) -> int:
     with connect(args) as cluster:
         results = cluster.run_retention(args.topic, dry_run=args.dry_run)
@@ -46,13 +114,10 @@ def _retention_run(args: argparse.Namespace) -> int:
         return 0
     rows = [
         [r.topic, str(r.partition), str(r.removed_files), str(r.removed_records), str(r.removed_bytes),
-         f"{r.old_log_start} -> {r.new_log_start}" if r.new_log_start != r.old_log_start else str(r.new_log_start)]
+         _arrow(r.old_log_start, r.new_log_start)]
         for r in results
     ]  # fmt: skip
-    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(_RETENTION_HEADER[:-1])]
-    if args.dry_run:
-        write_lines(["DRY RUN: nothing was changed"])
-    write_lines(table_lines(_RETENTION_HEADER, rows, widths))
+    _print_table(_RETENTION_HEADER, rows, args.dry_run)
     return 0
 
 
@@ -68,3 +133,98 @@ def _delete_records(args: argparse.Namespace) -> int:
         f"partition: {args.topic}-{args.partition}\tlow_watermark: {low}",
     ])  # fmt: skip
     return 0
+
+
+# -- optimize --------------------------------------------------------------------------------
+def _optimize(args: argparse.Namespace) -> int:
+    from sparklog.log.optimize import OptimizeResult, checkpoint_log, optimize_topic
+    from sparklog.log.segment import parquet_compression
+
+    def progress(r: OptimizeResult) -> None:
+        verb = "would merge" if r.dry_run else "merged"
+        print_stderr(f"{r.topic}-{r.partition}: {verb} {r.files_merged} files ({r.bytes_merged} bytes) into {r.files_written}")
+
+    results: list[OptimizeResult] = []
+    checkpoints = []
+    with connect(args) as cluster:
+        for topic in args.topic or cluster.list_topics():
+            configs = cluster.topic_config(topic)
+            for table, partitions in _leader_tables(cluster, topic):
+                results += optimize_topic(
+                    table, partitions, int(configs["segment.bytes"]), dry_run=args.dry_run,
+                    compression=parquet_compression(str(configs["compression.type"])), checkpoint=False,
+                    progress=progress,
+                )  # fmt: skip
+                if not args.dry_run:
+                    done = checkpoint_log(table)
+                    print_stderr(f"{topic}: checkpoint at version {done.version}, {done.log_files_removed} expired log files removed")
+                    checkpoints.append(done)
+    if args.output == "json":
+        write_json({"partitions": [asdict(r) for r in results], "checkpoints": [asdict(c) for c in checkpoints]})
+        return 0
+    rows = [
+        [r.topic, str(r.partition), str(r.files_merged), str(r.files_written), str(r.bytes_merged), str(r.bytes_written),
+         _arrow(r.live_files_before, r.live_files_after)]
+        for r in results
+    ]  # fmt: skip
+    _print_table(_OPTIMIZE_HEADER, rows, args.dry_run)
+    return 0
+
+
+# -- vacuum ----------------------------------------------------------------------------------
+def _vacuum(args: argparse.Namespace) -> int:
+    from sparklog.log.vacuum import VacuumResult, vacuum_topic
+
+    results: list[VacuumResult] = []
+    with connect(args) as cluster:
+        for topic in args.topic or cluster.list_topics():
+            delay_ms = int(cluster.topic_config(topic)["file.delete.delay.ms"])
+            verb = "would delete" if args.dry_run else "deleted"
+
+            def progress(directory: str, files: int, size: int, topic: str = topic, verb: str = verb) -> None:
+                print_stderr(f"{topic}: {directory or '.'}: {verb} {files} files ({size} bytes)")
+
+            for table, _partitions in _leader_tables(cluster, topic):
+                results.append(vacuum_topic(table, delay_ms, dry_run=args.dry_run, progress=progress))
+    if args.output == "json":
+        write_json([{**asdict(r), "candidates": list(r.candidates), "by_directory": {
+            d: {"files": f, "bytes": b} for d, (f, b) in r.by_directory.items()}} for r in results])  # fmt: skip
+        return 0
+    rows = [
+        [r.topic, str(len(r.candidates) if r.dry_run else r.deleted_files), str(r.candidate_bytes if r.dry_run else r.deleted_bytes)]
+        for r in results
+    ]  # fmt: skip
+    _print_table(_VACUUM_HEADER, rows, args.dry_run)
+    return 0
+
+
+# -- history ---------------------------------------------------------------------------------
+def _history(args: argparse.Namespace) -> int:
+    from sparklog.log.history import HISTORY_COLUMNS, topic_history
+
+    with connect(args) as cluster:
+        cluster.partitions_of(args.topic)  # TopicNotFoundError for an unknown topic
+        rows = topic_history(cluster.table(args.topic), args.limit)
+    if args.output == "json":
+        write_json([{k: _json_value(v) for k, v in row.items()} for row in rows])
+        return 0
+    _print_table(HISTORY_COLUMNS, [[_text_value(row[c]) for c in HISTORY_COLUMNS] for row in rows])
+    return 0
+
+
+def _json_value(value: Any) -> Any:
+    return _iso(value) if isinstance(value, datetime) else value
+
+
+def _text_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, datetime):
+        return _iso(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

@@ -1,0 +1,292 @@
+"""Optimize: merge the small files of each partition, then checkpoint the Delta log (DESIGN §9).
+
+Per partition, :func:`sparklog.log.policy.optimize_plan` names groups of small consecutive
+segments; each group is read whole (:func:`sparklog.log.reader.read_files`), concatenated
+in offset order and written as ONE new segment that keeps every record's offset
+(``write_segment(..., offsets=...)``, so gaps left by compaction stay). All groups of a
+partition are swapped in ONE Delta commit: ``remove`` of the merged files + ``add`` of the
+new ones, ``dataChange=false``. The commit touches none of the offset-bearing application
+transactions (log-end, log-start, fences and producer sequences are unchanged), only its own
+``sparklog.rewrite.<p>`` (see below). Afterwards :func:`checkpoint_log` writes a checkpoint
+and deletes expired log files, so opening the table and committing stay cheap.
+
+Invariants:
+
+* **No duplicate, no gap, ever** (invariant 1): a reader's snapshot holds either all the
+  merged files or the new one, never both nor neither; the merged files stay on disk for
+  readers of older snapshots until VACUUM (:mod:`sparklog.log.vacuum`).
+* **Concurrent appends do not fail optimize**: appends only add files, so the commit uses
+  ``max_commit_retries`` > 0 and delta-rs rebases it over them.
+* **Concurrent removal fails it**: just before committing, the merged files are checked to
+  be live on a fresh snapshot; a removal that lands after that snapshot fails the commit:
+
+  - a removal with ``dataChange=true`` (retention, DeleteRecords, compaction): delta-rs
+    rejects the rebase ("a concurrent transaction deleted data this operation read"),
+    measured with deltalake 1.6.6 even with retries allowed;
+  - a removal with ``dataChange=false`` (another optimize) is NOT seen by delta-rs's
+    conflict checker (measured: both commits land, every merged record twice). So every
+    optimize commit of ``p`` touches the application transaction ``sparklog.rewrite.<p>``
+    (:func:`rewrite_app_id`), which appends never touch: two optimize commits of one
+    partition never both land, appends still rebase freely.
+
+  The loser deletes its new files and re-plans on a fresh snapshot (at most
+  :data:`MAX_PLAN_ATTEMPTS` times). Any other commit that removes files while rebasing
+  (``max_commit_retries`` > 0) must touch ``sparklog.rewrite.<p>`` too; commits without
+  retries (retention, DeleteRecords) fail on any concurrent commit anyway.
+* Files wholly below the partition's log-start are left to retention (which removes them),
+  never merged; a dry run writes and commits nothing.
+
+Callers: ``sparklog optimize`` (:mod:`sparklog.cli.maintenance`) and scheduled jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import pyarrow as pa
+from deltalake.exceptions import DeltaError
+
+from sparklog.errors import StorageError
+from sparklog.log.policy import optimize_plan
+from sparklog.log.reader import read_files
+from sparklog.log.retention import MAX_PLAN_ATTEMPTS
+from sparklog.log.segment import SegmentFile, discard_segments, write_segment
+from sparklog.log.table import CommitConflict, FileEntry, TopicTable, start_app_id
+
+__all__ = [
+    "rewrite_app_id", "OptimizeResult", "LogCheckpoint", "optimize_topic", "optimize_partition", "checkpoint_log",
+    "MAX_COMMIT_RETRIES", "OPERATION",
+]  # fmt: skip
+
+MAX_COMMIT_RETRIES = 10  # rebases over concurrent appends per commit attempt
+OPERATION = "OPTIMIZE"  # the commit's sparklog.operation (shown by `sparklog history`)
+_HISTORY_LOOKBACK = 200
+
+
+def rewrite_app_id(partition: int) -> str:
+    """The app id every rebasing rewrite of ``partition``'s files touches (version = count)."""
+    return f"sparklog.rewrite.{partition}"
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    """What optimize did (or, dry, would do) to one partition."""
+
+    topic: str
+    partition: int
+    files_merged: int  # small files removed from the log
+    files_written: int  # merged files added
+    bytes_merged: int
+    bytes_written: int  # 0 in a dry run (nothing written)
+    records: int  # records moved into the new files
+    live_files_before: int
+    live_files_after: int
+    version: int | None = None  # the commit's Delta version (None: nothing committed)
+    attempts: int = 1
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class LogCheckpoint:
+    """A checkpoint written by :func:`checkpoint_log`, and the log files it let go."""
+
+    topic: str
+    version: int
+    log_files_before: int
+    log_files_after: int
+
+    @property
+    def log_files_removed(self) -> int:
+        return max(0, self.log_files_before - self.log_files_after)
+
+
+def optimize_topic(
+    table: TopicTable,
+    partitions: Iterable[int],
+    segment_bytes: int,
+    *,
+    dry_run: bool = False,
+    compression: str = "snappy",
+    checkpoint: bool = True,
+    progress: Callable[[OptimizeResult], None] | None = None,
+) -> list[OptimizeResult]:
+    """Merge the small files of ``partitions`` (one Delta commit per partition).
+
+    ``segment_bytes`` is the topic's target file size; ``compression`` the Parquet codec of
+    the new files. ``progress`` is called with each partition's result as it completes.
+    Unless ``dry_run`` or ``checkpoint=False``, a log checkpoint follows
+    (:func:`checkpoint_log`). Raises :class:`StorageError` when a partition keeps
+    conflicting with concurrent maintenance for :data:`MAX_PLAN_ATTEMPTS` re-plans.
+    """
+    results = []
+    for partition in sorted(set(partitions)):
+        result = optimize_partition(table, partition, segment_bytes, dry_run=dry_run, compression=compression)
+        results.append(result)
+        if progress is not None:
+            progress(result)
+    if checkpoint and not dry_run:
+        checkpoint_log(table)
+    return results
+
+
+def optimize_partition(
+    table: TopicTable, partition: int, segment_bytes: int, *, dry_run: bool = False, compression: str = "snappy"
+) -> OptimizeResult:
+    """Plan, merge and commit one partition; re-plan after a conflicting concurrent removal."""
+    for attempt in range(1, MAX_PLAN_ATTEMPTS + 1):
+        dt = table.snapshot()
+        live = table.files(dt, {partition})
+        log_start = table.app_version(dt, start_app_id(partition)) or 0
+        candidates = [f for f in live if f.last_offset >= log_start]  # the rest is retention's
+        try:
+            groups = optimize_plan(candidates, partition=partition, segment_bytes=segment_bytes)
+        except ValueError as exc:  # overlapping files: a broken table, or segment.bytes <= 0
+            raise StorageError(f"Cannot optimize {table.topic}-{partition} at {table.root}: {exc}") from exc
+        if not groups or dry_run:
+            return _result(table, partition, groups, [], len(live), None, attempt, dry_run)
+        written: list[SegmentFile] = []
+        run_id = uuid.uuid4().hex
+        try:
+            for group in groups:
+                written.append(_merge(table, partition, list(group), compression))
+            committed = _commit_swap(table, partition, [e for g in groups for e in g], written, run_id)
+        except _Replan:
+            committed = False
+        except BaseException:
+            discard_segments(table.root, written)
+            raise
+        if committed:
+            version = _committed_version(table, run_id)
+            return _result(table, partition, groups, written, len(live), version, attempt, False)
+        discard_segments(table.root, written)
+    raise StorageError(
+        f"Optimize of {table.topic}-{partition} gave up after {MAX_PLAN_ATTEMPTS} attempts: other maintenance "
+        "(retention, DeleteRecords, compaction, another optimize) kept removing the files it merged. Run it again "
+        "when that maintenance is done; nothing was changed by the failed attempts."
+    )
+
+
+class _Replan(Exception):
+    """A merged file vanished (removed and vacuumed meanwhile): plan again on a fresh snapshot."""
+
+
+def _merge(table: TopicTable, partition: int, group: list[FileEntry], compression: str) -> SegmentFile:
+    """One new segment holding every record of ``group`` with its own offset, in order."""
+    try:
+        records = read_files(table, sorted(group, key=lambda e: e.base_offset))
+    except (OSError, pa.ArrowInvalid) as exc:
+        live = {f.path for f in table.files(table.snapshot(), {partition})}
+        if any(entry.path not in live for entry in group):
+            raise _Replan() from exc
+        raise StorageError(
+            f"Optimize of {table.topic}-{partition} cannot read live files {[e.path for e in group]} under "
+            f"{table.root}: {exc}. The table references data it cannot read; check the storage."
+        ) from exc
+    try:
+        return write_segment(
+            table.root, partition, group[0].base_offset, records.drop_columns(["offset"]), compression,
+            offsets=records.column("offset").combine_chunks(),
+        )  # fmt: skip
+    except OSError as exc:
+        raise StorageError(
+            f"Optimize of {table.topic}-{partition} cannot write a merged file under {table.root}: {exc}. "
+            "Check free space and permissions; nothing was committed."
+        ) from exc
+
+
+def _commit_swap(
+    table: TopicTable, partition: int, merged: list[FileEntry], written: list[SegmentFile], run_id: str
+) -> bool:
+    """The atomic swap; False when a merged file is no longer live (the caller re-plans)."""
+    dt = table.snapshot()
+    live = {f.path for f in table.files(dt, {partition})}
+    if any(entry.path not in live for entry in merged):
+        return False
+    metadata = {
+        "sparklog.operation": OPERATION,
+        "sparklog.optimize": run_id,
+        "sparklog.partition": str(partition),
+        "sparklog.merged": str(len(merged)),
+        "sparklog.written": str(len(written)),
+    }
+    rewrites = {rewrite_app_id(partition): (table.app_version(dt, rewrite_app_id(partition)) or 0) + 1}
+    try:
+        table.commit(
+            dt, written, rewrites, metadata, removes=merged, data_change=False, max_commit_retries=MAX_COMMIT_RETRIES
+        )
+    except CommitConflict:
+        return False
+    return True
+
+
+def _committed_version(table: TopicTable, run_id: str) -> int | None:
+    """The version of the commit tagged ``run_id`` (it is among the newest: a rebase only
+    puts it after the concurrent commits of the last moments)."""
+    try:
+        entries = table.snapshot().history(_HISTORY_LOOKBACK)
+    except (DeltaError, OSError):
+        return None  # only a report field: the commit landed either way
+    for entry in entries:
+        if entry.get("sparklog.optimize") == run_id:
+            return int(entry["version"])
+    return None
+
+
+def _result(
+    table: TopicTable,
+    partition: int,
+    groups: list[tuple[FileEntry, ...]],
+    written: list[SegmentFile],
+    live_before: int,
+    version: int | None,
+    attempts: int,
+    dry_run: bool,
+) -> OptimizeResult:
+    merged = [entry for group in groups for entry in group]
+    return OptimizeResult(
+        topic=table.topic,
+        partition=partition,
+        files_merged=len(merged),
+        files_written=len(groups),
+        bytes_merged=sum(e.size_bytes for e in merged),
+        bytes_written=sum(s.size_bytes for s in written),
+        records=sum(e.num_records for e in merged),
+        live_files_before=live_before,
+        live_files_after=live_before - len(merged) + len(groups),
+        version=version,
+        attempts=attempts,
+        dry_run=dry_run,
+    )
+
+
+# -- the Delta log ---------------------------------------------------------------------------
+def _log_file_count(table: TopicTable) -> int:
+    try:
+        return len(os.listdir(os.path.join(table.root, "_delta_log")))
+    except OSError:
+        return 0
+
+
+def checkpoint_log(table: TopicTable) -> LogCheckpoint:
+    """Write a checkpoint of the latest version and delete expired log files.
+
+    A checkpoint lets readers and committers load the table from one Parquet file instead of
+    replaying every commit; ``cleanup_metadata`` then deletes commit files (and older
+    checkpoints) that are older than ``delta.logRetentionDuration`` (default 30 days) and
+    covered by a checkpoint. Time travel (``TopicTable.snapshot(version=...)``) to versions
+    whose log files were deleted is no longer possible. Safe concurrently with commits.
+    """
+    before = _log_file_count(table)
+    dt = table.snapshot()
+    try:
+        dt.create_checkpoint()
+        dt.cleanup_metadata()
+    except (DeltaError, OSError) as exc:
+        raise StorageError(
+            f"Cannot checkpoint the Delta log of topic {table.topic} at {table.root}/_delta_log: {exc}. "
+            "The table is unchanged; check the directory's free space and permissions and run optimize again."
+        ) from exc
+    return LogCheckpoint(table.topic, dt.version(), before, _log_file_count(table))

@@ -1,0 +1,406 @@
+"""Optimize, vacuum, log checkpoints and history on real Delta tables and a real ZooKeeper.
+
+Optimize must keep every record at its offset (gaps from compaction included), swap files
+atomically (no reader ever sees a duplicate or a gap, also with a producer appending and
+another optimize racing), and commit ``dataChange=false``. Vacuum must delete only what
+no snapshot within ``file.delete.delay.ms`` can still need, and never a live file.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import sparklog
+from sparklog.errors import ConfigError, StorageError
+from sparklog.log.history import HISTORY_COLUMNS, topic_history
+from sparklog.log.optimize import optimize_topic, rewrite_app_id
+from sparklog.log.reader import read_files, read_ranges
+from sparklog.log.segment import write_segment
+from sparklog.log.table import CommitConflict, TopicTable
+from sparklog.log.vacuum import vacuum_topic
+from tests.integration.test_retention import produce_batches
+from tests.helpers import assert_contiguous, assert_log_consistent, assert_unchanged, segment_batch
+
+HOUR_MS = 3_600_000
+DELAY_MS = 60_000
+
+
+def produce_small_files(cluster: sparklog.Cluster, topic: str, batches: int, partitions: int = 1, per_batch: int = 5) -> None:
+    """``batches`` requests, each one small file per partition."""
+    with cluster.producer(linger_ms=0) as producer:
+        for b in range(batches):
+            rows = [(p, f"b{b}-p{p}-{i}".encode()) for p in range(partitions) for i in range(per_batch)]
+            producer.send_arrow(topic, pa.table({
+                "partition": pa.array([p for p, _ in rows], pa.int32()), "value": [v for _, v in rows],
+                "headers": [[{"key": "b", "value": str(b).encode()}] for _ in rows],
+            }))  # fmt: skip
+
+
+def live_files(table: TopicTable, partition: int | None = None) -> list:
+    return table.files(table.snapshot(), None if partition is None else {partition})
+
+
+def files_on_disk(table: TopicTable) -> set[str]:
+    paths = glob.glob(os.path.join(table.root, "partition=*", "*.parquet"))
+    return {os.path.relpath(p, table.root) for p in paths if not os.path.basename(p).startswith("_")}
+
+
+def commit_actions(table: TopicTable, version: int) -> list[dict]:
+    with open(os.path.join(table.root, "_delta_log", f"{version:020d}.json"), encoding="utf-8") as log:
+        return [json.loads(line) for line in log if line.strip()]
+
+
+def optimize(cluster: sparklog.Cluster, topic: str, table: TopicTable | None = None, **kwargs):
+    table = table or cluster.table(topic)
+    segment_bytes = kwargs.pop("segment_bytes", int(cluster.topic_config(topic)["segment.bytes"]))
+    return optimize_topic(table, cluster.partitions_of(topic), segment_bytes, **kwargs)
+
+
+# -- optimize ------------------------------------------------------------------------------------
+def test_optimize_merges_small_files_keeps_every_record_and_commits_data_change_false(cluster) -> None:
+    cluster.create_topic("t", 2)
+    produce_small_files(cluster, "t", 12, partitions=2)
+    table = cluster.table("t")
+    before, offsets_before = cluster.read("t"), cluster.partition_offsets("t")
+    assert len(live_files(table)) == 24
+
+    dry = optimize(cluster, "t", dry_run=True)
+    assert [(r.partition, r.files_merged, r.files_written, r.bytes_written, r.dry_run) for r in dry] == [
+        (0, 12, 1, 0, True), (1, 12, 1, 0, True)
+    ]
+    assert len(live_files(table)) == 24 and len(files_on_disk(table)) == 24, "a dry run writes nothing"
+
+    results = optimize(cluster, "t")
+    assert [(r.partition, r.files_merged, r.files_written, r.live_files_after, r.records) for r in results] == [
+        (0, 12, 1, 1, 60), (1, 12, 1, 1, 60)
+    ]
+    assert cluster.read("t").equals(before), "every record, offset, timestamp, key, value and header kept"
+    assert cluster.partition_offsets("t") == offsets_before
+    assert_log_consistent(cluster, "t")
+    for result in results:
+        actions = commit_actions(table, result.version)
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        assert info["sparklog.operation"] == "OPTIMIZE" and info["sparklog.partition"] == str(result.partition)
+        adds, removes = [a["add"] for a in actions if "add" in a], [a["remove"] for a in actions if "remove" in a]
+        assert (len(adds), len(removes)) == (1, 12)
+        assert all(a["dataChange"] is False for a in adds + removes)
+        txns = [a["txn"]["appId"] for a in actions if "txn" in a]
+        assert txns == [rewrite_app_id(result.partition)], "no offset-bearing app transaction touched"
+    last = json.loads(Path(table.root, "_delta_log", "_last_checkpoint").read_text())
+    assert last["version"] >= results[-1].version, "optimize checkpoints the log"
+    assert [r.files_merged for r in optimize(cluster, "t")] == [0, 0], "nothing left to merge"
+
+
+def test_optimize_bounds_live_files_and_keeps_compaction_gaps(cluster) -> None:
+    cluster.create_topic("t", 1)
+    produce_small_files(cluster, "t", 20)
+    table = cluster.table("t")
+    files = live_files(table, 0)
+    # Simulate compaction: the first 4 files become one file holding every other record.
+    records = read_files(table, files[:4])
+    kept = records.filter(pa.array([o % 2 == 0 for o in records.column("offset").to_pylist()]))
+    gappy = write_segment(table.root, 0, 0, kept.drop_columns(["offset"]), offsets=kept.column("offset").combine_chunks())
+    table.commit(table.snapshot(), [gappy], {}, {"sparklog.operation": "COMPACTION"}, removes=files[:4])
+    before = cluster.read("t")
+    assert before.column("offset").to_pylist()[:12] == [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 21]
+
+    segment_bytes = 5 * max(f.size_bytes for f in live_files(table, 0))
+    [result] = optimize(cluster, "t", segment_bytes=segment_bytes)
+    assert result.live_files_before == 17 and result.live_files_after <= 4, result
+    assert len(live_files(table, 0)) == result.live_files_after
+    assert cluster.read("t").equals(before), "offsets (with the gaps) and records unchanged"
+    for _ in range(3):
+        optimize(cluster, "t", segment_bytes=segment_bytes)
+    assert len(live_files(table, 0)) <= 2 and cluster.read("t").equals(before)
+
+
+def test_optimize_concurrent_with_a_producer_loses_and_duplicates_nothing(cluster) -> None:
+    cluster.create_topic("t", 1)
+    produce_small_files(cluster, "t", 10)
+    stop = threading.Event()
+    sent: list[bytes] = []
+    failures: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            with cluster.producer(linger_ms=0) as producer:
+                n = 0
+                while not stop.is_set():
+                    values = [f"live-{n}-{i}".encode() for i in range(3)]
+                    producer.send_arrow("t", pa.table({"value": values}))
+                    sent.extend(values)
+                    n += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            failures.append(exc)
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                offsets = cluster.read("t", 0, include_headers=False).column("offset").to_pylist()
+                assert_contiguous(offsets, 0)
+        except BaseException as exc:  # noqa: BLE001
+            failures.append(exc)
+
+    threads = [threading.Thread(target=produce), threading.Thread(target=read)]
+    for thread in threads:
+        thread.start()
+    try:
+        merged = 0
+        deadline = time.monotonic() + 20
+        while (merged < 3 or len(sent) < 30) and time.monotonic() < deadline and not failures:
+            merged += sum(1 for r in optimize(cluster, "t") if r.files_merged)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    assert not failures, failures
+    assert merged >= 3, "optimize committed while the producer appended"
+    records = assert_log_consistent(cluster, "t")
+    stored = [r.value for r in records]
+    expected = [f"b{b}-p0-{i}".encode() for b in range(10) for i in range(5)] + sent
+    assert sorted(stored) == sorted(expected) and len(set(stored)) == len(stored)
+
+
+def test_two_optimize_runs_racing_agree_and_leave_no_orphans(cluster) -> None:
+    cluster.create_topic("t", 1)
+    produce_small_files(cluster, "t", 30)
+    table = cluster.table("t")
+    before, originals = cluster.read("t"), {f.path for f in live_files(table)}
+    log_dir = str(Path(table.root).parents[1])
+    barrier = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def run() -> None:
+        own = TopicTable(log_dir, "t")  # as another process would
+        barrier.wait()
+        try:
+            outcomes.append(optimize_topic(own, [0], 1 << 30)[0])
+        except BaseException as exc:  # noqa: BLE001
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+    assert cluster.read("t").equals(before)
+    live = {f.path for f in live_files(table)}
+    assert len(live) == 1 and not live & originals
+    assert files_on_disk(table) == originals | live, "the loser deleted the file it wrote"
+    assert sorted(o.files_merged for o in outcomes) == [0, 30], outcomes  # type: ignore[attr-defined]
+
+
+def test_optimize_replans_when_a_merged_file_is_removed_concurrently(cluster, monkeypatch) -> None:
+    import sparklog.log.optimize as optimize_module
+
+    cluster.create_topic("t", 1)
+    produce_small_files(cluster, "t", 6)
+    real_write = optimize_module.write_segment
+    calls = []
+
+    def write_then_delete_records(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:  # DeleteRecords lands between optimize's plan and its commit
+            cluster.delete_records("t", {0: 5})
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(optimize_module, "write_segment", write_then_delete_records)
+    [result] = optimize(cluster, "t")
+    assert (result.attempts, result.files_merged) == (2, 5)
+    assert cluster.read("t").column("offset").to_pylist() == list(range(5, 30))
+    table = cluster.table("t")
+    assert len(files_on_disk(table)) == 6 + 1, "the first attempt's merged file was deleted"
+
+
+def test_delta_rs_conflict_rules_optimize_relies_on(cluster) -> None:
+    """Facts of deltalake 1.6.6 (DESIGN §6 style): with retries allowed, a commit rebases over
+    concurrent appends and fails when a concurrent commit removed one of its files with
+    dataChange=true; a concurrent dataChange=false removal goes unnoticed unless both
+    commits touch one app id (hence ``sparklog.rewrite.<p>``)."""
+    cluster.create_topic("t", 1)
+    produce_small_files(cluster, "t", 8)
+    table = cluster.table("t")
+    files = live_files(table)
+
+    def stale() -> object:
+        return table.snapshot(version=table.snapshot().version())
+
+    before = stale()
+    produce_small_files(cluster, "t", 1)
+    table.commit(before, [], {}, removes=files[:1], data_change=False, max_commit_retries=10)  # rebased: fine
+
+    before = stale()
+    table.advance_log_start(0, 10, files[1:2], "RETENTION")  # dataChange=true
+    with pytest.raises(CommitConflict, match="concurrent transaction deleted data"):
+        table.commit(before, [], {}, removes=files[1:3], data_change=False, max_commit_retries=10)
+
+    before = stale()
+    table.commit(table.snapshot(), [], {}, removes=files[2:3], data_change=False)
+    table.commit(before, [], {}, removes=files[2:4], data_change=False, max_commit_retries=10)  # NOT detected
+
+    before = stale()
+    table.commit(table.snapshot(), [], {rewrite_app_id(0): 1}, removes=files[4:5], data_change=False)
+    with pytest.raises(CommitConflict):
+        table.commit(before, [], {rewrite_app_id(0): 1}, removes=files[4:6], data_change=False, max_commit_retries=10)
+
+
+# -- vacuum --------------------------------------------------------------------------------------
+def test_vacuum_waits_the_grace_period_for_readers_of_older_snapshots(cluster) -> None:
+    cluster.create_topic("t", 1, config={"retention.ms": str(2 * HOUR_MS + HOUR_MS // 2)})
+    now = produce_batches(cluster, "t", [3 * HOUR_MS, 2 * HOUR_MS, 0])
+    table = cluster.table("t")
+    old = table.snapshot(version=table.snapshot().version())  # a reader opened before retention
+    [oldest, *_] = live_files(table)
+    cluster.run_retention(["t"], now_ms=now)
+    assert cluster.partition_offsets("t")[0] == (10, 30)
+
+    within = vacuum_topic(table, DELAY_MS)
+    assert (within.deleted_files, within.candidates) == (0, ())
+    assert read_ranges(table, old, {0: (0, 30)}).column("offset").to_pylist() == list(range(30))
+
+    after = vacuum_topic(table, DELAY_MS, now_ms=int(time.time() * 1000) + DELAY_MS + 1000)
+    assert (after.deleted_files, after.deleted_bytes, after.candidates) == (1, oldest.size_bytes, (oldest.path,))
+    assert not os.path.exists(table.full_path(oldest.path))
+    with pytest.raises(StorageError, match="removed by retention"):
+        read_ranges(table, old, {0: (0, 30)})
+    assert cluster.read("t").column("offset").to_pylist() == list(range(10, 30))
+    assert all(os.path.exists(table.full_path(f.path)) for f in live_files(table))
+
+
+def test_vacuum_after_optimize_reads_tombstones_from_the_checkpoint(cluster) -> None:
+    cluster.create_topic("t", 1)
+    produce_small_files(cluster, "t", 8)
+    table = cluster.table("t")
+    before = cluster.read("t")
+    [result] = optimize(cluster, "t")  # checkpoints at the optimize commit: removes live in the checkpoint
+    assert not any("remove" in a for v in range(result.version + 1, table.snapshot().version() + 1)
+                   for a in commit_actions(table, v))  # fmt: skip
+    done = vacuum_topic(table, DELAY_MS, now_ms=int(time.time() * 1000) + DELAY_MS + 1000)
+    assert done.deleted_files == 8
+    assert files_on_disk(table) == {f.path for f in live_files(table)}
+    assert cluster.read("t").equals(before)
+
+
+def test_vacuum_reclaims_orphans_after_the_grace_never_live_or_hidden_files(cluster) -> None:
+    cluster.create_topic("t", 1)
+    produce_small_files(cluster, "t", 3)
+    table = cluster.table("t")
+    orphan = write_segment(table.root, 0, 15, segment_batch([b"never committed"]))  # a killed writer's file
+    hidden = [Path(table.root, "partition=0", "_tmp.parquet"), Path(table.root, "partition=0", ".x.parquet.crc")]
+    for path in hidden:
+        path.write_bytes(b"not data")
+    assert vacuum_topic(table, DELAY_MS).candidates == (), "a recent orphan may still be committed"
+    done = vacuum_topic(table, DELAY_MS, now_ms=int(time.time() * 1000) + 10 * DELAY_MS)
+    assert (done.candidates, done.deleted_files) == ((orphan.path,), 1)
+    assert files_on_disk(table) == {f.path for f in live_files(table)}
+    assert all(path.exists() for path in hidden)
+    assert vacuum_topic(table, 0, now_ms=int(time.time() * 1000) + 365 * 24 * HOUR_MS).deleted_files == 0
+    assert_log_consistent(cluster, "t")
+
+
+def test_vacuum_dry_run_deletes_nothing_and_long_delays_are_refused(cluster, sparklog_home) -> None:
+    cluster.create_topic("t", 1)
+    produce_small_files(cluster, "t", 4)
+    table = cluster.table("t")
+    optimize(cluster, "t")
+    with assert_unchanged(cluster, sparklog_home):
+        dry = vacuum_topic(table, 0, now_ms=int(time.time() * 1000) + 1000, dry_run=True)
+    assert (len(dry.candidates), dry.deleted_files, dry.dry_run) == (4, 0, True) and dry.candidate_bytes > 0
+    with pytest.raises(ConfigError, match="deletedFileRetentionDuration"):
+        vacuum_topic(table, 8 * 24 * HOUR_MS)
+
+
+# -- history -------------------------------------------------------------------------------------
+def test_history_has_describe_history_columns_and_sparklog_operations(cluster) -> None:
+    cluster.create_topic("t", 1)
+    produce_small_files(cluster, "t", 3)
+    optimize(cluster, "t")
+    cluster.delete_records("t", {0: 5})
+    table = cluster.table("t")
+    rows = topic_history(table)
+    assert all(tuple(row) == HISTORY_COLUMNS for row in rows)
+    assert [r["version"] for r in rows] == list(range(table.snapshot().version(), -1, -1))
+    assert [r["operation"] for r in rows][:2] == ["DELETE RECORDS", "OPTIMIZE"]
+    assert rows[-1]["operation"] == "CREATE TABLE" and rows[-2]["operation"] == "WRITE"
+    assert json.loads(rows[1]["userMetadata"])["sparklog.operation"] == "OPTIMIZE"
+    assert rows[1]["engineInfo"].startswith("delta-rs") and rows[1]["timestamp"].tzinfo is not None
+    assert rows[1]["userId"] is None and rows[1]["clusterId"] is None
+    assert [r["version"] for r in topic_history(table, limit=2)] == [rows[0]["version"], rows[1]["version"]]
+
+
+# -- CLI -----------------------------------------------------------------------------------------
+def test_optimize_vacuum_history_cli(cluster, zk_connect, sparklog_home) -> None:
+    from tests.integration.test_cli import Cli, assert_single_error
+
+    cli = Cli(zk_connect, sparklog_home)
+    cluster.create_topic("t", 1, config={"file.delete.delay.ms": "0"})
+    produce_small_files(cluster, "t", 3)
+    table = cluster.table("t")
+    merged_bytes = sum(f.size_bytes for f in live_files(table))
+
+    dry = cli("optimize", "--topic", "t", "--dry-run", forbid_pyspark=True)
+    assert dry.stdout.splitlines() == [
+        "DRY RUN: nothing was changed",
+        "TOPIC PARTITION FILES-MERGED FILES-WRITTEN BYTES-MERGED BYTES-WRITTEN LIVE-FILES",
+        f"t     0         3            1             {merged_bytes:<12} 0             3 -> 1",
+    ]
+    assert dry.stderr.splitlines() == [f"t-0: would merge 3 files ({merged_bytes} bytes) into 1"]
+    assert len(live_files(table)) == 3
+
+    done = cli("optimize", "--topic", "t", "--output", "json", forbid_pyspark=True)
+    report = json.loads(done.stdout)
+    [partition] = report["partitions"]
+    assert (partition["files_merged"], partition["files_written"], partition["bytes_merged"]) == (3, 1, merged_bytes)
+    assert report["checkpoints"][0]["version"] >= partition["version"]
+    assert "t: checkpoint at version" in done.stderr and len(live_files(table)) == 1
+
+    time.sleep(0.01)  # file.delete.delay.ms=0: anything removed before now may go
+    vacuum_dry = cli("vacuum", "--topic", "t", "--dry-run", forbid_pyspark=True)
+    assert vacuum_dry.stdout.splitlines() == [
+        "DRY RUN: nothing was changed", "TOPIC FILES-DELETED BYTES-DELETED", f"t     3             {merged_bytes}",
+    ]
+    assert vacuum_dry.stderr.splitlines() == [f"t: partition=0: would delete 3 files ({merged_bytes} bytes)"]
+    vacuum = cli("vacuum", "--topic", "t", forbid_pyspark=True)
+    assert vacuum.stdout.splitlines()[1] == f"t     3             {merged_bytes}"
+    assert files_on_disk(table) == {f.path for f in live_files(table)}
+
+    history = cli("history", "--topic", "t", "--limit", "2", forbid_pyspark=True).stdout.splitlines()
+    assert history[0].split() == list(HISTORY_COLUMNS) and len(history) == 3
+    assert history[1].split()[0] == str(table.snapshot().version()) and "OPTIMIZE" in history[1].split()
+    rows = json.loads(cli("history", "--topic", "t", "--output", "json", forbid_pyspark=True).stdout)
+    assert [list(r) for r in rows] == [list(HISTORY_COLUMNS)] * len(rows) and rows[-1]["operation"] == "CREATE TABLE"
+    assert rows[0]["timestamp"].endswith("Z")
+
+    assert_single_error(cli("optimize", "--topic", "nope", expect=1), "nope")
+    assert_single_error(cli("vacuum", "--topic", "nope", expect=1), "nope")
+    assert_single_error(cli("history", "--topic", "nope", expect=1), "nope")
+    cli("history", "--topic", "t", "--limit", "0", expect=2)
+
+
+def test_optimize_and_vacuum_cover_every_topic_by_default(cluster, zk_connect, sparklog_home) -> None:
+    from tests.integration.test_cli import Cli
+
+    cli = Cli(zk_connect, sparklog_home)
+    cluster.create_topic("a", 2)
+    cluster.create_topic("b", 1)
+    produce_small_files(cluster, "a", 2, partitions=2)
+    for offset in (1, 2, 3):
+        cluster.commit_offsets("g", {("a", 0): offset})
+    topics = cluster.list_topics()
+    assert "__consumer_offsets" in topics
+    optimized = json.loads(cli("optimize", "--output", "json").stdout)
+    assert sorted({r["topic"] for r in optimized["partitions"]}) == sorted(topics)
+    assert [(r["partition"], r["files_merged"]) for r in optimized["partitions"] if r["topic"] == "a"] == [(0, 2), (1, 2)]
+    vacuumed = cli("vacuum", forbid_pyspark=True).stdout.splitlines()
+    assert vacuumed[0] == "TOPIC              FILES-DELETED BYTES-DELETED"
+    assert sorted(line.split()[0] for line in vacuumed[1:]) == sorted(topics)
+    assert_log_consistent(cluster, "a")
