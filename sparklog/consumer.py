@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from sparklog.config import CONSUMER_CONFIGS, with_defaults
 from sparklog.errors import (
+    CoordinationError,
     ConsumerClosedError,
     GroupError,
     InvalidOffsetSpecError,
@@ -202,7 +203,7 @@ class Consumer:
     def _commit_quietly(self) -> None:
         try:
             self.commit()
-        except GroupError as exc:  # auto-commit: Kafka logs and carries on
+        except (GroupError, CoordinationError) as exc:  # auto-commit: Kafka logs and carries on
             log.warning("auto-commit of group %s failed: %s", self.group_id, exc)
 
     # -- positions -----------------------------------------------------------------------

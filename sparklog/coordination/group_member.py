@@ -31,12 +31,14 @@ and a clean close leaves a departure record that keeps the place for ``session.t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import re
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -47,7 +49,7 @@ from sparklog.coordination import zkdata
 from sparklog.coordination.group_registry import COMPLETING, EMPTY, PREPARING, STABLE, GroupRegistry, StaticDeparture, now_ms
 from sparklog.coordination.session import ZkSession, zk_errors
 from sparklog.coordination.zkdata import GroupStateRecord, MemberRecord, encode
-from sparklog.errors import FencedInstanceIdError, SparklogError
+from sparklog.errors import FencedInstanceIdError, SparklogError, ZooKeeperUnavailableError
 from sparklog.topic import is_internal
 
 __all__ = ["GroupMember", "Assignment", "AssignFn", "SyncResult"]
@@ -193,9 +195,18 @@ class GroupMember:
         self.changed.clear()
         if self.status in ("FENCED", "LEFT"):
             return SyncResult("none")
-        with zk_errors(f"syncing with group {self.group_id}"):
-            stat = self.zk.client.exists(self.path, watch=self.wakeup)
-            record, _ = self.registry.state_record(self.group_id, watch=self.wakeup)
+        try:
+            with zk_errors(f"syncing with group {self.group_id}"):
+                stat = self.zk.client.exists(self.path, watch=self.wakeup)
+                record, _ = self.registry.state_record(self.group_id, watch=self.wakeup)
+        except ZooKeeperUnavailableError:
+            # Our session expired (e.g. the process was paused) and kazoo is opening a new
+            # one: nothing is ours any more; rejoin once reads work again.
+            self._session_lost = True
+            self.assignment = None
+            self.changed.set()
+            time.sleep(0.05)
+            return SyncResult("rejoined")
         if stat is None or self._session_lost:
             return self._rejoin(record)
         if record is None:
@@ -258,7 +269,7 @@ class GroupMember:
         if fenced:
             return
         client = self.zk.client
-        with zk_errors(f"leaving group {self.group_id}"):
+        with contextlib.suppress(ZooKeeperUnavailableError), zk_errors(f"leaving group {self.group_id}"):
             try:
                 if self.record.instance_id is not None:
                     departure = StaticDeparture(self.record, now_ms())

@@ -179,6 +179,19 @@ class GroupRegistry:
                 f"Member {member_id} of group {group_id} was replaced by {record.members[member_key]} "
                 f"(group.instance.id {member_key}); this consumer is fenced"
             )
+        # Liveness too, as Kafka's coordinator drops a member at session expiry: a member whose
+        # znode is gone may not commit even while its generation is still the current one.
+        path = zkdata.group_member_path(group_id, member_key)
+        with zk_errors(f"checking member {member_id} of group {group_id}"):
+            try:
+                data, _ = self.zk.client.get(path)
+            except NoNodeError:
+                data = None
+        if data is None or MemberRecord.decode(data, path).member_id != member_id:
+            raise UnknownMemberError(
+                f"Member {member_id} of group {group_id} is no longer live (its session expired or it left); "
+                "it must rejoin (poll) before committing"
+            )
         if record.generation != generation:
             raise IllegalGenerationError(
                 f"Commit of group {group_id} carries generation {generation}, the group is at generation "

@@ -7,21 +7,22 @@ A member process subscribes, polls, and writes what it saw to an append-only jou
     A <generation> <p,p,...>      an assignment adopted (after the consume of its records)
     C ok|rejected <error> <json>  a commit attempt and its outcome
 
-It commits after journaling each non-empty poll (at-least-once) and stops cleanly, with a
-final commit, when its stop file appears.
+It commits after journaling each non-empty poll (at-least-once), right after being resumed
+from SIGSTOP, and stops cleanly, with a final commit, when its stop file appears.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import sparklog
-from sparklog.errors import GroupError
+from sparklog.errors import GroupError, ZooKeeperUnavailableError
 
 
 class Journal:
@@ -49,9 +50,19 @@ def member(options: Mapping[str, str], topic: str, group: str, journal_path: str
     journal = Journal(journal_path)
     consumer = cluster.consumer(group, **{"enable_auto_commit": False, "auto_offset_reset": "earliest", **config})
     last_assignment: tuple[int, frozenset[tuple[str, int]]] | None = None
+    # A member resumed after SIGSTOP commits what it holds at once, as an application's
+    # commit timer would: that commit must be rejected (its session expired meanwhile).
+    # It commits the offsets it last processed (its own record, as an application keeps one),
+    # even if the consumer already noticed the lost session and dropped its partitions.
+    resumed: list[int] = []
+    held: dict[tuple[str, int], int] = {}
+    signal.signal(signal.SIGCONT, lambda *_: resumed.append(1))
     consumer.subscribe([topic])
     try:
         while not os.path.exists(stop_path):
+            if resumed and held:
+                resumed.clear()
+                commit(consumer, journal, held)
             records = consumer.poll(50, max_records=50)
             generation = consumer.group_metadata().generation
             current = (generation, frozenset(consumer.assignment()))
@@ -60,6 +71,7 @@ def member(options: Mapping[str, str], topic: str, group: str, journal_path: str
                 last_assignment = current
             for r in records:
                 journal.add(f"R {r.partition} {r.offset}")
+                held[(r.topic, r.partition)] = r.offset + 1
             journal.flush()
             if records:
                 commit(consumer, journal)
@@ -69,15 +81,21 @@ def member(options: Mapping[str, str], topic: str, group: str, journal_path: str
         cluster.close()
 
 
-def commit(consumer: Any, journal: Journal) -> None:
-    positions = {tp: consumer.position(tp) for tp in consumer.assignment()}
+def commit(consumer: Any, journal: Journal, offsets: dict[tuple[str, int], int] | None = None) -> None:
+    positions = offsets if offsets is not None else {tp: consumer.position(tp) for tp in consumer.assignment()}
     if not positions:
         return
-    try:
-        consumer.commit(positions)
-        journal.add(f"C ok - {json.dumps({str(p): o for (_t, p), o in positions.items()})}")
-    except GroupError as exc:
-        journal.add(f"C rejected {type(exc).__name__} {json.dumps({str(p): o for (_t, p), o in positions.items()})}")
+    text = json.dumps({str(p): o for (_t, p), o in positions.items()})
+    for _attempt in range(20):
+        try:
+            consumer.commit(positions)
+            journal.add(f"C ok - {text}")
+            break
+        except GroupError as exc:
+            journal.add(f"C rejected {type(exc).__name__} {text}")
+            break
+        except ZooKeeperUnavailableError:  # a resumed process: its session is being replaced
+            time.sleep(0.25)
     journal.flush()
 
 
