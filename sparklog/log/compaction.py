@@ -59,7 +59,7 @@ from sparklog.errors import StorageError
 from sparklog.log.policy import CompactionPlan, compact_records, compaction_plan
 from sparklog.log.reader import read_files
 from sparklog.log.segment import SegmentFile, discard_segments, parquet_compression, split_for_size, write_segment
-from sparklog.log.table import CommitConflict, FileEntry, TopicTable
+from sparklog.log.table import CommitConflict, FileEntry, TopicTable, cleaned_app_id
 from sparklog.schema import FILE_SCHEMA
 
 __all__ = [
@@ -81,10 +81,6 @@ OPERATION = "COMPACTION"
 MAX_COMMIT_ATTEMPTS = 50  # check + commit rounds lost to concurrent commits (appends)
 MAX_PLAN_ROUNDS = 5  # re-plans after losing to another rewrite of the same files
 
-
-def cleaned_app_id(partition: int) -> str:
-    """App id whose version is the first offset of ``partition`` not yet cleaned."""
-    return f"sparklog.cleaned.{partition}"
 
 
 @dataclass(frozen=True)

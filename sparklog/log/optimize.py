@@ -54,7 +54,7 @@ from sparklog.log.policy import optimize_plan
 from sparklog.log.reader import read_files
 from sparklog.log.retention import MAX_PLAN_ATTEMPTS
 from sparklog.log.segment import SegmentFile, discard_segments, write_segment
-from sparklog.log.table import CommitConflict, FileEntry, TopicTable, start_app_id
+from sparklog.log.table import CommitConflict, FileEntry, TopicTable, rewrite_app_id, start_app_id
 
 __all__ = [
     "rewrite_app_id", "OptimizeResult", "LogCheckpoint", "optimize_topic", "optimize_partition", "checkpoint_log",
@@ -65,10 +65,6 @@ MAX_COMMIT_RETRIES = 10  # rebases over concurrent appends per commit attempt
 OPERATION = "OPTIMIZE"  # the commit's sparklog.operation (shown by `sparklog history`)
 _HISTORY_LOOKBACK = 200
 
-
-def rewrite_app_id(partition: int) -> str:
-    """The app id every rebasing rewrite of ``partition``'s files touches (version = count)."""
-    return f"sparklog.rewrite.{partition}"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ This module (with the rest of ``log/``) is the only code that touches deltalake.
   they are read from the snapshot in O(1) and survive file removal:
 
   - ``sparklog.end.<p>``  version = log-end offset of partition ``p``;
+  - ``sparklog.cleaned.<p>`` (compaction) and ``sparklog.rewrite.<p>`` (optimize), see
+    those modules;
   - ``sparklog.start.<p>`` version = log-start offset set by retention / DeleteRecords
     (records below it are hidden even inside a file that straddles it);
   - ``sparklog.fence.<p>`` version = the newest writer epoch of ``p``;
@@ -45,6 +47,7 @@ from sparklog.schema import TABLE_SCHEMA
 
 __all__ = [
     "TopicTable", "FileEntry", "CommitConflict", "end_app_id", "start_app_id", "fence_app_id", "producer_app_id",
+    "cleaned_app_id", "rewrite_app_id",
 ]  # fmt: skip
 
 
@@ -54,6 +57,16 @@ def end_app_id(partition: int) -> str:
 
 def start_app_id(partition: int) -> str:
     return f"sparklog.start.{partition}"
+
+
+def cleaned_app_id(partition: int) -> str:
+    """Compaction: the first offset of ``partition`` not yet cleaned."""
+    return f"sparklog.cleaned.{partition}"
+
+
+def rewrite_app_id(partition: int) -> str:
+    """Optimize: touched by every rebasing rewrite of ``partition``'s files (version = count)."""
+    return f"sparklog.rewrite.{partition}"
 
 
 def fence_app_id(partition: int) -> str:

@@ -19,11 +19,10 @@ Callers: :func:`sparklog.maintenance.run_compaction` (and through it ``jobs/rete
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sparklog import errors
+from sparklog.spark.task_errors import reraise_sparklog_error
 from sparklog.log.compaction import CompactionTask, TaskOutput, compact_task
 
 if TYPE_CHECKING:
@@ -54,16 +53,7 @@ class SparkCompactionRunner:
         try:
             return context.parallelize(list(tasks), len(tasks)).map(compact_task).collect()
         except Exception as exc:
-            _reraise_sparklog_error(exc)
+            reraise_sparklog_error(exc)
             raise
         finally:
             context.setJobDescription(None)  # type: ignore[arg-type]
-
-
-def _reraise_sparklog_error(exc: Exception) -> None:
-    """A task's sparklog error reaches the driver as Spark's exception with the Python
-    traceback in its text: raise the sparklog error named last in it instead."""
-    found = re.findall(r"sparklog\.errors\.(\w+): (.+)", str(exc))
-    kind = getattr(errors, found[-1][0], None) if found else None
-    if isinstance(kind, type) and issubclass(kind, errors.SparklogError):
-        raise kind(found[-1][1].strip()) from exc

@@ -23,7 +23,6 @@ import base64
 import json
 import logging
 import pickle
-import re
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -34,7 +33,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
-from sparklog import errors
+from sparklog.spark.task_errors import reraise_sparklog_error
 from sparklog.errors import ConfigError, GroupError, StorageError, TopicNotFoundError
 from sparklog.log.delta_sink import DataFile, DeltaSink, check_input_offsets, input_app_id, write_task_files
 from sparklog.log.table import TopicTable
@@ -150,10 +149,7 @@ def _run_job(spark: "SparkSession", df: "DataFrame", output: _Output) -> None:
             if output.plan is not None:
                 release_leases(output.plan)
             return
-        found = re.findall(r"sparklog\.errors\.(\w+): (.+)", str(exc))
-        kind = getattr(errors, found[-1][0], None) if found else None
-        if isinstance(kind, type) and issubclass(kind, errors.SparklogError):
-            raise kind(found[-1][1].strip()) from exc
+        reraise_sparklog_error(exc)
         raise
     if not output.landed():
         raise StorageError(f"Run {output.run_id}: the Spark job finished but its commit is not in the output; nothing committed")
