@@ -1,10 +1,13 @@
 """``spark-submit jobs/retention.py [--topic T ...] [--dry-run]``: scheduled log maintenance.
 
-Applies every selected topic's ``cleanup.policy`` (:func:`sparklog.maintenance.run_maintenance`):
-``delete`` removes whole old files (``retention.ms``/``retention.bytes``, metadata-only
-commits that advance log-start), ``compact`` keeps the newest record per key (one Spark task
-per partition, one Delta commit per partition), ``compact,delete`` does both. Prints one
-line per partition as it is done, then a summary. Exit code 0 on success, 1 on a sparklog
+Runs :func:`sparklog.maintenance.run_maintenance` on every selected topic (default: all but
+internal ones), in this order: its ``cleanup.policy`` (``delete`` removes whole old files by
+``retention.ms``/``retention.bytes`` in metadata-only commits that advance log-start;
+``compact`` keeps the newest record per key, one Spark task and one Delta commit per
+partition; ``compact,delete`` both), then optimize (small files merged, ``dataChange=false``)
+with a Delta log checkpoint and log cleanup, then vacuum (files removed more than
+``file.delete.delay.ms`` ago deleted). Prints one line per partition (or directory) as it is
+done, then a summary. Exit code 0 on success, 1 on a sparklog
 error. Cluster settings come from the usual places (``SPARKLOG_*`` environment,
 ``conf/sparklog.properties``). The Spark session starts only when a selected topic compacts.
 """
@@ -47,12 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     except SparklogError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
-    compacted = sum(1 for r in report.compaction if r.status != "skipped")
-    print(
-        f"{len(report.retention)} partitions checked for retention, {len(report.compaction)} for compaction "
-        f"({compacted} {'would be ' if args.dry_run else ''}compacted)",
-        flush=True,
-    )
+    print(("DRY RUN: " if args.dry_run else "") + report.summary(), flush=True)
     return 0
 
 

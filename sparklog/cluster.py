@@ -175,7 +175,7 @@ class Cluster:
                 table = TopicTable(self._log_dir_of(broker_id), name)
                 if table.exists():
                     table.delete()  # debris of an earlier topic of this name whose delete was cut short
-                table.create(topic_id)
+                table.create(topic_id, int(with_defaults(configs, TOPIC_CONFIGS)["history.retention.ms"]))
         except BaseException:
             self.metadata.delete_topic(name)
             raise

@@ -125,6 +125,9 @@ TOPIC_CONFIGS: dict[str, ConfigSpec] = {
         _long("segment.bytes", 1_073_741_824, 14),
         _choice("compression.type", "producer", _COMPRESSION),
         _long("file.delete.delay.ms", 60_000, 0),
+        # How long the Delta log keeps commit files (time travel by version, `sparklog
+        # history`): every snapshot refresh lists them, so commit latency grows with it.
+        _long("history.retention.ms", 600_000, 0),
     )
 }
 

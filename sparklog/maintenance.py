@@ -1,17 +1,21 @@
-"""Topic maintenance entry points: retention (delete policy) and compaction across topics.
+"""Topic maintenance entry points: retention, compaction, optimize, log checkpoints, vacuum.
 
 Reads each topic's effective configs and applies its ``cleanup.policy`` through the log
 layer: ``delete`` → :mod:`sparklog.log.retention` (metadata-only commits), ``compact`` →
 :mod:`sparklog.log.compaction` (rewrites run as Spark tasks by
 :mod:`sparklog.spark.compaction`, or in this process when no session is given),
-``compact,delete`` → retention first, then compaction of what is left. Optimize and
-vacuum join here as they land. Callers: :class:`sparklog.cluster.Cluster`,
-``jobs/retention.py`` and the CLI.
+``compact,delete`` → retention first, then compaction of what is left. Every topic then gets
+:func:`run_optimize` (small files merged, the table's log properties synced with
+``history.retention.ms``, a checkpoint, expired log files deleted) and :func:`run_vacuum`
+(files removed longer than ``file.delete.delay.ms`` ago deleted). Callers:
+:class:`sparklog.cluster.Cluster`, ``jobs/retention.py`` and the CLI.
 
 Invariants: a dry run changes nothing; a topic whose policy lacks ``delete`` is untouched by
 delete retention, one whose policy lacks ``compact`` is never compacted. Internal topics
-(``__consumer_offsets``) compact themselves on every write, so compaction skips them
-unless named explicitly. Spark is imported only when a session is passed.
+(``__consumer_offsets``) compact themselves on every write: their policy step runs only when
+they are named, optimize and vacuum always (compaction on write leaves removed files). Spark is imported only when a session is passed. Each step commits per
+partition (or per topic), so a run killed mid-way leaves every table consistent and a rerun
+completes it.
 """
 
 from __future__ import annotations
@@ -22,13 +26,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparklog.log.compaction import CompactionResult, TaskRunner, compact_partitions, run_in_process
+from sparklog.log.optimize import LogCheckpoint, OptimizeResult, checkpoint_log, optimize_topic
 from sparklog.log.retention import RetentionResult, apply_delete_policy
+from sparklog.log.segment import parquet_compression
+from sparklog.log.vacuum import VacuumResult, vacuum_topic
 from sparklog.topic import is_internal
 
 if TYPE_CHECKING:
     from sparklog.cluster import Cluster
+    from sparklog.log.table import TopicTable
 
-__all__ = ["run_retention", "run_compaction", "run_maintenance", "MaintenanceReport", "RetentionResult", "CompactionResult"]
+__all__ = [
+    "run_retention", "run_compaction", "run_optimize", "run_vacuum", "run_maintenance", "leader_tables",
+    "MaintenanceReport", "RetentionResult", "CompactionResult", "OptimizeResult", "LogCheckpoint", "VacuumResult",
+]  # fmt: skip
 
 Progress = Callable[[str], None]
 
@@ -39,6 +50,20 @@ class MaintenanceReport:
 
     retention: list[RetentionResult] = field(default_factory=list)
     compaction: list[CompactionResult] = field(default_factory=list)
+    optimize: list[OptimizeResult] = field(default_factory=list)
+    checkpoints: list[LogCheckpoint] = field(default_factory=list)
+    vacuum: list[VacuumResult] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line for the end of a run."""
+        compacted = sum(1 for r in self.compaction if r.status != "skipped")
+        return (
+            f"retention: {sum(r.removed_files for r in self.retention)} files removed in {len(self.retention)} "
+            f"partitions; compaction: {compacted} of {len(self.compaction)} partitions; optimize: "
+            f"{sum(r.files_merged for r in self.optimize)} files merged into {sum(r.files_written for r in self.optimize)}; "
+            f"{len(self.checkpoints)} checkpoints; vacuum: {sum(len(v.candidates) for v in self.vacuum)} files "
+            f"({sum(v.candidate_bytes for v in self.vacuum)} bytes) past the grace period"
+        )
 
 
 def _now(now_ms: int | None) -> int:
@@ -47,6 +72,15 @@ def _now(now_ms: int | None) -> int:
 
 def _policies(configs: dict[str, Any]) -> set[str]:
     return set(str(configs["cleanup.policy"]).split(","))
+
+
+def leader_tables(cluster: "Cluster", topic: str) -> list[tuple["TopicTable", list[int]]]:
+    """The topic's tables (one per leader replica) with the partitions each one leads."""
+    grouped: dict[int, tuple["TopicTable", list[int]]] = {}
+    for partition in cluster.partitions_of(topic):
+        table = cluster.table(topic, partition)
+        grouped.setdefault(id(table), (table, []))[1].append(partition)
+    return list(grouped.values())
 
 
 def run_retention(
@@ -108,6 +142,69 @@ def run_compaction(
     return results
 
 
+def run_optimize(
+    cluster: "Cluster", topics: Iterable[str] | None = None, dry_run: bool = False, progress: Progress | None = None
+) -> tuple[list[OptimizeResult], list[LogCheckpoint]]:
+    """Merge small files of ``topics`` (default: every topic), then per table
+    sync its log properties with ``history.retention.ms``, checkpoint and clean the log."""
+    results: list[OptimizeResult] = []
+    checkpoints: list[LogCheckpoint] = []
+    for topic in list(topics) if topics is not None else cluster.list_topics():
+        done, logs = _optimize_topic(cluster, topic, cluster.topic_config(topic), dry_run, progress)
+        results += done
+        checkpoints += logs
+    return results, checkpoints
+
+
+def _optimize_topic(cluster: "Cluster", topic: str, configs: dict[str, Any], dry_run: bool,
+                    progress: Progress | None) -> tuple[list[OptimizeResult], list[LogCheckpoint]]:  # fmt: skip
+    report = None if progress is None else (lambda r: progress(_optimize_line(r)))
+    results: list[OptimizeResult] = []
+    checkpoints: list[LogCheckpoint] = []
+    for table, partitions in leader_tables(cluster, topic):
+        results += optimize_topic(
+            table, partitions, int(configs["segment.bytes"]), dry_run=dry_run,
+            compression=parquet_compression(str(configs["compression.type"])), checkpoint=False, progress=report,
+        )  # fmt: skip
+        if dry_run:
+            continue
+        table.set_history_retention(int(configs["history.retention.ms"]))
+        checkpoints.append(checkpoint_log(table))
+        if progress is not None:
+            progress(_checkpoint_line(checkpoints[-1]))
+    return results, checkpoints
+
+
+def run_vacuum(
+    cluster: "Cluster",
+    topics: Iterable[str] | None = None,
+    dry_run: bool = False,
+    now_ms: int | None = None,
+    progress: Progress | None = None,
+) -> list[VacuumResult]:
+    """Delete the files of ``topics`` (default: every topic) removed (or
+    orphaned) more than the topic's ``file.delete.delay.ms`` ago; one result per table."""
+    results: list[VacuumResult] = []
+    for topic in list(topics) if topics is not None else cluster.list_topics():
+        results += _vacuum_topic(cluster, topic, cluster.topic_config(topic), dry_run, _now(now_ms), progress)
+    return results
+
+
+def _vacuum_topic(cluster: "Cluster", topic: str, configs: dict[str, Any], dry_run: bool, now: int,
+                  progress: Progress | None) -> list[VacuumResult]:  # fmt: skip
+    verb = "would delete" if dry_run else "deleted"
+
+    def report(directory: str, files: int, size: int) -> None:
+        if progress is not None:
+            progress(f"{topic}: {directory or '.'}: vacuum {verb} {files} files ({size} bytes)")
+
+    delay_ms = int(configs["file.delete.delay.ms"])
+    return [
+        vacuum_topic(table, delay_ms, now_ms=now, dry_run=dry_run, progress=report)
+        for table, _partitions in leader_tables(cluster, topic)
+    ]
+
+
 def run_maintenance(
     cluster: "Cluster",
     spark: Any,
@@ -116,16 +213,17 @@ def run_maintenance(
     now_ms: int | None = None,
     progress: Progress | None = None,
 ) -> MaintenanceReport:
-    """Per topic, what its ``cleanup.policy`` asks for: ``delete`` → retention, ``compact`` →
-    compaction, ``compact,delete`` → retention then compaction. Internal topics are left
-    alone unless named. Arguments as :func:`run_compaction`."""
+    """Per topic, in this order: what its ``cleanup.policy`` asks for (``delete`` →
+    retention, ``compact`` → compaction, both → retention then compaction), then optimize
+    with a log checkpoint, then vacuum. Default: every topic, but the policy step skips
+    internal topics unless named. Arguments as :func:`run_compaction`."""
     now = _now(now_ms)
-    selected = list(topics) if topics is not None else [t for t in cluster.list_topics() if not is_internal(t)]
     runner = _runner(spark)
     report = MaintenanceReport()
-    for topic in selected:
+    for topic in list(topics) if topics is not None else cluster.list_topics():
         configs = cluster.topic_config(topic)
-        policies = _policies(configs)
+        # Internal topics compact themselves on write; they still need optimize and vacuum.
+        policies = _policies(configs) if topics is not None or not is_internal(topic) else set()
         if "delete" in policies:
             done = apply_delete_policy(cluster.table(topic), cluster.partitions_of(topic), configs, now, dry_run)
             report.retention.extend(done)
@@ -133,6 +231,10 @@ def run_maintenance(
                 progress(_retention_line(r))
         if "compact" in policies:
             report.compaction.extend(_compact_topic(cluster, topic, configs, runner, dry_run, now, progress))
+        optimized, checkpoints = _optimize_topic(cluster, topic, configs, dry_run, progress)
+        report.optimize.extend(optimized)
+        report.checkpoints.extend(checkpoints)
+        report.vacuum.extend(_vacuum_topic(cluster, topic, configs, dry_run, now, progress))
     return report
 
 
@@ -142,3 +244,17 @@ def _retention_line(r: RetentionResult) -> str:
         f"{r.topic}-{r.partition}: retention {verb} {r.removed_files} files, {r.removed_records} records, "
         f"{r.removed_bytes} bytes; log-start {r.old_log_start} -> {r.new_log_start}"
     )
+
+
+def _optimize_line(r: OptimizeResult) -> str:
+    if r.files_merged == 0:
+        return f"{r.topic}-{r.partition}: optimize found nothing to merge ({r.live_files_before} live files)"
+    verb = "would merge" if r.dry_run else "merged"
+    return (
+        f"{r.topic}-{r.partition}: optimize {verb} {r.files_merged} files ({r.bytes_merged} bytes) into "
+        f"{r.files_written}; live files {r.live_files_before} -> {r.live_files_after}"
+    )
+
+
+def _checkpoint_line(c: LogCheckpoint) -> str:
+    return f"{c.topic}: checkpoint at version {c.version}; {c.log_files_removed} expired log files removed"

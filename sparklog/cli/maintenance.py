@@ -26,14 +26,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparklog.cli.options import add_command, connect
 from sparklog.cli.output import add_output_option, print_stderr, table_lines, write_json, write_lines
-
-if TYPE_CHECKING:
-    from sparklog.cluster import Cluster
-    from sparklog.log.table import TopicTable
 
 __all__ = ["register"]
 
@@ -96,15 +92,6 @@ def _arrow(before: int, after: int) -> str:
     return f"{before} -> {after}" if before != after else str(after)
 
 
-def _leader_tables(cluster: "Cluster", topic: str) -> list[tuple["TopicTable", list[int]]]:
-    """The topic's tables (one per leader replica) with the partitions each one leads."""
-    grouped: dict[int, tuple["TopicTable", list[int]]] = {}
-    for partition in cluster.partitions_of(topic):
-        table = cluster.table(topic, partition)
-        grouped.setdefault(id(table), (table, []))[1].append(partition)
-    return list(grouped.values())
-
-
 # -- retention and DeleteRecords ---------------------------------------------------------------
 def _retention_run(args: argparse.Namespace) -> int:
     with connect(args) as cluster:
@@ -137,28 +124,10 @@ def _delete_records(args: argparse.Namespace) -> int:
 
 # -- optimize --------------------------------------------------------------------------------
 def _optimize(args: argparse.Namespace) -> int:
-    from sparklog.log.optimize import OptimizeResult, checkpoint_log, optimize_topic
-    from sparklog.log.segment import parquet_compression
+    from sparklog.maintenance import run_optimize
 
-    def progress(r: OptimizeResult) -> None:
-        verb = "would merge" if r.dry_run else "merged"
-        print_stderr(f"{r.topic}-{r.partition}: {verb} {r.files_merged} files ({r.bytes_merged} bytes) into {r.files_written}")
-
-    results: list[OptimizeResult] = []
-    checkpoints = []
     with connect(args) as cluster:
-        for topic in args.topic or cluster.list_topics():
-            configs = cluster.topic_config(topic)
-            for table, partitions in _leader_tables(cluster, topic):
-                results += optimize_topic(
-                    table, partitions, int(configs["segment.bytes"]), dry_run=args.dry_run,
-                    compression=parquet_compression(str(configs["compression.type"])), checkpoint=False,
-                    progress=progress,
-                )  # fmt: skip
-                if not args.dry_run:
-                    done = checkpoint_log(table)
-                    print_stderr(f"{topic}: checkpoint at version {done.version}, {done.log_files_removed} expired log files removed")
-                    checkpoints.append(done)
+        results, checkpoints = run_optimize(cluster, args.topic, dry_run=args.dry_run, progress=print_stderr)
     if args.output == "json":
         write_json({"partitions": [asdict(r) for r in results], "checkpoints": [asdict(c) for c in checkpoints]})
         return 0
@@ -173,19 +142,10 @@ def _optimize(args: argparse.Namespace) -> int:
 
 # -- vacuum ----------------------------------------------------------------------------------
 def _vacuum(args: argparse.Namespace) -> int:
-    from sparklog.log.vacuum import VacuumResult, vacuum_topic
+    from sparklog.maintenance import run_vacuum
 
-    results: list[VacuumResult] = []
     with connect(args) as cluster:
-        for topic in args.topic or cluster.list_topics():
-            delay_ms = int(cluster.topic_config(topic)["file.delete.delay.ms"])
-            verb = "would delete" if args.dry_run else "deleted"
-
-            def progress(directory: str, files: int, size: int, topic: str = topic, verb: str = verb) -> None:
-                print_stderr(f"{topic}: {directory or '.'}: {verb} {files} files ({size} bytes)")
-
-            for table, _partitions in _leader_tables(cluster, topic):
-                results.append(vacuum_topic(table, delay_ms, dry_run=args.dry_run, progress=progress))
+        results = run_vacuum(cluster, args.topic, dry_run=args.dry_run, progress=print_stderr)
     if args.output == "json":
         write_json([{**asdict(r), "candidates": list(r.candidates), "by_directory": {
             d: {"files": f, "bytes": b} for d, (f, b) in r.by_directory.items()}} for r in results])  # fmt: skip

@@ -46,21 +46,20 @@ from __future__ import annotations
 import os
 import random
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from sparklog.errors import StorageError
 from sparklog.log.policy import CompactionPlan, compact_records, compaction_plan
 from sparklog.log.reader import read_files
-from sparklog.log.segment import SegmentFile, discard_segments, parquet_compression, split_for_size, write_segment
+from sparklog.log.segment import (
+    SegmentFile, discard_segments, parquet_compression, split_for_size, write_placeholder, write_segment,
+)  # fmt: skip
 from sparklog.log.table import CommitConflict, FileEntry, TopicTable, cleaned_app_id
-from sparklog.schema import FILE_SCHEMA
 
 __all__ = [
     "cleaned_app_id",
@@ -261,24 +260,8 @@ def _write_tiling(table: TopicTable, task: CompactionTask, survivors: pa.Table) 
 
 
 def _write_placeholder(table: TopicTable, task: CompactionTask) -> SegmentFile:
-    """A file with no records holding ``[range_start, range_end]``, so that log-start stays
-    (a consumer positioned in the range just moves on, as in Kafka). Its timestamps are the
-    rewritten files', so time retention drops it when it would have dropped them."""
-    relative = f"partition={task.partition}/{task.range_start:020d}-{uuid.uuid4().hex}.parquet"
-    os.makedirs(os.path.dirname(table.full_path(relative)), exist_ok=True)
-    pq.write_table(FILE_SCHEMA.empty_table(), table.full_path(relative), compression=task.compression)
     stamps = [t for f in task.files for t in (f.min_timestamp_us, f.max_timestamp_us) if t is not None]
-    return SegmentFile(
-        path=relative,
-        partition=task.partition,
-        base_offset=task.range_start,
-        last_offset=task.range_end,
-        size_bytes=os.path.getsize(table.full_path(relative)),
-        min_timestamp_us=min(stamps, default=0),
-        max_timestamp_us=max(stamps, default=0),
-        modification_time_ms=int(time.time() * 1000),
-        record_count=0,
-    )
+    return write_placeholder(table.root, task.partition, task.range_start, task.range_end, stamps, task.compression)
 
 
 # -- 3. commit -----------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from deltalake.exceptions import DeltaError
@@ -53,7 +53,7 @@ from sparklog.errors import StorageError
 from sparklog.log.policy import optimize_plan
 from sparklog.log.reader import read_files
 from sparklog.log.retention import MAX_PLAN_ATTEMPTS
-from sparklog.log.segment import SegmentFile, discard_segments, write_segment
+from sparklog.log.segment import SegmentFile, discard_segments, write_placeholder, write_segment
 from sparklog.log.table import CommitConflict, FileEntry, TopicTable, rewrite_app_id, start_app_id
 
 __all__ = [
@@ -181,9 +181,13 @@ def _merge(table: TopicTable, partition: int, group: list[FileEntry], compressio
             f"Optimize of {table.topic}-{partition} cannot read live files {[e.path for e in group]} under "
             f"{table.root}: {exc}. The table references data it cannot read; check the storage."
         ) from exc
+    first, last = group[0].base_offset, group[-1].last_offset
     try:
-        return write_segment(
-            table.root, partition, group[0].base_offset, records.drop_columns(["offset"]), compression,
+        if records.num_rows == 0:  # only compaction placeholders: one placeholder for all
+            stamps = [t for e in group for t in (e.min_timestamp_us, e.max_timestamp_us) if t is not None]
+            return write_placeholder(table.root, partition, first, last, stamps, compression)
+        merged = write_segment(
+            table.root, partition, first, records.drop_columns(["offset"]), compression,
             offsets=records.column("offset").combine_chunks(),
         )  # fmt: skip
     except OSError as exc:
@@ -191,6 +195,9 @@ def _merge(table: TopicTable, partition: int, group: list[FileEntry], compressio
             f"Optimize of {table.topic}-{partition} cannot write a merged file under {table.root}: {exc}. "
             "Check free space and permissions; nothing was committed."
         ) from exc
+    # The group's offset range, not its first and last record: compaction leaves gaps (and
+    # empty placeholders) at the edges, and files must keep tiling the partition.
+    return replace(merged, base_offset=first, last_offset=last)
 
 
 def _commit_swap(

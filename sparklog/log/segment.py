@@ -23,7 +23,10 @@ import pyarrow.parquet as pq
 
 from sparklog.schema import FILE_SCHEMA
 
-__all__ = ["SegmentFile", "write_segment", "split_for_size", "fsync_path", "parquet_compression", "discard_segments"]
+__all__ = [
+    "SegmentFile", "write_segment", "write_placeholder", "split_for_size", "fsync_path", "parquet_compression",
+    "discard_segments",
+]  # fmt: skip
 
 ROW_GROUP_RECORDS = 131_072
 _COMPRESSION = {"producer": "snappy", "uncompressed": "none", "none": "none"}
@@ -151,6 +154,33 @@ def write_segment(
         max_timestamp_us=bounds["max"].as_py(),
         modification_time_ms=int(time.time() * 1000),
         record_count=n,
+    )
+
+
+def write_placeholder(
+    table_root: str, partition: int, first_offset: int, last_offset: int, timestamps_us: "list[int]", compression: str
+) -> SegmentFile:
+    """A file with no records that holds ``[first_offset, last_offset]`` in its stats.
+
+    Rewrites (compaction, optimize) keep the files of a partition tiling its offsets even
+    when no record of a range survives, so log-start never moves by a rewrite and a
+    consumer positioned inside the range just moves on, as in Kafka. ``timestamps_us`` are
+    the replaced files' stats, so time retention drops the placeholder when it would have
+    dropped them."""
+    relative = f"partition={partition}/{first_offset:020d}-{uuid.uuid4().hex}.parquet"
+    full = os.path.join(table_root, relative)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    pq.write_table(FILE_SCHEMA.empty_table(), full, compression=compression)
+    return SegmentFile(
+        path=relative,
+        partition=partition,
+        base_offset=first_offset,
+        last_offset=last_offset,
+        size_bytes=os.path.getsize(full),
+        min_timestamp_us=min(timestamps_us, default=0),
+        max_timestamp_us=max(timestamps_us, default=0),
+        modification_time_ms=int(time.time() * 1000),
+        record_count=0,
     )
 
 

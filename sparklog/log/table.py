@@ -17,7 +17,11 @@ This module (with the rest of ``log/``) is the only code that touches deltalake.
   Every append to ``p`` touches ``sparklog.end.<p>`` and ``sparklog.fence.<p>``: delta-rs
   fails concurrent commits that touch the same app id, so two writers can never both
   commit on one snapshot of ``p`` (invariant 1 and 4 of DESIGN §5);
-* the single commit of a produce (all partitions of one topic in one Delta commit).
+* the single commit of a produce (all partitions of one topic in one Delta commit);
+* the table properties that bound the Delta log (:func:`log_properties`): delta-rs writes a
+  checkpoint every ``delta.checkpointInterval`` commits and then deletes commit files older
+  than ``delta.logRetentionDuration`` (the topic's ``history.retention.ms``), so commit
+  latency does not grow with the number of commits ever made.
 
 Callers: :mod:`sparklog.log.append` (writers), :mod:`sparklog.log.reader` (readers) and
 the admin layer (create/delete).
@@ -47,8 +51,20 @@ from sparklog.schema import TABLE_SCHEMA
 
 __all__ = [
     "TopicTable", "FileEntry", "CommitConflict", "end_app_id", "start_app_id", "fence_app_id", "producer_app_id",
-    "cleaned_app_id", "rewrite_app_id",
+    "cleaned_app_id", "rewrite_app_id", "log_properties", "CHECKPOINT_INTERVAL",
 ]  # fmt: skip
+
+CHECKPOINT_INTERVAL = 100  # commits between the checkpoints delta-rs writes after a commit
+_LOG_RETENTION = "delta.logRetentionDuration"
+
+
+def log_properties(history_retention_ms: int) -> dict[str, str]:
+    """The Delta table properties of a topic table whose history is kept ``history_retention_ms``."""
+    return {
+        "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
+        _LOG_RETENTION: f"interval {history_retention_ms} milliseconds",
+        "delta.enableExpiredLogCleanup": "true",
+    }
 
 
 def end_app_id(partition: int) -> str:
@@ -107,7 +123,7 @@ class TopicTable:
     def exists(self) -> bool:
         return DeltaTable.is_deltatable(self.root)
 
-    def create(self, topic_id: str) -> None:
+    def create(self, topic_id: str, history_retention_ms: int) -> None:
         try:
             DeltaTable.create(
                 self.root,
@@ -116,9 +132,33 @@ class TopicTable:
                 partition_by=["partition"],
                 name=self.topic,
                 description=json.dumps({"topic_id": topic_id}),
+                configuration=log_properties(history_retention_ms),
             )
         except (DeltaError, OSError) as exc:
             raise StorageError(f"Cannot create the table of topic {self.topic} at {self.root}: {exc}") from exc
+
+    def set_history_retention(self, history_retention_ms: int) -> bool:
+        """Make the table's log properties match ``history_retention_ms`` (a topic config
+        change reaches the table at the next maintenance run). One metadata commit when
+        they differ, retried over concurrent commits (which retry in turn: a metadata change
+        fails them once). Returns whether a commit was made."""
+        wanted = log_properties(history_retention_ms)
+        for _attempt in range(10):
+            dt = self.snapshot()
+            configuration = dt.metadata().configuration
+            if all(configuration.get(key) == value for key, value in wanted.items()):
+                return False
+            try:
+                dt.alter.set_table_properties(wanted, commit_properties=CommitProperties(max_commit_retries=0))
+                return True
+            except CommitFailedError:
+                continue
+            except (DeltaError, OSError) as exc:
+                raise StorageError(f"Cannot set the log properties of topic {self.topic} at {self.root}: {exc}") from exc
+        raise StorageError(
+            f"Could not set the log properties of topic {self.topic} at {self.root}: every attempt conflicted with "
+            "concurrent commits; run the maintenance again"
+        )
 
     def topic_id(self) -> str | None:
         description = self.snapshot().metadata().description

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from collections.abc import Sequence
 
@@ -305,9 +306,15 @@ def test_maintenance_job_prints_a_line_per_partition(cluster, spark, cluster_opt
     monkeypatch.setenv("SPARKLOG_HOME", cluster_options["sparklog.home"])
     assert main(["--topic", "c", "--topic", "d"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in out[:3]] == ["c-0", "c-1", "d-0"], out
-    assert "compacted 1 files -> 1, 2 -> 1 records" in out[0] and out[2].startswith("d-0: retention removed 0 files")
-    assert out[-1] == "1 partitions checked for retention, 2 for compaction (2 compacted)"
+    steps = [(line.split(":")[0], line.split(": ")[1].split(" ")[0]) for line in out[:-1]]
+    assert steps == [
+        ("c-0", "compacted"), ("c-1", "compacted"), ("c-0", "optimize"), ("c-1", "optimize"), ("c", "checkpoint"),
+        ("d-0", "retention"), ("d-0", "optimize"), ("d", "checkpoint"),
+    ], out  # fmt: skip
+    assert "compacted 1 files -> 1, 2 -> 1 records" in out[0] and out[5].startswith("d-0: retention removed 0 files")
+    assert re.fullmatch(r"c-0: optimize merged 2 files \(\d+ bytes\) into 1; live files 2 -> 1", out[2]), out
+    assert out[6:8] == ["d-0: optimize found nothing to merge (0 live files)", "d: checkpoint at version 0; 0 expired log files removed"]
+    assert out[-1].startswith("retention: 0 files removed in 1 partitions; compaction: 2 of 2 partitions; optimize: "), out
 
 
 # -- conflicts -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,7 +24,7 @@ from sparklog.errors import ConfigError, StorageError
 from sparklog.log.history import HISTORY_COLUMNS, topic_history
 from sparklog.log.optimize import optimize_topic, rewrite_app_id
 from sparklog.log.reader import read_files, read_ranges
-from sparklog.log.segment import write_segment
+from sparklog.log.segment import write_placeholder, write_segment
 from sparklog.log.table import CommitConflict, TopicTable
 from sparklog.log.vacuum import vacuum_topic
 from tests.integration.test_retention import produce_batches
@@ -120,6 +121,69 @@ def test_optimize_bounds_live_files_and_keeps_compaction_gaps(cluster) -> None:
     for _ in range(3):
         optimize(cluster, "t", segment_bytes=segment_bytes)
     assert len(live_files(table, 0)) <= 2 and cluster.read("t").equals(before)
+
+
+def test_optimize_keeps_files_tiling_the_partition_across_compaction_gaps_and_placeholders(cluster) -> None:
+    """Merged files span their group's offset range, not their first and last record, so a
+    rewrite never moves log-start and a group of empty placeholders stays one placeholder."""
+    cluster.create_topic("t", 1)
+    produce_small_files(cluster, "t", 6)
+    table = cluster.table("t")
+    files = live_files(table, 0)
+    # As compaction leaves them: offsets 0..9 with no survivor (two placeholders), 10..14 without 10.
+    stamps = [files[0].min_timestamp_us or 0]
+    holes = [write_placeholder(table.root, 0, 0, 4, stamps, "snappy"), write_placeholder(table.root, 0, 5, 9, stamps, "snappy")]
+    records = read_files(table, [files[2]]).slice(1)
+    gappy = replace(
+        write_segment(table.root, 0, 0, records.drop_columns(["offset"]), offsets=records.column("offset").combine_chunks()),
+        base_offset=10,
+    )
+    table.commit(table.snapshot(), [*holes, gappy], {}, {"sparklog.operation": "COMPACTION"}, removes=files[:3])
+    before, offsets_before = cluster.read("t"), cluster.partition_offsets("t")
+    assert offsets_before[0][0] == 0 and before.column("offset").to_pylist()[:2] == [11, 12]
+
+    optimize(cluster, "t", segment_bytes=5 * max(f.size_bytes for f in live_files(table, 0)))
+    assert cluster.partition_offsets("t") == offsets_before, "log-start and log-end unchanged by optimize"
+    assert cluster.read("t").equals(before)
+    tiles = sorted((f.base_offset, f.last_offset) for f in live_files(table, 0))
+    assert tiles[0][0] == 0 and all(a[1] + 1 == b[0] for a, b in zip(tiles, tiles[1:])), tiles
+    with cluster.consumer(auto_offset_reset="none") as consumer:
+        consumer.assign([("t", 0)])
+        consumer.seek(("t", 0), 3)  # inside the placeholders: moves on to the first survivor, no error
+        assert [r.offset for r in consumer.poll(1.0)][:1] == [11]
+
+
+def test_history_retention_bounds_the_delta_log(cluster) -> None:
+    """history.retention.ms becomes delta.logRetentionDuration: delta-rs deletes expired
+    commit files at each checkpoint, so the log does not grow with every commit."""
+    cluster.create_topic("short", 1, config={"history.retention.ms": "0"})
+    cluster.create_topic("long", 1)
+    for topic, expected in (("short", "interval 0 milliseconds"), ("long", "interval 600000 milliseconds")):
+        configuration = cluster.table(topic).snapshot().metadata().configuration
+        assert configuration["delta.logRetentionDuration"] == expected and configuration["delta.checkpointInterval"] == "100"
+    for topic in ("short", "long"):
+        with cluster.producer(linger_ms=0) as producer:
+            for i in range(230):
+                producer.send(topic, value=b"v%d" % i).result(timeout=30)
+
+    def log_files(topic: str) -> int:
+        return len(glob.glob(os.path.join(cluster.table(topic).root, "_delta_log", "*.json")))
+
+    assert log_files("long") >= 230 and log_files("short") <= 40, (log_files("short"), log_files("long"))
+    assert cluster.read("short").num_rows == 230 and cluster.partition_offsets("short")[0] == (0, 230)
+
+    # A changed config reaches the table at the next optimize (one metadata commit), then never again.
+    cluster.alter_topic_config("long", set={"history.retention.ms": "0"})
+    from sparklog.maintenance import run_optimize
+
+    version = cluster.table("long").snapshot().version()
+    [merged], [checkpoint] = run_optimize(cluster, ["long"])
+    assert merged.files_merged == 230 and merged.version == version + 1
+    assert cluster.table("long").snapshot().metadata().configuration["delta.logRetentionDuration"] == "interval 0 milliseconds"
+    assert checkpoint.version == version + 2 and log_files("long") <= 3, log_files("long")
+    run_optimize(cluster, ["long"])
+    assert cluster.table("long").snapshot().version() == version + 2, "nothing to merge or sync, nothing committed"
+    assert cluster.read("long").num_rows == 230
 
 
 def test_optimize_concurrent_with_a_producer_loses_and_duplicates_nothing(cluster) -> None:
@@ -353,7 +417,7 @@ def test_optimize_vacuum_history_cli(cluster, zk_connect, sparklog_home) -> None
         "TOPIC PARTITION FILES-MERGED FILES-WRITTEN BYTES-MERGED BYTES-WRITTEN LIVE-FILES",
         f"t     0         3            1             {merged_bytes:<12} 0             3 -> 1",
     ]
-    assert dry.stderr.splitlines() == [f"t-0: would merge 3 files ({merged_bytes} bytes) into 1"]
+    assert dry.stderr.splitlines() == [f"t-0: optimize would merge 3 files ({merged_bytes} bytes) into 1; live files 3 -> 1"]
     assert len(live_files(table)) == 3
 
     done = cli("optimize", "--topic", "t", "--output", "json", forbid_pyspark=True)
@@ -368,7 +432,7 @@ def test_optimize_vacuum_history_cli(cluster, zk_connect, sparklog_home) -> None
     assert vacuum_dry.stdout.splitlines() == [
         "DRY RUN: nothing was changed", "TOPIC FILES-DELETED BYTES-DELETED", f"t     3             {merged_bytes}",
     ]
-    assert vacuum_dry.stderr.splitlines() == [f"t: partition=0: would delete 3 files ({merged_bytes} bytes)"]
+    assert vacuum_dry.stderr.splitlines() == [f"t: partition=0: vacuum would delete 3 files ({merged_bytes} bytes)"]
     vacuum = cli("vacuum", "--topic", "t", forbid_pyspark=True)
     assert vacuum.stdout.splitlines()[1] == f"t     3             {merged_bytes}"
     assert files_on_disk(table) == {f.path for f in live_files(table)}

@@ -3,6 +3,8 @@ metadata-only removal, log-start honoured by every reader (invariant 8)."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import time
 
@@ -96,6 +98,30 @@ def test_delete_records_hides_records_inside_a_straddling_file(cluster, spark) -
         cluster.delete_records("t", {0: 31})
     assert cluster.delete_records("t", {0: 30}) == {0: 30}
     assert surviving_offsets(cluster, "t") == []
+
+
+def test_spark_sources_below_log_start_fail_or_continue_with_a_warning(cluster, spark, caplog) -> None:
+    """failOnDataLoss=true names topic, partition and the missing range; false reads from
+    log-start and logs a warning (the batch and the stream source plan the same way)."""
+    from sparklog.spark.stream_reader import SparklogStreamReader
+
+    cluster.create_topic("t", 1)
+    produce_batches(cluster, "t", [0, 0, 0])
+    cluster.delete_records("t", {0: 15})
+    options = {**cluster.config.to_options(), "subscribe": "t"}
+    below = json.dumps({"t": {"0": 3}})
+    df = spark.read.format("sparklog").options(**options).option("startingOffsets", below)
+    with pytest.raises(Exception, match=r"Offsets 3\.\.14 of t-0 are no longer available \(log-start is 15\)"):
+        df.load().collect()
+    assert sorted(r.offset for r in df.option("failOnDataLoss", "false").load().collect()) == list(range(15, 30))
+
+    # Spark plans in a Python worker whose log is not ours: plan here to see the warning.
+    with pytest.raises(OffsetOutOfRangeError, match=r"Offsets 3\.\.14 of t-0 .*failOnDataLoss=false"):
+        SparklogStreamReader(options, include_headers=False).partitions({"t": {"0": 3}}, {"t": {"0": 30}})
+    lenient = SparklogStreamReader({**options, "failOnDataLoss": "false"}, include_headers=False)
+    with caplog.at_level(logging.WARNING, logger="sparklog"):
+        assert lenient.partitions({"t": {"0": 3}}, {"t": {"0": 30}})
+    assert "t-0: offsets 3..14 were removed; reading from 15" in caplog.text
 
 
 def test_retention_and_delete_records_cli(cluster, zk_connect, sparklog_home) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from pathlib import Path
 
@@ -121,7 +122,7 @@ def test_starting_offsets_for_partitions_without_a_committed_offset(spark, clust
     assert explicit.ranges == {("start", 0): (1, hw[0]), ("start", 1): (hw[1], hw[1])}
 
 
-def test_fail_on_data_loss_both_ways(spark, cluster, cluster_options):
+def test_fail_on_data_loss_both_ways(spark, cluster, cluster_options, caplog):
     cluster.create_topic("trimmed", partitions=1)
     produce_values(cluster, "trimmed", [f"t{i}" for i in range(20)])
     cluster.commit_offsets("lossy", {("trimmed", 0): 5})
@@ -130,7 +131,9 @@ def test_fail_on_data_loss_both_ways(spark, cluster, cluster_options):
         consume(spark, "lossy", "trimmed", **cluster_options)
     with pytest.raises(OffsetOutOfRangeError, match="failOnDataLoss=false"):
         consume_into(spark, "lossy", "trimmed", output_path=str(cluster.config.log_dir) + "/never", **cluster_options)
-    batch = consume(spark, "lossy", "trimmed", failOnDataLoss=False, **cluster_options)
+    with caplog.at_level(logging.WARNING, logger="sparklog"):
+        batch = consume(spark, "lossy", "trimmed", failOnDataLoss=False, **cluster_options)
+    assert "group lossy: offsets 5..11 of trimmed-0 are no longer available (log-start 12); continuing from 12" in caplog.text
     assert batch.ranges == {("trimmed", 0): (12, 20)}
     assert [r.value for r in batch.df.orderBy("offset").collect()] == [f"t{i}".encode() for i in range(12, 20)]
 
