@@ -76,6 +76,13 @@ def _summary(ms: list[float]) -> dict[str, float]:
     }
 
 
+def _default_history_retention_ms() -> int:
+    """As a topic created with default configs (imported late: the harness freezes the code first)."""
+    from sparklog.config import TOPIC_CONFIGS
+
+    return int(TOPIC_CONFIGS["history.retention.ms"].default)
+
+
 def _time_commits(commit: Callable[[int], None], n: int) -> list[float]:
     times: list[float] = []
     for offset in range(1, n + 1):
@@ -125,7 +132,7 @@ def _log_layer_side(scratch: str, n: int) -> dict[str, Any]:
     from sparklog.log.table import TopicTable
 
     table = TopicTable(scratch, "log-layer-offsets")
-    table.create("bench-log-layer")
+    table.create("bench-log-layer", _default_history_retention_ms())
     ms = _time_commits(
         lambda offset: group_offsets.commit_offsets(table, 0, GROUP, {(TOPIC, 0): OffsetCommit(offset)}), n
     )
@@ -137,7 +144,7 @@ def _baseline_side(scratch: str, n: int) -> dict[str, Any]:
     from sparklog.log.table import TopicTable
 
     table = TopicTable(scratch, "baseline-offsets")
-    table.create("bench-baseline")
+    table.create("bench-baseline", _default_history_retention_ms())
     app_id = f"bench.offset/{GROUP}/{TOPIC}/0"
 
     def commit(offset: int) -> None:

@@ -37,7 +37,9 @@ from pathlib import Path
 from types import ModuleType
 
 from benchmarks import (
+    case_commit_growth,
     case_commit_latency,
+    case_compaction,
     case_consumer,
     case_latency,
     case_light_producer,
@@ -59,6 +61,8 @@ CASES: dict[str, ModuleType] = {
     case_commit_latency.CASE: case_commit_latency,
     case_rebalance.CASE: case_rebalance,
     case_retention.CASE: case_retention,
+    case_compaction.CASE: case_compaction,
+    case_commit_growth.CASE: case_commit_growth,
 }
 DEFAULT_OUTPUT = Path("benchmarks/results/latest.json")
 SPARK_MASTER = "local[2]"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -25,8 +25,10 @@ from sparklog.config import (
     validate_configs,
     with_defaults,
 )
-from sparklog.controller.placement import assign_replicas
+from sparklog.controller.placement import assign_new_partitions, assign_replicas, validate_replica_assignment
+from sparklog.coordination.broker_registration import live_broker_ids
 from sparklog.coordination.metadata import MetadataStore
+from sparklog.coordination.partition_states import PartitionStateCache
 from sparklog.coordination.session import ZkSession
 from sparklog.errors import (
     ConfigError,
@@ -38,6 +40,7 @@ from sparklog.errors import (
 from sparklog.log.reader import offset_for_timestamp, read_ranges
 from sparklog.log.table import TopicTable
 from sparklog.offsets import OffsetSpec, parse_offset_spec
+from sparklog.replica_view import PartitionOffsets, ReplicaView
 from sparklog.topic import PartitionDescription, TopicDescription, is_internal, validate_topic_name
 
 if TYPE_CHECKING:
@@ -47,18 +50,6 @@ if TYPE_CHECKING:
     from sparklog.producer import Producer
 
 __all__ = ["Cluster", "connect", "PartitionOffsets"]
-
-
-class PartitionOffsets(tuple[int, int]):
-    """``(log_start, high_watermark)`` of one partition."""
-
-    @property
-    def log_start(self) -> int:
-        return self[0]
-
-    @property
-    def high_watermark(self) -> int:
-        return self[1]
 
 
 def _new_topic_id() -> str:
@@ -83,6 +74,8 @@ class Cluster:
         self._log_dirs: dict[int, str] = {}
         self._lock = threading.RLock()
         self._groups: "GroupCoordinator | None" = None
+        self._state_cache: PartitionStateCache | None = None
+        self.replicas = ReplicaView(self)
 
     # -- plumbing ------------------------------------------------------------------------
     @property
@@ -93,10 +86,30 @@ class Cluster:
                 self._zk, self._metadata = zk, MetadataStore(zk)
             return self._zk
 
+    def _placement_brokers(self) -> dict[int, str | None]:
+        """Brokers new replicas may go to, with their racks: the live ones (agents running);
+        with no agent at all, every registered broker plus this client's own log dir (the
+        embedded one-broker default, which needs no agent)."""
+        registry = self.metadata.brokers()
+        live = live_broker_ids(self.zk)
+        if live:
+            return {b: registry[b].rack if b in registry else None for b in live}
+        racks = {b: record.rack for b, record in registry.items()}
+        racks.setdefault(self.config.broker_id, self.config.broker_rack)
+        return racks
+
     def _register_self(self) -> None:
         """Offer this client's log dir as broker ``broker.id`` (only writers of metadata do,
         so a read-only client with other local settings never clashes with the registry)."""
         self.metadata.register_broker(self.config.broker_id, self.config.log_dir, self.config.broker_rack)
+
+    @property
+    def state_cache(self) -> PartitionStateCache:
+        """Partition states (leader, epoch, ISR), kept current by ZooKeeper watches."""
+        with self._lock:
+            if self._state_cache is None:
+                self._state_cache = PartitionStateCache(self.zk)
+            return self._state_cache
 
     @property
     def metadata(self) -> MetadataStore:
@@ -122,17 +135,27 @@ class Cluster:
         return log_dir
 
     def table(self, topic: str, partition: int = 0) -> TopicTable:
-        """The leader replica's table of ``topic`` (its partition ``partition``)."""
+        """The table of the replica leading ``topic``'s partition ``partition``."""
         validate_topic_name(topic)
-        assignment, _ = self.metadata.assignment(topic)
-        leader = assignment.replicas(partition)[0] if str(partition) in assignment.partitions else assignment.replicas(0)[0]
-        log_dir = self._log_dir_of(leader)
+        return self.replicas.leader_table(topic, partition)
+
+    def replica_table(self, topic: str, broker_id: int) -> TopicTable:
+        """The table of ``topic``'s replicas on broker ``broker_id``'s log dir (cached)."""
+        validate_topic_name(topic)
+        log_dir = self._log_dir_of(broker_id)
         with self._lock:
             key = (log_dir, topic)
             table = self._tables.get(key)
             if table is None:
                 table = self._tables[key] = TopicTable(log_dir, topic)
             return table
+
+    def forget_tables(self, topic: str) -> None:
+        """Drop cached snapshots of ``topic``'s tables (after a storage error or a re-creation)."""
+        with self._lock:
+            tables = [t for (_log_dir, name), t in self._tables.items() if name == topic]
+        for table in tables:
+            table.forget()
 
     def close(self) -> None:
         with self._lock:
@@ -157,17 +180,25 @@ class Cluster:
         partitions: int = 1,
         replication_factor: int = 1,
         config: Mapping[str, Any] | None = None,
+        replica_assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicDescription:
-        """Create a topic: ZooKeeper metadata in one multi-op, then one Delta table per replica."""
+        """Create a topic: ZooKeeper metadata in one multi-op, then one Delta table per replica.
+
+        Replicas are placed by Kafka's rack-aware round robin over the live brokers, or as
+        ``replica_assignment`` says (partition -> broker ids, first = preferred leader; then
+        ``partitions`` and ``replication_factor`` are ignored)."""
         validate_topic_name(name)
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-            raise InvalidPartitionsError(f"Number of partitions must be larger than 0, got {partitions!r}")
         configs = _stored_configs(validate_configs(config, TOPIC_CONFIGS, "topic"))
-        # This client offers its own log dir as a broker; place replicas before registering
-        # it, so a rejected request changes nothing.
-        brokers = set(self.metadata.brokers()) | {self.config.broker_id}
-        assignment = assign_replicas(sorted(brokers), partitions, replication_factor)
-        self._register_self()
+        racks = self._placement_brokers()
+        if replica_assignment is not None:
+            validate_replica_assignment(replica_assignment, set(racks))
+            assignment = {int(p): list(r) for p, r in sorted(replica_assignment.items())}
+        else:
+            if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+                raise InvalidPartitionsError(f"Number of partitions must be larger than 0, got {partitions!r}")
+            assignment = assign_replicas(sorted(racks), partitions, replication_factor, broker_racks=racks)
+        if self.config.broker_id in racks and not live_broker_ids(self.zk):
+            self._register_self()
         topic_id = _new_topic_id()
         self.metadata.create_topic(name, topic_id, assignment, configs)
         try:
@@ -240,8 +271,9 @@ class Cluster:
                     f"Topic currently has {current} partitions, which is higher than or equal to the requested "
                     f"{total}. Partitions can only be increased."
                 )
-            rf = len(assignment.replicas(0))
-            new = assign_replicas(list(self.metadata.brokers()), total - current, rf, start_partition=current)
+            existing = {int(p): replicas for p, replicas in assignment.partitions.items()}
+            racks = self._placement_brokers()
+            new = assign_new_partitions(sorted(racks), existing, total, broker_racks=racks)
             if self.metadata.add_partitions(name, assignment, version, new):
                 return self.describe_topic(name)
 
@@ -251,6 +283,7 @@ class Cluster:
         assignment, _ = self.metadata.assignment(name)
         log_dirs = {self._log_dir_of(b) for replicas in assignment.partitions.values() for b in replicas}
         self.metadata.delete_topic(name)
+        self.state_cache.forget(name)
         with self._lock:
             for log_dir in log_dirs:
                 self._tables.pop((log_dir, name), None)
@@ -269,23 +302,13 @@ class Cluster:
             )
 
     def partition_offsets(self, topic: str) -> dict[int, PartitionOffsets]:
-        """``partition -> (log_start, high_watermark)`` from one committed snapshot."""
-        partitions = self.partitions_of(topic)
-        table = self.table(topic)
-        dt = table.snapshot()
-        starts = table.log_starts(dt)
-        result = {}
-        for p in partitions:
-            end = table.log_end(dt, p)
-            result[p] = PartitionOffsets((starts.get(p, end), end))
-        return result
+        """``partition -> (log_start, high_watermark)``; the high watermark is the minimum log
+        end over the partition's in-sync replicas."""
+        return self.replicas.offsets(topic)
 
     def high_watermarks(self, topic: str) -> dict[int, int]:
         """``partition -> high watermark`` only: no file listing, cheap enough to poll."""
-        partitions = self.partitions_of(topic)
-        table = self.table(topic)
-        dt = table.snapshot()
-        return {p: table.log_end(dt, p) for p in partitions}
+        return self.replicas.high_watermarks(topic)
 
     def list_offsets(self, topic: str, spec: OffsetSpec | str = "latest") -> dict[int, int]:
         """Per partition: earliest, latest, or the first offset with timestamp >= ``spec`` ms.
@@ -298,13 +321,13 @@ class Cluster:
         offsets = self.partition_offsets(topic)
         if parsed == "earliest":
             return {p: o.log_start for p, o in offsets.items()}
-        table = self.table(topic)
-        dt = table.snapshot()
         result = {}
-        for p, o in offsets.items():
-            found = offset_for_timestamp(table, dt, p, int(parsed))
-            result[p] = -1 if found is None else max(found, o.log_start)
-        return result
+        for table, parts in self.replicas.leader_tables(topic):
+            dt = table.snapshot()
+            for p in parts:
+                found = offset_for_timestamp(table, dt, p, int(parsed))
+                result[p] = -1 if found is None or found >= offsets[p].high_watermark else max(found, offsets[p].log_start)
+        return dict(sorted(result.items()))
 
     def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
         """Kafka's ``deleteRecords``: per partition, records below the offset given disappear
@@ -315,11 +338,11 @@ class Cluster:
         partitions = self.partitions_of(topic)
         for partition in before:
             self._check_partition(topic, partition, partitions)
-        table = self.table(topic)
         for partition, offset in sorted(before.items()):
+            table = self.table(topic, partition)
             for _attempt in range(50):
                 dt = table.snapshot()
-                end = table.log_end(dt, partition)
+                end = min(table.log_end(dt, partition), self.replicas.high_watermarks(topic, [partition])[partition])
                 start = table.log_starts(dt).get(partition, end)
                 if offset < 0 or offset > end:
                     raise OffsetOutOfRangeError(
@@ -362,13 +385,8 @@ class Cluster:
         if partition is not None:
             self._check_partition(topic, partition, partitions)
             partitions = [partition]
-        table = self.table(topic)
-        dt = table.snapshot()
-        starts = table.log_starts(dt)
         ranges: dict[int, tuple[int, int]] = {}
-        for p in partitions:
-            end = table.log_end(dt, p)
-            start = starts.get(p, end)
+        for p, (start, end) in self.replicas.offsets(topic, partitions).items():
             lo = start if start_offset is None else start_offset
             if lo < start or lo > end:
                 raise OffsetOutOfRangeError(
@@ -377,7 +395,13 @@ class Cluster:
                 )
             hi = end if end_offset is None else max(lo, min(end_offset, end))
             ranges[p] = (lo, hi)
-        return read_ranges(table, dt, ranges, include_headers)
+        pieces = [
+            read_ranges(table, table.snapshot(), {p: ranges[p] for p in parts}, include_headers)
+            for table, parts in self.replicas.leader_tables(topic, partitions)
+        ]
+        if len(pieces) == 1:
+            return pieces[0]
+        return pa.concat_tables(pieces).sort_by([("partition", "ascending"), ("offset", "ascending")])
 
     # -- clients -------------------------------------------------------------------------
     def producer(self, **config: Any) -> "Producer":

@@ -120,6 +120,9 @@ TOPIC_CONFIGS: dict[str, ConfigSpec] = {
             "min.cleanable.dirty.ratio", 0.5, float, "a number between 0 and 1", lambda v: 0.0 <= v <= 1.0
         ),
         _long("min.insync.replicas", 1, 1),
+        ConfigSpec(
+            "unclean.leader.election.enable", False, _parse_bool, "true or false", lambda v: isinstance(v, bool)
+        ),
         _long("max.message.bytes", 1_048_588, 0),
         _choice("message.timestamp.type", "CreateTime", ("CreateTime", "LogAppendTime")),
         _long("segment.bytes", 1_073_741_824, 14),

@@ -36,7 +36,7 @@ from sparklog.errors import (
 from sparklog.group.coordinator import NO_GENERATION, GroupCoordinator, OffsetCommit
 from sparklog.group.ids import new_member_id, validate_group_id, validate_instance_id
 from sparklog.log.reader import empty_read_table, offset_for_timestamp, read_ranges
-from sparklog.log.table import TopicTable
+from sparklog.replica_view import LeaderSnapshot
 
 if TYPE_CHECKING:
     from sparklog.cluster import Cluster
@@ -91,7 +91,6 @@ class Consumer:
         self._next_partition = 0
         self._last_auto_commit = time.monotonic()
         self._last_committed: dict[TopicPartition, int] = {}
-        self._tables: dict[str, TopicTable] = {}
         self._on_assign: Callable[[list[TopicPartition]], None] | None = None
         self._on_revoke: Callable[[list[TopicPartition]], None] | None = None
         self._closed = False
@@ -249,7 +248,7 @@ class Consumer:
         """Per partition, the earliest offset whose timestamp (ms) is >= the one given (None: none)."""
         result: dict[TopicPartition, int | None] = {}
         for (topic, partition), ts in timestamps.items():
-            table = self.cluster.table(topic)
+            table = self.cluster.table(topic, int(partition))
             found = offset_for_timestamp(table, table.snapshot(), int(partition), int(ts))
             result[(topic, int(partition))] = None if found is None else max(found, self._bounds((topic, int(partition)))[0])
         return result
@@ -314,16 +313,19 @@ class Consumer:
         self._next_partition += 1
         order = self._assigned[turn:] + self._assigned[:turn]
         pieces: list[pa.Table] = []
-        snapshots: dict[str, tuple[TopicTable, Any]] = {}
+        views: dict[str, dict[int, LeaderSnapshot]] = {}
         for tp in order:
             if budget <= 0:
                 break
             topic, partition = tp
-            if topic not in snapshots:
-                table = self._table(topic)
-                snapshots[topic] = (table, table.snapshot())
-            table, dt = snapshots[topic]
-            high = table.log_end(dt, partition)
+            if topic not in views:
+                views[topic] = self.cluster.replicas.fetch_positions(
+                    topic, [p for t, p in self._assigned if t == topic], skip_offline=True
+                )
+            view = views[topic].get(partition)
+            if view is None:
+                continue  # no leader right now (its brokers are down): read it once one is elected
+            table, dt, high = view.table, view.snapshot, view.high_watermark
             position = self._positions[tp]
             if position > high:
                 self._reset_position(tp, f"offset {position} is above the high watermark {high}")
@@ -345,13 +347,6 @@ class Consumer:
                 budget -= piece.num_rows
                 self._positions[tp] = piece.column("offset")[-1].as_py() + 1
         return pa.concat_tables(pieces) if pieces else empty_read_table(True)
-
-    def _table(self, topic: str) -> TopicTable:
-        """The topic's leader table, resolved once per consumer (partition reads use its snapshot)."""
-        table = self._tables.get(topic)
-        if table is None:
-            table = self._tables[topic] = self.cluster.table(topic)
-        return table
 
     # -- commits -------------------------------------------------------------------------
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None, metadata: str = "") -> None:

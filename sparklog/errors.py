@@ -16,6 +16,7 @@ __all__ = [
     "TopicNotFoundError",
     "InvalidPartitionsError",
     "InvalidReplicationFactorError",
+    "InvalidReplicaAssignmentError",
     "UnknownPartitionError",
     "OffsetOutOfRangeError",
     "InvalidOffsetSpecError",
@@ -23,6 +24,9 @@ __all__ = [
     "SchemaMismatchError",
     "FencedError",
     "NotLeaderError",
+    "LeaderNotAvailableError",
+    "NotEnoughReplicasError",
+    "NotEnoughReplicasAfterAppendError",
     "LeaseTimeoutError",
     "CoordinationError",
     "ZooKeeperUnavailableError",
@@ -70,6 +74,11 @@ class InvalidReplicationFactorError(SparklogError, ValueError):
     """The replication factor is below 1 or above the number of live brokers."""
 
 
+class InvalidReplicaAssignmentError(SparklogError, ValueError):
+    """A replica assignment (explicit or to be computed) is malformed or cannot be made: empty,
+    duplicate or unknown brokers, uneven replication factor, or rack information on some brokers only."""
+
+
 class UnknownPartitionError(SparklogError, ValueError):
     """A partition number is outside ``0 .. partitions - 1`` of its topic."""
 
@@ -96,6 +105,19 @@ class FencedError(SparklogError):
 
 class NotLeaderError(FencedError):
     """The writer is not (or no longer) the leader of the partition."""
+
+
+class LeaderNotAvailableError(SparklogError):
+    """The partition has no leader right now (no live in-sync replica): retry later."""
+
+
+class NotEnoughReplicasError(SparklogError):
+    """``acks=all`` with fewer in-sync replicas than ``min.insync.replicas``: nothing was appended."""
+
+
+class NotEnoughReplicasAfterAppendError(NotEnoughReplicasError):
+    """The batch was appended, but the ISR fell below ``min.insync.replicas`` before every
+    in-sync replica had it: it is not acknowledged (a retry is deduplicated)."""
 
 
 class LeaseTimeoutError(SparklogError):

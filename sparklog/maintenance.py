@@ -76,11 +76,7 @@ def _policies(configs: dict[str, Any]) -> set[str]:
 
 def leader_tables(cluster: "Cluster", topic: str) -> list[tuple["TopicTable", list[int]]]:
     """The topic's tables (one per leader replica) with the partitions each one leads."""
-    grouped: dict[int, tuple["TopicTable", list[int]]] = {}
-    for partition in cluster.partitions_of(topic):
-        table = cluster.table(topic, partition)
-        grouped.setdefault(id(table), (table, []))[1].append(partition)
-    return list(grouped.values())
+    return cluster.replicas.leader_tables(topic)
 
 
 def run_retention(
@@ -93,7 +89,7 @@ def run_retention(
     for topic in selected:
         configs = cluster.topic_config(topic)
         if "delete" in _policies(configs):
-            results += apply_delete_policy(cluster.table(topic), cluster.partitions_of(topic), configs, now, dry_run)
+            results += _retain_topic(cluster, topic, configs, now, dry_run)
     return results
 
 
@@ -110,10 +106,21 @@ def _compact_topic(cluster: "Cluster", topic: str, configs: dict[str, Any], runn
                    dry_run: bool, now: int, progress: Progress | None) -> list[CompactionResult]:  # fmt: skip
     report = None if progress is None else (lambda r: progress(r.line()))
     run_tasks, wave_size = runner
-    return compact_partitions(
-        cluster.table(topic), cluster.partitions_of(topic), configs, now, run_tasks,
-        dry_run=dry_run, wave_size=wave_size, progress=report,
-    )  # fmt: skip
+    return [
+        result
+        for table, partitions in leader_tables(cluster, topic)
+        for result in compact_partitions(
+            table, partitions, configs, now, run_tasks, dry_run=dry_run, wave_size=wave_size, progress=report
+        )
+    ]
+
+
+def _retain_topic(cluster: "Cluster", topic: str, configs: dict[str, Any], now: int, dry_run: bool) -> list[RetentionResult]:
+    return [
+        result
+        for table, partitions in leader_tables(cluster, topic)
+        for result in apply_delete_policy(table, partitions, configs, now, dry_run)
+    ]
 
 
 def run_compaction(
@@ -225,7 +232,7 @@ def run_maintenance(
         # Internal topics compact themselves on write; they still need optimize and vacuum.
         policies = _policies(configs) if topics is not None or not is_internal(topic) else set()
         if "delete" in policies:
-            done = apply_delete_policy(cluster.table(topic), cluster.partitions_of(topic), configs, now, dry_run)
+            done = _retain_topic(cluster, topic, configs, now, dry_run)
             report.retention.extend(done)
             for r in done if progress is not None else ():
                 progress(_retention_line(r))

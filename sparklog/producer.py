@@ -27,7 +27,6 @@ import pyarrow as pa
 from sparklog.config import PRODUCER_CONFIGS, with_defaults
 from sparklog.coordination.lease import WriterLease
 from sparklog.errors import (
-    FencedError,
     ProducerClosedError,
     RecordTooLargeError,
     SchemaMismatchError,
@@ -35,10 +34,10 @@ from sparklog.errors import (
     TopicNotFoundError,
     UnknownPartitionError,
 )
-from sparklog.log.append import AppendResult, append
+from sparklog.log.append import AppendResult
 from sparklog.log.segment import parquet_compression
-from sparklog.log.table import TopicTable
 from sparklog.batches import normalise_input
+from sparklog.produce_request import RequestSettings, TopicWriteSettings, produce_request
 from sparklog.records import RecordMetadata, partition_for_key, records_to_arrow, to_bytes
 
 if TYPE_CHECKING:
@@ -106,7 +105,7 @@ class _TopicInfo:
     log_append_time: bool
     compression: str
     segment_bytes: int
-    table: TopicTable
+    min_insync_replicas: int
 
 
 class Producer:
@@ -254,7 +253,7 @@ class Producer:
                 log_append_time=configs["message.timestamp.type"] == "LogAppendTime",
                 compression=parquet_compression(str(configs["compression.type"]), str(self.config["compression.type"])),
                 segment_bytes=int(configs["segment.bytes"]),
-                table=self._cluster.table(topic),
+                min_insync_replicas=int(configs["min.insync.replicas"]),
             )
             self._topics[topic] = info
         return info
@@ -356,54 +355,31 @@ class Producer:
         return lease
 
     def _produce(self, topic: str, batches: Mapping[int, pa.Table]) -> AppendResult:
-        """One produce request: lease, append (one commit), release. Retries when fenced."""
+        """One produce request (:mod:`sparklog.produce_request`): leaders, leases, appends, acks."""
         info = self._topic_info(topic)
         with self._produce_lock:
             sequence = self._sequences.get(topic, 0) + 1
             self._sequences[topic] = sequence
-            last_error: FencedError | None = None
-            for attempt in range(_FENCED_RETRIES):
-                leases = [self._lease(topic, p) for p in sorted(batches)]
-                try:
-                    epochs = {}
-                    for lease in leases:
-                        grant = lease.acquire(
-                            int(self.config["max.block.ms"]),
-                            functools.partial(_log_epoch, info.table, lease.partition),
-                        )
-                        if grant.takeover:
-                            info.table.commit_epoch_marker(lease.partition, grant.epoch)
-                        epochs[lease.partition] = grant.epoch
-                    idempotent = bool(self.config["enable.idempotence"])
-                    return append(
-                        info.table,
-                        epochs,
-                        batches,
-                        producer_id=self.producer_id if idempotent else None,
-                        sequence=sequence if idempotent else None,
-                        # A sequence never tried before can't be stored yet: skip the lookup.
-                        check_duplicate=attempt > 0,
-                        log_append_time=info.log_append_time,
-                        compression=info.compression,
-                        segment_bytes=info.segment_bytes,
-                        fsync=self.acks == "all",
-                    )
-                except FencedError as exc:
-                    last_error = exc  # our lease expired and someone else wrote: take it again
-                except (StorageError, TopicNotFoundError):
-                    # Maybe deleted (and re-created): re-read metadata and re-open the table next time.
-                    self._topics.pop(topic, None)
-                    info.table.forget()
-                    raise
-                finally:
-                    for lease in leases:
-                        lease.release()
-            assert last_error is not None
-            raise last_error
-
-
-def _log_epoch(table: TopicTable, partition: int) -> int:
-    return table.fence_epoch(table.snapshot(), partition)
+            idempotent = bool(self.config["enable.idempotence"])
+            topic_settings = TopicWriteSettings(
+                info.log_append_time, info.compression, info.segment_bytes, info.min_insync_replicas
+            )
+            request = RequestSettings(
+                acks=self.acks,
+                max_block_ms=int(self.config["max.block.ms"]),
+                delivery_timeout_ms=int(self.config["delivery.timeout.ms"]),
+                producer_id=self.producer_id if idempotent else None,
+                sequence=sequence if idempotent else None,
+            )
+            try:
+                return produce_request(
+                    self._cluster, topic, batches, topic_settings, request, functools.partial(self._lease, topic)
+                )
+            except (StorageError, TopicNotFoundError):
+                # Maybe deleted (and re-created): re-read metadata and re-open the tables next time.
+                self._topics.pop(topic, None)
+                self._cluster.forget_tables(topic)
+                raise
 
 
 def _to_arrow(records: list[_Pending]) -> pa.Table:

@@ -16,14 +16,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from sparklog.cli import configs, consume, groups, maintenance, offsets, produce, topics, zookeeper
+from sparklog.cli import brokers, configs, consume, groups, maintenance, offsets, partitions, produce, topics, zookeeper
 from sparklog.cli.options import UsageError, add_global_options
 from sparklog.cli.output import print_error, use_utf8_streams
 from sparklog.errors import SparklogError
 
 __all__ = ["build_parser", "main"]
 
-_COMMANDS = (topics, configs, produce, consume, offsets, groups, maintenance, zookeeper)
+_COMMANDS = (topics, configs, produce, consume, offsets, groups, maintenance, brokers, partitions, zookeeper)
 _EXIT_ERROR = 1
 _EXIT_INTERRUPTED = 130
 

@@ -4,22 +4,36 @@ Output mirrors ``kafka-topics`` column for column: ``Created topic t.``, one nam
 line for ``list``, and for ``describe`` a topic line
 ``Topic: t<TAB>TopicId: ..<TAB>PartitionCount: N<TAB>ReplicationFactor: N<TAB>Configs: k=v,..``
 (overrides only, sorted) followed by one ``<TAB>Topic: t<TAB>Partition: p<TAB>Leader: l
-<TAB>Replicas: a,b<TAB>Isr: a,b`` line per partition. ``alter`` and ``delete`` print
-nothing on success, as Kafka 3's tool does. Metadata only: no Spark, no Delta reads.
+<TAB>Replicas: a,b<TAB>Isr: a,b`` line per partition (a leaderless partition shows
+``Leader: none``). ``alter`` and ``delete`` print nothing on success, as Kafka 3's tool does.
+Metadata only: no Spark, no Delta reads.
+
+``create --replica-assignment 0:1:2,1:2:0`` places replicas explicitly (first = preferred
+leader); as in ``kafka-topics`` it excludes ``--partitions`` and ``--replication-factor``.
+``describe --under-replicated-partitions`` (ISR smaller than the replica list) and
+``--unavailable-partitions`` (no leader, or a leader whose broker is not live) print only
+the matching partition lines, without topic lines, as ``kafka-topics`` does. With no broker
+agent live at all (the embedded one-broker mode, where clients write leaders' tables
+directly) only a leader of -1 counts as unavailable.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sparklog.cli.options import add_command, connect, key_value, select_topics
+from sparklog.cli.options import UsageError, add_command, connect, key_value, select_topics
 from sparklog.cli.output import add_output_option, comma_list, write_json, write_lines
+from sparklog.topic import PartitionDescription
 
 if TYPE_CHECKING:
+    from sparklog.cluster import Cluster
     from sparklog.topic import TopicDescription
 
-__all__ = ["register", "describe_lines", "description_json"]
+__all__ = ["register", "describe_lines", "description_json", "PartitionFilter"]
+
+PartitionFilter = Callable[[PartitionDescription], bool]
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -32,8 +46,14 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
     create = add_command(actions, "create", _create, "create a topic", config_flag=False)
     create.add_argument("--topic", required=True, help="name of the new topic")
-    create.add_argument("--partitions", type=int, default=1, help="number of partitions (default 1)")
-    create.add_argument("--replication-factor", type=int, default=1, help="replicas per partition (default 1)")
+    create.add_argument("--partitions", type=int, help="number of partitions (default 1)")
+    create.add_argument("--replication-factor", type=int, help="replicas per partition (default 1)")
+    create.add_argument(
+        "--replica-assignment",
+        metavar="BROKERS",
+        help="explicit placement, partitions separated by ',' and each partition's brokers by ':' "
+        "(first = preferred leader), e.g. 0:1:2,1:2:0; excludes --partitions and --replication-factor",
+    )
     create.add_argument(
         "--config",
         dest="topic_configs",
@@ -52,6 +72,17 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         actions, "describe", _describe, "describe topics: id, partitions, leaders, replicas, ISR, configs"
     )
     _add_selection_options(describe)
+    filters = describe.add_mutually_exclusive_group()
+    filters.add_argument(
+        "--under-replicated-partitions",
+        action="store_true",
+        help="only partitions whose ISR is smaller than their replica list",
+    )
+    filters.add_argument(
+        "--unavailable-partitions",
+        action="store_true",
+        help="only partitions without a leader, or whose leader's broker is not live",
+    )
     add_output_option(describe)
 
     alter = add_command(actions, "alter", _alter, "increase the number of partitions of a topic")
@@ -71,15 +102,20 @@ def _add_selection_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def describe_lines(description: "TopicDescription") -> list[str]:
-    """``kafka-topics --describe`` lines of one topic."""
+def describe_lines(description: "TopicDescription", partition_filter: PartitionFilter | None = None) -> list[str]:
+    """``kafka-topics --describe`` lines of one topic; with ``partition_filter`` (one of the
+    report options) only the partition lines it keeps, and no topic line."""
     d = description
     configs = ",".join(f"{key}={value}" for key, value in sorted(d.configs.items()))
-    lines = [
-        f"Topic: {d.name}\tTopicId: {d.topic_id}\tPartitionCount: {d.partition_count}\t"
-        f"ReplicationFactor: {d.replication_factor}\tConfigs: {configs}"
-    ]
+    lines = []
+    if partition_filter is None:
+        lines.append(
+            f"Topic: {d.name}\tTopicId: {d.topic_id}\tPartitionCount: {d.partition_count}\t"
+            f"ReplicationFactor: {d.replication_factor}\tConfigs: {configs}"
+        )
     for p in d.partitions:
+        if partition_filter is not None and not partition_filter(p):
+            continue
         leader = p.leader if p.leader >= 0 else "none"  # Kafka's word for a leaderless partition
         lines.append(
             f"\tTopic: {d.name}\tPartition: {p.partition}\tLeader: {leader}\t"
@@ -88,7 +124,7 @@ def describe_lines(description: "TopicDescription") -> list[str]:
     return lines
 
 
-def description_json(description: "TopicDescription") -> dict[str, Any]:
+def description_json(description: "TopicDescription", partition_filter: PartitionFilter | None = None) -> dict[str, Any]:
     d = description
     return {
         "topic": d.name,
@@ -105,17 +141,27 @@ def description_json(description: "TopicDescription") -> dict[str, Any]:
                 "isr": list(p.isr),
             }
             for p in d.partitions
+            if partition_filter is None or partition_filter(p)
         ],
     }
 
 
 def _create(args: argparse.Namespace) -> int:
+    from sparklog.controller.placement import parse_replica_assignment
     from sparklog.errors import TopicExistsError
 
+    assignment = None
+    if args.replica_assignment is not None:
+        for option, value in (("partitions", args.partitions), ("replication-factor", args.replication_factor)):
+            if value is not None:  # kafka-topics' CommandLineUtils.checkInvalidArgs wording
+                raise UsageError(f'Option "[replica-assignment]" can\'t be used with option "[{option}]"')
+        assignment = parse_replica_assignment(args.replica_assignment)
     configs = dict(args.topic_configs or [])
+    partitions = 1 if args.partitions is None else args.partitions
+    replication_factor = 1 if args.replication_factor is None else args.replication_factor
     with connect(args) as cluster:
         try:
-            cluster.create_topic(args.topic, args.partitions, args.replication_factor, configs)
+            cluster.create_topic(args.topic, partitions, replication_factor, configs, replica_assignment=assignment)
         except TopicExistsError:
             if args.if_not_exists:
                 return 0
@@ -138,11 +184,28 @@ def _describe(args: argparse.Namespace) -> int:
     with connect(args) as cluster:
         topics = select_topics(cluster, args.topic, exclude_internal=args.exclude_internal)
         descriptions = [cluster.describe_topic(topic) for topic in topics]
+        partition_filter = _partition_filter(cluster, args)
     if args.output == "json":
-        write_json([description_json(d) for d in descriptions])
+        documents = [description_json(d, partition_filter) for d in descriptions]
+        # A report option lists matching partitions only: leave out topics with none.
+        write_json([doc for doc in documents if partition_filter is None or doc["partitions"]])
     else:
-        write_lines(line for d in descriptions for line in describe_lines(d))
+        write_lines(line for d in descriptions for line in describe_lines(d, partition_filter))
     return 0
+
+
+def _partition_filter(cluster: "Cluster", args: argparse.Namespace) -> PartitionFilter | None:
+    """The report option's predicate (kafka-topics' ``DescribeOptions``), or None for all."""
+    if args.under_replicated_partitions:
+        return lambda p: len(p.isr) < len(p.replicas)
+    if args.unavailable_partitions:
+        from sparklog.coordination.broker_registration import live_broker_ids
+
+        live = set(live_broker_ids(cluster.zk))
+        # No agent live at all: the agentless mode, where a recorded leader is served by its
+        # clients (see the module docstring); otherwise Kafka's rule.
+        return lambda p: p.leader < 0 or (bool(live) and p.leader not in live)
+    return None
 
 
 def _alter(args: argparse.Namespace) -> int:

@@ -17,6 +17,8 @@ from sparklog.coordination.session import ZkSession, zk_errors
 from sparklog.errors import ConfigError, CoordinationError, TopicExistsError, TopicNotFoundError
 from sparklog.coordination.zkdata import (
     BrokerRecord,
+    ElectionRequestRecord,
+    ReassignmentRecord,
     PartitionState,
     TopicAssignment,
     TopicConfigRecord,
@@ -128,6 +130,97 @@ class MetadataStore:
                     raise TopicNotFoundError(f"Topic '{topic}' partition {partition} has no state znode") from None
                 result[partition] = PartitionState.decode(data, path)
         return result
+
+    def partition_state(self, topic: str, partition: int) -> tuple[PartitionState, int]:
+        """The state of one partition and its znode version (for compare-and-set)."""
+        path = zkdata.partition_state_path(topic, partition)
+        with zk_errors(f"reading the state of {topic}-{partition}"):
+            try:
+                data, stat = self.zk.client.get(path)
+            except NoNodeError:
+                raise TopicNotFoundError(f"Topic '{topic}' partition {partition} has no state znode") from None
+        return PartitionState.decode(data, path), stat.version
+
+    def set_partition_state(
+        self,
+        topic: str,
+        partition: int,
+        state: PartitionState,
+        expected_version: int,
+        controller_epoch_version: int | None = None,
+    ) -> bool:
+        """Compare-and-set a partition's state; with ``controller_epoch_version``, only while
+        ``/controller_epoch`` still has that version (a deposed controller writes nothing).
+        False when either changed meanwhile."""
+        path = zkdata.partition_state_path(topic, partition)
+        client = self.zk.client
+        with zk_errors(f"updating the state of {topic}-{partition}"):
+            txn = client.transaction()
+            if controller_epoch_version is not None:
+                txn.check(zkdata.CONTROLLER_EPOCH, controller_epoch_version)
+            txn.set_data(path, encode(state), version=expected_version)
+            results = txn.commit()
+        if any(isinstance(r, (BadVersionError, NoNodeError)) for r in results):
+            return False
+        errors = [r for r in results if isinstance(r, Exception) and not _is_rollback(r)]
+        if errors:
+            raise CoordinationError(f"Updating the state of {topic}-{partition} failed: {errors[0]!r}")
+        return True
+
+    def set_assignment(self, topic: str, assignment: TopicAssignment, expected_version: int) -> bool:
+        """Compare-and-set a topic's replica assignment (reassignment); False if it changed."""
+        with zk_errors(f"updating the assignment of {topic}"):
+            try:
+                self.zk.client.set(zkdata.topic_path(topic), encode(assignment), version=expected_version)
+            except BadVersionError:
+                return False
+            except NoNodeError:
+                raise TopicNotFoundError(f"Topic '{topic}' does not exist") from None
+        return True
+
+    # -- admin requests (executed by the controller) -------------------------------------
+    def create_admin_request(self, path: str, record: object, what: str) -> None:
+        with zk_errors(f"requesting {what}"):
+            try:
+                self.zk.client.create(path, encode(record), makepath=True)
+            except NodeExistsError:
+                raise CoordinationError(
+                    f"A {what} is already in progress ({path} exists); wait for the controller to finish it"
+                ) from None
+
+    def preferred_election_request(self) -> list[str] | None:
+        data = self._get_or_none(zkdata.ADMIN_PREFERRED_ELECTION)
+        return None if data is None else ElectionRequestRecord.decode(data, zkdata.ADMIN_PREFERRED_ELECTION).partitions
+
+    def delete_preferred_election_request(self) -> None:
+        self._delete_if_exists(zkdata.ADMIN_PREFERRED_ELECTION)
+
+    def reassignment_request(self) -> dict[str, list[int]] | None:
+        data = self._get_or_none(zkdata.ADMIN_REASSIGN)
+        return None if data is None else ReassignmentRecord.decode(data, zkdata.ADMIN_REASSIGN).partitions
+
+    def set_reassignment_request(self, remaining: dict[str, list[int]]) -> None:
+        """What is left of the reassignment; deleting the request when nothing is."""
+        if not remaining:
+            self._delete_if_exists(zkdata.ADMIN_REASSIGN)
+            return
+        with zk_errors("updating the reassignment request"):
+            self.zk.client.set(zkdata.ADMIN_REASSIGN, encode(ReassignmentRecord(partitions=remaining)))
+
+    def _get_or_none(self, path: str) -> bytes | None:
+        with zk_errors(f"reading {path}"):
+            try:
+                data, _ = self.zk.client.get(path)
+            except NoNodeError:
+                return None
+        return data
+
+    def _delete_if_exists(self, path: str) -> None:
+        with zk_errors(f"deleting {path}"):
+            try:
+                self.zk.client.delete(path)
+            except NoNodeError:
+                pass
 
     def topic_config(self, topic: str) -> tuple[dict[str, str], int]:
         path = zkdata.topic_config_path(topic)

@@ -29,6 +29,14 @@ __all__ = [
     "writer_path",
     "topic_config_path",
     "broker_registry_path",
+    "broker_ids_path",
+    "CONTROLLER",
+    "CONTROLLER_EPOCH",
+    "ADMIN_REASSIGN",
+    "ADMIN_PREFERRED_ELECTION",
+    "ControllerRecord",
+    "ReassignmentRecord",
+    "ElectionRequestRecord",
     "TopicAssignment",
     "PartitionState",
     "WriterLeaseRecord",
@@ -55,6 +63,8 @@ CONFIG_TOPICS = "/config/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONSUMERS = "/consumers"
+ADMIN_REASSIGN = "/admin/reassign_partitions"
+ADMIN_PREFERRED_ELECTION = "/admin/preferred_replica_election"
 
 
 def topic_path(topic: str) -> str:
@@ -83,6 +93,11 @@ def topic_config_path(topic: str) -> str:
 
 def broker_registry_path(broker_id: int) -> str:
     return f"{BROKER_REGISTRY}/{int(broker_id)}"
+
+
+def broker_ids_path(broker_id: int) -> str:
+    """The ephemeral liveness znode of a broker's agent."""
+    return f"{BROKER_IDS}/{int(broker_id)}"
 
 
 def group_path(group_id: str) -> str:
@@ -144,17 +159,26 @@ class TopicAssignment:
 
 @dataclass(frozen=True)
 class PartitionState:
-    """``.../partitions/<p>/state``: leader, leader epoch and in-sync replicas."""
+    """``.../partitions/<p>/state``: leader (-1: offline), leader epoch, in-sync replicas and
+    the leader-epoch history ``[[epoch, start_offset], ...]`` (ascending; the offset each
+    epoch's leader started appending at), which followers reconcile against."""
 
     leader: int
     leader_epoch: int
     isr: list[int]
+    epochs: list[list[int]] = field(default_factory=lambda: [[0, 0]])
     version: int = 1
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> "PartitionState":
         raw = decode_json(data, path)
-        return cls(leader=int(raw["leader"]), leader_epoch=int(raw["leader_epoch"]), isr=list(raw["isr"]))
+        epochs = raw.get("epochs") or [[int(raw["leader_epoch"]), 0]]
+        return cls(
+            leader=int(raw["leader"]),
+            leader_epoch=int(raw["leader_epoch"]),
+            isr=[int(b) for b in raw["isr"]],
+            epochs=[[int(e), int(o)] for e, o in epochs],
+        )
 
 
 @dataclass(frozen=True)
@@ -306,3 +330,45 @@ class StaticDepartureRecord:
     def decode(cls, data: bytes, path: str) -> "StaticDepartureRecord":
         raw = decode_json(data, path)
         return cls(str(raw["member_id"]), int(raw["departed_ms"]), int(raw["session_timeout_ms"]))
+
+
+@dataclass(frozen=True)
+class ControllerRecord:
+    """``/controller`` (ephemeral): the broker whose agent is the controller, and its epoch
+    (the value ``/controller_epoch`` had after it won)."""
+
+    broker_id: int
+    epoch: int
+    version: int = 1
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> "ControllerRecord":
+        raw = decode_json(data, path)
+        return cls(broker_id=int(raw["broker_id"]), epoch=int(raw["epoch"]))
+
+
+@dataclass(frozen=True)
+class ReassignmentRecord:
+    """``/admin/reassign_partitions``: target replicas per ``"<topic>/<partition>"``."""
+
+    partitions: dict[str, list[int]]
+    version: int = 1
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> "ReassignmentRecord":
+        raw = decode_json(data, path)
+        return cls(partitions={str(k): [int(b) for b in v] for k, v in dict(raw["partitions"]).items()})
+
+
+@dataclass(frozen=True)
+class ElectionRequestRecord:
+    """``/admin/preferred_replica_election``: partitions ``"<topic>/<partition>"`` whose
+    preferred (first) replica should lead again."""
+
+    partitions: list[str]
+    version: int = 1
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> "ElectionRequestRecord":
+        raw = decode_json(data, path)
+        return cls(partitions=[str(k) for k in raw["partitions"]])

@@ -2,12 +2,17 @@
 
 One call = one produce request = one Delta commit covering every partition in it:
 
-1. refresh the snapshot; if the producer's sequence is already committed, the batch is a
-   retry: return the original offsets, write nothing (idempotent produce);
-2. for every partition, check the log's fence epoch is not newer than ours (else
-   :class:`~sparklog.errors.FencedError`) and read its log-end offset;
-3. write one segment per partition (more if over ``segment.bytes``) continuing from it;
-4. commit files + ``end``/``fence``/``producer`` app transactions in one Delta commit.
+1. refresh the snapshot; partitions where the producer's sequence is already committed are
+   a retry: they keep their original offsets and nothing is written for them (idempotent
+   produce; per partition, because after a failover one batch's partitions may have been
+   split between leaders);
+2. for every partition, check the log's fence epoch (write lease) and leader epoch are not
+   newer than ours (else :class:`~sparklog.errors.FencedError` /
+   :class:`~sparklog.errors.NotLeaderError`) and read its log-end offset;
+3. write one segment per partition (more if over ``segment.bytes``) continuing from it; the
+   producer id and sequence go into each file's Parquet metadata, so a follower copying the
+   file can carry the producer's sequence over (docs/replication.md);
+4. commit files + ``end``/``fence``/``leader``/``producer`` app transactions in one Delta commit.
    A conflict means someone else committed to one of our partitions: delete our files,
    go back to 1 (the fence check then tells a zombie it is fenced).
 
@@ -25,9 +30,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from sparklog.errors import FencedError, StorageError
-from sparklog.log.segment import SegmentFile, split_for_size, write_segment
-from sparklog.log.table import CommitConflict, TopicTable, end_app_id, fence_app_id, producer_app_id
+from sparklog.errors import FencedError, NotLeaderError, StorageError
+from sparklog.log.segment import PRODUCER_KEY, SEQUENCE_KEY, SegmentFile, split_for_size, write_segment
+from sparklog.log.table import (
+    CommitConflict, TopicTable, end_app_id, fence_app_id, leader_app_id, leader_fence_app_id, producer_app_id,
+)  # fmt: skip
 
 __all__ = ["AppendResult", "append", "commit_reserved", "with_append_time", "MAX_COMMIT_ATTEMPTS"]
 
@@ -51,6 +58,16 @@ def _check_fences(table: TopicTable, dt: object, epochs: Mapping[int, int]) -> N
             )
 
 
+def _check_leader_epochs(table: TopicTable, dt: object, leader_epochs: Mapping[int, int]) -> None:
+    for partition, epoch in leader_epochs.items():
+        current = table.fenced_leader_epoch(dt, partition)  # type: ignore[arg-type]
+        if current > epoch:
+            raise NotLeaderError(
+                f"Partition {table.topic}-{partition}: the replica at {table.root} has seen leader epoch {current}, "
+                f"newer than this writer's {epoch}; leadership moved: refresh the metadata and write to the new leader"
+            )
+
+
 def _previous_offsets(table: TopicTable, dt: object, producer_id: str, sequence: int) -> dict[int, int]:
     # The commitInfo of the original commit records its base offsets; look back a bounded way.
     for entry in dt.history(200):  # type: ignore[attr-defined]
@@ -64,6 +81,7 @@ def append(
     epochs: Mapping[int, int],
     batches: Mapping[int, pa.Table],
     *,
+    leader_epochs: Mapping[int, int] | None = None,
     producer_id: str | None = None,
     sequence: int | None = None,
     check_duplicate: bool = True,
@@ -72,7 +90,8 @@ def append(
     segment_bytes: int = 1 << 30,
     fsync: bool = False,
 ) -> AppendResult:
-    """Append ``batches`` (partition -> records without offsets) under ``epochs`` (partition -> epoch).
+    """Append ``batches`` (partition -> records without offsets) under ``epochs`` (partition ->
+    write-lease epoch) and ``leader_epochs`` (partition -> leader epoch; None: not checked).
 
     ``check_duplicate=False`` skips the idempotence lookup on the first attempt; callers
     pass it only for a sequence they have never sent before.
@@ -80,33 +99,48 @@ def append(
     missing = set(batches) - set(epochs)
     if missing:
         raise FencedError(f"No write lease held for partitions {sorted(missing)} of {table.topic}")
+    idempotent = producer_id is not None and sequence is not None
     for attempt in range(MAX_COMMIT_ATTEMPTS):
         dt = table.snapshot()
+        pending = dict(batches)
+        previous: dict[int, int] = {}
         # A conflict may hide a commit of ours that landed: from the 2nd attempt on, always look.
-        if producer_id is not None and sequence is not None and (check_duplicate or attempt > 0):
-            committed = table.producer_sequence(dt, producer_id)
-            if committed is not None and committed >= sequence:
-                return AppendResult(_previous_offsets(table, dt, producer_id, sequence), 0, duplicate=True)
-        _check_fences(table, dt, {p: epochs[p] for p in batches})
+        if idempotent and (check_duplicate or attempt > 0):
+            done = [p for p in batches if _at_least(table.producer_sequence(dt, producer_id, p), sequence)]  # type: ignore[arg-type]
+            if done:
+                found = _previous_offsets(table, dt, producer_id, sequence)  # type: ignore[arg-type]
+                previous = {p: found.get(p, -1) for p in done}
+                pending = {p: b for p, b in batches.items() if p not in done}
+                if not pending:
+                    return AppendResult(previous, 0, duplicate=True)
+        _check_fences(table, dt, {p: epochs[p] for p in pending})
+        if leader_epochs is not None:
+            _check_leader_epochs(table, dt, {p: leader_epochs[p] for p in pending})
         append_ms = int(time.time() * 1000)
-        base_offsets = {p: table.log_end(dt, p) for p in batches}
+        base_offsets = {p: table.log_end(dt, p) for p in pending}
+        file_metadata = {PRODUCER_KEY: producer_id, SEQUENCE_KEY: str(sequence)} if idempotent else None
         segments: list[SegmentFile] = []
         try:
-            for partition, records in sorted(batches.items()):
+            for partition, records in sorted(pending.items()):
                 if log_append_time:
                     records = with_append_time(records, append_ms)
                 next_offset = base_offsets[partition]
                 for piece in split_for_size(records, segment_bytes):
-                    segments.append(write_segment(table.root, partition, next_offset, piece, compression, fsync))
+                    segments.append(
+                        write_segment(table.root, partition, next_offset, piece, compression, fsync, metadata=file_metadata)
+                    )
                     next_offset += piece.num_rows
-            transactions = {fence_app_id(p): epochs[p] for p in batches}
-            transactions.update({end_app_id(p): base_offsets[p] + batches[p].num_rows for p in batches})
+            transactions = {fence_app_id(p): epochs[p] for p in pending}
+            transactions.update({end_app_id(p): base_offsets[p] + pending[p].num_rows for p in pending})
+            if leader_epochs is not None:
+                transactions.update({leader_app_id(p): leader_epochs[p] for p in pending})
+                transactions.update({leader_fence_app_id(p): leader_epochs[p] for p in pending})
             metadata = {"sparklog.offsets": json.dumps({str(p): o for p, o in base_offsets.items()})}
-            if producer_id is not None and sequence is not None:
-                transactions[producer_app_id(producer_id)] = sequence
-                metadata.update({"sparklog.producer": producer_id, "sparklog.sequence": str(sequence)})
+            if idempotent:
+                transactions.update({producer_app_id(producer_id, p): sequence for p in pending})  # type: ignore[arg-type,misc]
+                metadata.update({"sparklog.producer": producer_id, "sparklog.sequence": str(sequence)})  # type: ignore[dict-item]
             table.commit(dt, segments, transactions, metadata, fsync=fsync)
-            return AppendResult(base_offsets, append_ms)
+            return AppendResult({**previous, **base_offsets}, append_ms, duplicate=bool(previous))
         except CommitConflict:
             _discard(table, segments)
             continue

@@ -223,7 +223,8 @@ def compact_task(task: CompactionTask) -> TaskOutput:
             f"({len(task.files)} files): {exc}. Check the files under {table.root}, then run compaction again."
         ) from exc
     read = records.num_rows
-    records = records.filter(pc.greater_equal(records.column("offset"), task.log_start))
+    if min(f.base_offset for f in task.files) < task.log_start:  # a straddling file (the filter copies every column)
+        records = records.filter(pc.greater_equal(records.column("offset"), task.log_start))
     survivors = compact_records(
         records, now_ms=task.now_ms, delete_retention_ms=task.delete_retention_ms,
         first_uncleanable_offset=task.first_uncleanable_offset,

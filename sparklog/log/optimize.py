@@ -278,15 +278,19 @@ def checkpoint_log(table: TopicTable) -> LogCheckpoint:
 
     A checkpoint lets readers and committers load the table from one Parquet file instead of
     replaying every commit; ``cleanup_metadata`` then deletes commit files (and older
-    checkpoints) that are older than ``delta.logRetentionDuration`` (default 30 days) and
-    covered by a checkpoint. Time travel (``TopicTable.snapshot(version=...)``) to versions
+    checkpoints) that are older than ``delta.logRetentionDuration`` (the topic's
+    ``history.retention.ms``) and covered by a checkpoint. This is the only place sparklog
+    deletes log files (see :func:`sparklog.log.table.log_properties`). Time travel (``TopicTable.snapshot(version=...)``) to versions
     whose log files were deleted is no longer possible. Safe concurrently with commits.
     """
     before = _log_file_count(table)
     dt = table.snapshot()
     try:
         dt.create_checkpoint()
-        dt.cleanup_metadata()
+        try:
+            dt.cleanup_metadata()
+        except FileNotFoundError:
+            dt.cleanup_metadata()  # a concurrent cleanup deleted some files first: finish the rest
     except (DeltaError, OSError) as exc:
         raise StorageError(
             f"Cannot checkpoint the Delta log of topic {table.topic} at {table.root}/_delta_log: {exc}. "

@@ -25,10 +25,13 @@ from sparklog.schema import FILE_SCHEMA
 
 __all__ = [
     "SegmentFile", "write_segment", "write_placeholder", "split_for_size", "fsync_path", "parquet_compression",
-    "discard_segments",
+    "discard_segments", "PRODUCER_KEY", "SEQUENCE_KEY",
 ]  # fmt: skip
 
 ROW_GROUP_RECORDS = 131_072
+# Parquet key-value metadata of a light producer's segment: who wrote it, which batch.
+PRODUCER_KEY = "sparklog.producer"
+SEQUENCE_KEY = "sparklog.sequence"
 _COMPRESSION = {"producer": "snappy", "uncompressed": "none", "none": "none"}
 
 
@@ -112,6 +115,7 @@ def write_segment(
     compression: str = "snappy",
     fsync: bool = False,
     offsets: pa.Array | None = None,
+    metadata: "dict[str, str] | None" = None,
 ) -> SegmentFile:
     """Write ``records`` (FILE_SCHEMA minus ``offset``) with offsets from ``base_offset``.
 
@@ -126,8 +130,9 @@ def write_segment(
         offsets = pa.array(np.arange(base_offset, base_offset + n, dtype=np.int64))
     else:
         base_offset = offsets[0].as_py()
+    schema = FILE_SCHEMA if not metadata else FILE_SCHEMA.with_metadata(metadata)
     table = pa.Table.from_arrays(
-        [offsets if f.name == "offset" else records.column(f.name) for f in FILE_SCHEMA], schema=FILE_SCHEMA
+        [offsets if f.name == "offset" else records.column(f.name) for f in FILE_SCHEMA], schema=schema
     )
     relative = f"partition={partition}/{base_offset:020d}-{uuid.uuid4().hex}.parquet"
     directory = os.path.join(table_root, f"partition={partition}")

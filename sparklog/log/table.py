@@ -12,16 +12,22 @@ This module (with the rest of ``log/``) is the only code that touches deltalake.
   - ``sparklog.start.<p>`` version = log-start offset set by retention / DeleteRecords
     (records below it are hidden even inside a file that straddles it);
   - ``sparklog.fence.<p>`` version = the newest writer epoch of ``p``;
-  - ``sparklog.producer.<id>`` version = last committed batch sequence of a producer.
+  - ``sparklog.leader.<p>`` version = the leader epoch of the newest records of ``p`` here
+    (appends and follower fetches set it); ``sparklog.leaderfence.<p>`` = the newest leader
+    epoch claimed here (appends, fetches and epoch markers set it; docs/replication.md);
+  - ``sparklog.producer.<id>.<p>`` version = last committed batch sequence of a producer
+    in partition ``p``.
 
   Every append to ``p`` touches ``sparklog.end.<p>`` and ``sparklog.fence.<p>``: delta-rs
   fails concurrent commits that touch the same app id, so two writers can never both
   commit on one snapshot of ``p`` (invariant 1 and 4 of DESIGN §5);
 * the single commit of a produce (all partitions of one topic in one Delta commit);
 * the table properties that bound the Delta log (:func:`log_properties`): delta-rs writes a
-  checkpoint every ``delta.checkpointInterval`` commits and then deletes commit files older
-  than ``delta.logRetentionDuration`` (the topic's ``history.retention.ms``), so commit
-  latency does not grow with the number of commits ever made.
+  checkpoint every ``delta.checkpointInterval`` commits; commit files older than
+  ``delta.logRetentionDuration`` (the topic's ``history.retention.ms``) are deleted by the
+  maintenance job only (``delta.enableExpiredLogCleanup=false``): measured with deltalake
+  1.6.6, a writer's post-commit cleanup racing another cleanup fails *after* its commit
+  landed, which would report a produced batch as failed.
 
 Callers: :mod:`sparklog.log.append` (writers), :mod:`sparklog.log.reader` (readers) and
 the admin layer (create/delete).
@@ -51,6 +57,7 @@ from sparklog.schema import TABLE_SCHEMA
 
 __all__ = [
     "TopicTable", "FileEntry", "CommitConflict", "end_app_id", "start_app_id", "fence_app_id", "producer_app_id",
+    "leader_app_id", "leader_fence_app_id",
     "cleaned_app_id", "rewrite_app_id", "log_properties", "CHECKPOINT_INTERVAL",
 ]  # fmt: skip
 
@@ -63,7 +70,7 @@ def log_properties(history_retention_ms: int) -> dict[str, str]:
     return {
         "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
         _LOG_RETENTION: f"interval {history_retention_ms} milliseconds",
-        "delta.enableExpiredLogCleanup": "true",
+        "delta.enableExpiredLogCleanup": "false",
     }
 
 
@@ -89,8 +96,21 @@ def fence_app_id(partition: int) -> str:
     return f"sparklog.fence.{partition}"
 
 
-def producer_app_id(producer_id: str) -> str:
-    return f"sparklog.producer.{producer_id}"
+def leader_app_id(partition: int) -> str:
+    """The leader epoch of the records' lineage: what the last writer or fetch followed."""
+    return f"sparklog.leader.{partition}"
+
+
+def leader_fence_app_id(partition: int) -> str:
+    """The newest leader epoch any commit to this replica claimed, epoch markers included.
+    Kept apart from :func:`leader_app_id`: fencing a deposed leader's table must not make it
+    look like it already follows the new epoch (it still has to reconcile)."""
+    return f"sparklog.leaderfence.{partition}"
+
+
+def producer_app_id(producer_id: str, partition: int) -> str:
+    # Per partition: after a failover a batch's partitions may sit in different leaders' tables.
+    return f"sparklog.producer.{producer_id}.{partition}"
 
 
 class CommitConflict(Exception):
@@ -181,8 +201,13 @@ class TopicTable:
             if dt is None:
                 dt = DeltaTable(self.root)
                 self._local.dt = dt
-            else:
-                dt.update_incremental()
+            elif not self._is_current(dt.version()):
+                try:
+                    dt.update_incremental()
+                except (DeltaError, OSError):
+                    # Log cleanup deleted commit files this snapshot had not read yet: start
+                    # over from the newest checkpoint.
+                    dt = self._local.dt = DeltaTable(self.root)
             return dt
         except TableNotFoundError as exc:
             raise StorageError(
@@ -191,6 +216,16 @@ class TopicTable:
             ) from exc
         except (DeltaError, OSError) as exc:
             raise StorageError(f"Cannot read the table of topic {self.topic} at {self.root}: {exc}") from exc
+
+    def _is_current(self, version: int) -> bool:
+        """Whether ``version`` is the newest commit, from two stats instead of delta-rs's
+        listing of the whole ``_delta_log``: commits are numbered without gaps, and log
+        cleanup deletes the oldest first, so version present and version + 1 absent means
+        nothing newer exists (a missing version: cleaned up or a re-created table: refresh)."""
+        log_dir = os.path.join(self.root, "_delta_log")
+        return os.path.exists(os.path.join(log_dir, f"{version:020d}.json")) and not os.path.exists(
+            os.path.join(log_dir, f"{version + 1:020d}.json")
+        )
 
     def forget(self) -> None:
         """Drop the cached snapshots (every thread's): the next :meth:`snapshot` re-opens the table."""
@@ -205,8 +240,52 @@ class TopicTable:
         return _transaction_version(dt, fence_app_id(partition)) or 0
 
     @staticmethod
-    def producer_sequence(dt: DeltaTable, producer_id: str) -> int | None:
-        return _transaction_version(dt, producer_app_id(producer_id))
+    def leader_epoch(dt: DeltaTable, partition: int) -> int:
+        """The leader epoch of the newest records of ``partition`` in this replica (0: none)."""
+        return _transaction_version(dt, leader_app_id(partition)) or 0
+
+    @staticmethod
+    def fenced_leader_epoch(dt: DeltaTable, partition: int) -> int:
+        """Writers of an older leader epoch than this are refused by this replica."""
+        return max(_transaction_version(dt, leader_app_id(partition)) or 0,
+                   _transaction_version(dt, leader_fence_app_id(partition)) or 0)  # fmt: skip
+
+    def drop_partition(self, partition: int) -> None:
+        """Remove every file of ``partition`` from this replica and reset its offsets (a
+        reassignment moved the replica away; metadata only, vacuum deletes the files)."""
+        for _ in range(50):
+            dt = self.snapshot()
+            files = self.files(dt, {partition})
+            transactions = {end_app_id(partition): 0, start_app_id(partition): 0, leader_app_id(partition): 0}
+            try:
+                self.commit(dt, [], transactions, {"sparklog.operation": "DROP REPLICA", "sparklog.partition": str(partition)},
+                            removes=files)  # fmt: skip
+                return
+            except CommitConflict:
+                continue
+        raise StorageError(f"Could not drop {self.topic}-{partition} from {self.root}: too many conflicts")
+
+    def commit_leader_epoch(self, partition: int, epoch: int, *, lineage: bool) -> None:
+        """An empty commit raising the leader epoch of ``partition`` to ``epoch``: on the new
+        leader's replica ``lineage=True`` (its log is the new epoch's), on others only the
+        fence. Any writer of an older epoch is refused afterwards; a concurrent one conflicts."""
+        for _ in range(50):
+            dt = self.snapshot()
+            if self.fenced_leader_epoch(dt, partition) >= epoch and (not lineage or self.leader_epoch(dt, partition) >= epoch):
+                return
+            transactions = {leader_fence_app_id(partition): epoch}
+            if lineage:
+                transactions[leader_app_id(partition)] = epoch
+            try:
+                self.commit(dt, [], transactions, {"sparklog.operation": "LEADER EPOCH", "sparklog.partition": str(partition)})
+                return
+            except CommitConflict:
+                continue
+        raise StorageError(f"Could not commit leader epoch {epoch} of {self.topic}-{partition} at {self.root}: too many conflicts")
+
+    @staticmethod
+    def producer_sequence(dt: DeltaTable, producer_id: str, partition: int) -> int | None:
+        return _transaction_version(dt, producer_app_id(producer_id, partition))
 
     @staticmethod
     def app_version(dt: DeltaTable, app_id: str) -> int | None:

@@ -66,22 +66,23 @@ def read_topics(spark: "SparkSession", options: Mapping[str, str], cluster: "Clu
     if cluster is None:
         cluster = ClusterClient(cluster_config_from_options(opts))
     try:
-        for topic, ranges in resolve_read_ranges(cluster, opts).items():
-            table = cluster.table(topic)
-            files = files_for_ranges(table, table.snapshot(), ranges)
-            if not files:
-                continue
-            df = (
-                spark.read.schema(_FILE_DDL)
-                .option("basePath", table.root)
-                .parquet(*[table.full_path(f.path) for f in files])
-            )
-            predicate = _range_predicate(ranges, files)
-            if predicate is not None:
-                df = df.where(predicate)  # one SQL string: a py4j call per Column op adds up
-            # Topic names are validated ([a-zA-Z0-9._-]), so they are safe in a SQL literal.
-            selected = ["key", "value", f"'{topic}' AS topic", "partition", "offset", "timestamp", "timestampType"]
-            frames.append(df.selectExpr(*selected, *(["headers"] if include_headers else [])))
+        for topic, all_ranges in resolve_read_ranges(cluster, opts).items():
+            for table, parts in cluster.replicas.leader_tables(topic, all_ranges):
+                ranges = {p: all_ranges[p] for p in parts}
+                files = files_for_ranges(table, table.snapshot(), ranges)
+                if not files:
+                    continue
+                df = (
+                    spark.read.schema(_FILE_DDL)
+                    .option("basePath", table.root)
+                    .parquet(*[table.full_path(f.path) for f in files])
+                )
+                predicate = _range_predicate(ranges, files)
+                if predicate is not None:
+                    df = df.where(predicate)  # one SQL string: a py4j call per Column op adds up
+                # Topic names are validated ([a-zA-Z0-9._-]), so they are safe in a SQL literal.
+                selected = ["key", "value", f"'{topic}' AS topic", "partition", "offset", "timestamp", "timestampType"]
+                frames.append(df.selectExpr(*selected, *(["headers"] if include_headers else [])))
     finally:
         if own:
             cluster.close()

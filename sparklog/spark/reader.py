@@ -73,9 +73,11 @@ def subscribed_topics(cluster: object, options: Mapping[str, str]) -> dict[str, 
 def _by_timestamp(cluster: object, topic: str, partitions: list[int], spec: Mapping[int, int]) -> dict[int, int | None]:
     from sparklog.log.reader import offset_for_timestamp
 
-    table = cluster.table(topic)  # type: ignore[attr-defined]
-    dt = table.snapshot()
-    return {p: offset_for_timestamp(table, dt, p, spec[p]) for p in partitions if p in spec}
+    result: dict[int, int | None] = {}
+    for table, parts in cluster.replicas.leader_tables(topic, [p for p in partitions if p in spec]):  # type: ignore[attr-defined]
+        dt = table.snapshot()
+        result.update({p: offset_for_timestamp(table, dt, p, spec[p]) for p in parts})
+    return result
 
 
 def _bound(
@@ -171,12 +173,13 @@ class SparklogBatchReader(DataSourceReader):
         try:
             slices: list[SegmentSlice] = []
             for topic, ranges in resolve_read_ranges(cluster, self.options).items():
-                table = cluster.table(topic)
-                dt = table.snapshot()
-                for entry in files_for_ranges(table, dt, ranges):
-                    start, end = ranges[entry.partition]
-                    lo, hi = max(start, entry.base_offset), min(end, entry.last_offset + 1)
-                    slices.append(SegmentSlice(table.full_path(entry.path), topic, entry.partition, lo, hi, self.include_headers))
+                for table, parts in cluster.replicas.leader_tables(topic, ranges):
+                    led = {p: ranges[p] for p in parts}
+                    for entry in files_for_ranges(table, table.snapshot(), led):
+                        lo, hi = max(led[entry.partition][0], entry.base_offset), min(led[entry.partition][1], entry.last_offset + 1)
+                        slices.append(
+                            SegmentSlice(table.full_path(entry.path), topic, entry.partition, lo, hi, self.include_headers)
+                        )
         finally:
             cluster.close()
         return _split_for_min_partitions(slices, int(self.options.get("minPartitions", "0") or 0))

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from sparklog.coordination.lease import LeaseGrant
     from sparklog.coordination.session import ZkSession
 
-from sparklog.errors import ConfigError, SchemaMismatchError
+from sparklog.errors import ConfigError, SchemaMismatchError, SparklogError
 from sparklog.spark.options import cluster_config_from_options
 
 __all__ = [
@@ -147,7 +147,14 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
     grants: list[LeaseGrant] = []
     try:
         configs = cluster.topic_config(topic)
-        table = cluster.table(topic)
+        leaders = cluster.replicas.leader_tables(topic)
+        if len(leaders) > 1:
+            raise SparklogError(
+                f"Spark produce to {topic}: its partitions are led by {len(leaders)} different brokers, and a Spark "
+                "job commits to one leader table (job-atomic); produce with the light producer, or move leadership "
+                "to one broker (`sparklog reassign`)"
+            )
+        table = leaders[0][0]
         start_offsets: dict[int, int] = {}
         try:
             for partition in range(len(cluster.partitions_of(topic))):

@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sparklog"
-PURE_POLICIES = ["records.py", "topic.py", "offsets.py", "config.py", "controller/placement.py", "errors.py"]
+PURE_POLICIES = ["records.py", "topic.py", "offsets.py", "config.py", "controller/placement.py", "controller/policy.py", "log/policy.py", "errors.py"]
 
 
 def imported_roots(path: Path) -> set[str]:

@@ -1,0 +1,224 @@
+"""Follower fetch on Delta: truncate a follower replica's partition, copy what it lacks.
+
+The Delta side of docs/replication.md. A follower replica of partition ``p`` is the rows
+``partition = p`` of the topic's table on the follower's log dir; only its broker's fetcher
+(or the replication job) writes them, in two kinds of commit:
+
+* :func:`truncate` (reconcile after a leader change): files wholly at or above the
+  truncation offset are removed, a file straddling it is replaced by its prefix, and the
+  commit sets ``sparklog.end.<p>`` to the offset and ``sparklog.leader.<p>`` to the epoch the
+  follower now follows. The caller computes the offset with
+  :func:`sparklog.controller.policy.truncation_offset`.
+* :func:`copy_from_leader`: the leader's files holding offsets at or above the follower's
+  log end, in offset order: a file wholly above is copied byte for byte (same records, same
+  offsets, same stats), a straddling one sliced; the leader's log-start is copied (files
+  wholly below removed, ``sparklog.start.<p>`` raised); producer sequences found in the
+  copied files' metadata raise ``sparklog.producer.<id>.<p>``, so the follower deduplicates
+  a producer's retry once it leads. ``sparklog.leader.<p>`` is set to the followed epoch, so
+  a zombie writer of an older epoch is fenced here too.
+
+Invariants: every commit is checked against the snapshot it was planned on (max commit
+retries 0): a concurrent commit (another fetcher, maintenance) fails it and the round is
+redone; a follower's records are always a prefix-copy of the leader's (offsets, bytes);
+nothing is read from the leader beyond its log end at the time of its snapshot. Callers:
+:mod:`sparklog.replication` (broker agents and ``jobs/replicate.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, replace
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from sparklog.errors import FencedError, StorageError
+from sparklog.log.reader import read_files
+from sparklog.log.segment import (
+    PRODUCER_KEY, SEQUENCE_KEY, SegmentFile, discard_segments, fsync_path, write_placeholder, write_segment,
+)  # fmt: skip
+from sparklog.log.table import (
+    CommitConflict, FileEntry, TopicTable, end_app_id, leader_app_id, leader_fence_app_id, producer_app_id,
+    start_app_id,
+)  # fmt: skip
+
+__all__ = ["FollowerPosition", "CopyResult", "follower_position", "truncate", "copy_from_leader", "MAX_ROUNDS"]
+
+MAX_ROUNDS = 20  # re-plans after conflicting concurrent commits
+
+
+@dataclass(frozen=True)
+class FollowerPosition:
+    log_end: int
+    leader_epoch: int  # the epoch of the leader it last followed (0: none recorded)
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    partition: int
+    files: int  # files added to the follower
+    records: int
+    bytes: int
+    log_end: int  # the follower's log end after the copy
+    leader_log_end: int  # the leader's log end in the snapshot copied from
+    log_start: int
+
+
+def follower_position(follower: TopicTable, partition: int) -> FollowerPosition:
+    dt = follower.snapshot()
+    return FollowerPosition(follower.log_end(dt, partition), follower.leader_epoch(dt, partition))
+
+
+def truncate(follower: TopicTable, partition: int, offset: int, leader_epoch: int) -> bool:
+    """Cut the follower's partition to ``[.., offset)`` and record ``leader_epoch`` (one
+    commit; also when nothing is cut, so the epoch is recorded). Returns whether records
+    were removed."""
+    for _round in range(MAX_ROUNDS):
+        dt = follower.snapshot()
+        end = follower.log_end(dt, partition)
+        target = min(offset, end)
+        doomed = [f for f in follower.files(dt, {partition}) if f.last_offset >= target]
+        written: list[SegmentFile] = []
+        try:
+            for entry in doomed:
+                if entry.base_offset < target:
+                    written.append(_prefix(follower, entry, target))
+            transactions = {end_app_id(partition): target, **_followed(follower, dt, partition, leader_epoch)}
+            metadata = {"sparklog.operation": "TRUNCATE", "sparklog.partition": str(partition), "sparklog.offset": str(target)}
+            follower.commit(dt, written, transactions, metadata, removes=doomed)
+            return target < end
+        except CommitConflict:
+            discard_segments(follower.root, written)
+        except BaseException:
+            discard_segments(follower.root, written)
+            raise
+    raise StorageError(
+        f"Truncating {follower.topic}-{partition} at {follower.root} to offset {offset} kept conflicting with other "
+        "commits; is another fetcher writing this replica?"
+    )
+
+
+def _followed(table: TopicTable, dt: object, partition: int, leader_epoch: int) -> dict[str, int]:
+    """The epoch transactions of a follower commit; refuses a fetch for an epoch older than
+    one this replica was already fenced at (the caller's metadata is stale)."""
+    fenced = table.fenced_leader_epoch(dt, partition)  # type: ignore[arg-type]
+    if fenced > leader_epoch:
+        raise FencedError(
+            f"{table.topic}-{partition} at {table.root} is already at leader epoch {fenced}; a fetch for epoch "
+            f"{leader_epoch} comes from stale metadata"
+        )
+    return {leader_app_id(partition): leader_epoch, leader_fence_app_id(partition): leader_epoch}
+
+
+def _prefix(table: TopicTable, entry: FileEntry, offset: int) -> SegmentFile:
+    """``entry``'s records below ``offset``, as a new file spanning ``[base, offset)``."""
+    records = read_files(table, [entry])
+    kept = records.filter(pc.less(records.column("offset"), offset))
+    if kept.num_rows == 0:
+        stamps = [t for t in (entry.min_timestamp_us, entry.max_timestamp_us) if t is not None]
+        return write_placeholder(table.root, entry.partition, entry.base_offset, offset - 1, stamps, "snappy")
+    segment = write_segment(
+        table.root, entry.partition, entry.base_offset, kept.drop_columns(["offset"]),
+        offsets=kept.column("offset").combine_chunks(),
+    )  # fmt: skip
+    return replace(segment, base_offset=entry.base_offset, last_offset=offset - 1)
+
+
+def copy_from_leader(
+    leader: TopicTable, follower: TopicTable, partition: int, leader_epoch: int, *, fsync: bool = False
+) -> CopyResult:
+    """Copy what the follower's partition lacks from the leader (one commit on the follower)."""
+    for _round in range(MAX_ROUNDS):
+        fdt = follower.snapshot()
+        have = follower.log_end(fdt, partition)
+        ldt = leader.snapshot()
+        leader_end = leader.log_end(ldt, partition)
+        start_now = follower.app_version(fdt, start_app_id(partition)) or 0
+        explicit_start = leader.app_version(ldt, start_app_id(partition)) or 0
+        if leader_end <= have and explicit_start <= start_now and follower.leader_epoch(fdt, partition) == leader_epoch:
+            # Nothing new (the usual idle round): decided from app transactions alone, without
+            # building either table's file list.
+            return CopyResult(partition, 0, 0, 0, have, leader_end, start_now)
+        leader_start = leader.log_start(ldt, partition)
+        wanted = [f for f in leader.files(ldt, {partition}) if f.last_offset >= have]
+        below = [f for f in follower.files(fdt, {partition}) if f.last_offset < leader_start] if leader_start > start_now else []
+        if not wanted and not below and follower.leader_epoch(fdt, partition) == leader_epoch:
+            return CopyResult(partition, 0, 0, 0, have, leader_end, max(start_now, 0))
+        copied: list[SegmentFile] = []
+        try:
+            sequences: dict[str, int] = {}
+            for entry in wanted:
+                segment, producer = _copy_file(leader, follower, entry, have, fsync)
+                copied.append(segment)
+                if producer is not None:
+                    sequences[producer[0]] = max(sequences.get(producer[0], 0), producer[1])
+            new_end = max([have, *(s.last_offset + 1 for s in copied)])
+            transactions = {end_app_id(partition): new_end, **_followed(follower, fdt, partition, leader_epoch)}
+            transactions.update({producer_app_id(pid, partition): seq for pid, seq in sequences.items()})
+            if below:
+                transactions[start_app_id(partition)] = leader_start
+            metadata = {"sparklog.operation": "REPLICA FETCH", "sparklog.partition": str(partition),
+                        "sparklog.leader_epoch": str(leader_epoch)}  # fmt: skip
+            follower.commit(fdt, copied, transactions, metadata, fsync=fsync, removes=below)
+            return CopyResult(
+                partition, len(copied), sum(s.num_records for s in copied), sum(s.size_bytes for s in copied),
+                new_end, leader_end, max(leader_start if below else start_now, 0),
+            )  # fmt: skip
+        except CommitConflict:
+            discard_segments(follower.root, copied)
+        except FileNotFoundError:
+            discard_segments(follower.root, copied)  # a leader file was removed and vacuumed meanwhile: re-plan
+        except BaseException:
+            discard_segments(follower.root, copied)
+            raise
+    raise StorageError(
+        f"Copying {leader.topic}-{partition} from {leader.root} to {follower.root} kept conflicting with other "
+        "commits; is another fetcher writing this replica?"
+    )
+
+
+def _copy_file(
+    leader: TopicTable, follower: TopicTable, entry: FileEntry, have: int, fsync: bool
+) -> tuple[SegmentFile, tuple[str, int] | None]:
+    """One leader file into the follower: byte for byte when wholly new, else its new part."""
+    source = leader.full_path(entry.path)
+    producer = _producer_of(source)
+    if entry.base_offset >= have:
+        relative = f"partition={entry.partition}/{entry.base_offset:020d}-{uuid.uuid4().hex}.parquet"
+        target = follower.full_path(relative)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(source, target)
+        if fsync:
+            fsync_path(target)
+        segment = SegmentFile(
+            path=relative, partition=entry.partition, base_offset=entry.base_offset, last_offset=entry.last_offset,
+            size_bytes=os.path.getsize(target), min_timestamp_us=entry.min_timestamp_us or 0,
+            max_timestamp_us=entry.max_timestamp_us or 0, modification_time_ms=_mtime_ms(target),
+            record_count=entry.num_records,
+        )  # fmt: skip
+        return segment, producer
+    records = read_files(leader, [entry])
+    tail = records.filter(pc.greater_equal(records.column("offset"), have))
+    if tail.num_rows == 0:
+        stamps = [t for t in (entry.min_timestamp_us, entry.max_timestamp_us) if t is not None]
+        return write_placeholder(follower.root, entry.partition, have, entry.last_offset, stamps, "snappy"), producer
+    segment = write_segment(
+        follower.root, entry.partition, have, tail.drop_columns(["offset"]), fsync=fsync,
+        offsets=tail.column("offset").combine_chunks(),
+    )  # fmt: skip
+    return replace(segment, base_offset=have, last_offset=entry.last_offset), producer
+
+
+def _producer_of(path: str) -> tuple[str, int] | None:
+    metadata = pq.read_schema(path).metadata or {}
+    producer = metadata.get(PRODUCER_KEY.encode())
+    sequence = metadata.get(SEQUENCE_KEY.encode())
+    if producer is None or sequence is None:
+        return None
+    return producer.decode(), int(sequence)
+
+
+def _mtime_ms(path: str) -> int:
+    return int(os.stat(path).st_mtime * 1000)

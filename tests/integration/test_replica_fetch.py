@@ -1,0 +1,118 @@
+"""Follower fetch on real Delta tables (log layer only): copies are exact, truncation keeps a
+prefix, producer sequences and log-start travel with the records, stale leader epochs are
+fenced on the follower."""
+
+from __future__ import annotations
+
+import filecmp
+
+import pyarrow as pa
+import pytest
+
+from sparklog.errors import NotLeaderError
+from sparklog.log.append import append
+from sparklog.log.reader import read_ranges
+from sparklog.log.replica_fetch import FollowerPosition, copy_from_leader, follower_position, truncate
+from sparklog.log.table import TopicTable
+from sparklog.records import records_to_arrow
+
+TOPIC = "t"
+
+
+def tables(tmp_path) -> tuple[TopicTable, TopicTable]:
+    leader, follower = TopicTable(str(tmp_path / "a"), TOPIC), TopicTable(str(tmp_path / "b"), TOPIC)
+    for table in (leader, follower):
+        table.create("topic-id", 600_000)
+    return leader, follower
+
+
+def batch(values: list[str]) -> pa.Table:
+    n = len(values)
+    return records_to_arrow([None] * n, [v.encode() for v in values], [1_700_000_000_000 + i for i in range(n)], [None] * n)
+
+
+def produce(table: TopicTable, partition: int, values: list[str], *, leader_epoch: int = 0, producer: tuple[str, int] | None = None):
+    return append(
+        table, {partition: 1}, {partition: batch(values)}, leader_epochs={partition: leader_epoch},
+        producer_id=producer[0] if producer else None, sequence=producer[1] if producer else None,
+    )  # fmt: skip
+
+
+def records(table: TopicTable, partition: int) -> list[tuple[int, bytes]]:
+    dt = table.snapshot()
+    got = read_ranges(table, dt, {partition: (0, table.log_end(dt, partition))})
+    return list(zip(got.column("offset").to_pylist(), got.column("value").to_pylist()))
+
+
+def test_copy_is_exact_byte_for_byte_and_incremental(tmp_path) -> None:
+    leader, follower = tables(tmp_path)
+    produce(leader, 0, ["a", "b", "c"])
+    produce(leader, 1, ["x"])
+    first = copy_from_leader(leader, follower, 0, leader_epoch=0)
+    assert (first.files, first.records, first.log_end, first.leader_log_end) == (1, 3, 3, 3)
+    assert records(follower, 0) == records(leader, 0) and records(follower, 1) == [], "only the partition asked for"
+    [lfile], [ffile] = leader.files(leader.snapshot(), {0}), follower.files(follower.snapshot(), {0})
+    assert filecmp.cmp(leader.full_path(lfile.path), follower.full_path(ffile.path), shallow=False)
+    assert (ffile.base_offset, ffile.last_offset, ffile.num_records) == (0, 2, 3)
+
+    produce(leader, 0, ["d", "e"])
+    again = copy_from_leader(leader, follower, 0, leader_epoch=0)
+    assert (again.files, again.records, again.log_end) == (1, 2, 5)
+    assert records(follower, 0) == records(leader, 0)
+    idle = copy_from_leader(leader, follower, 0, leader_epoch=0)
+    assert idle.files == 0 and follower_position(follower, 0).log_end == 5
+
+
+def test_producer_sequences_and_log_start_are_copied(tmp_path) -> None:
+    leader, follower = tables(tmp_path)
+    produce(leader, 0, ["a", "b"], producer=("p1", 1))
+    produce(leader, 0, ["c", "d"], producer=("p1", 2))
+    produce(leader, 0, ["e"])
+    copy_from_leader(leader, follower, 0, leader_epoch=0)
+    assert follower.producer_sequence(follower.snapshot(), "p1", 0) == 2
+    # The follower, once leader, recognises the producer's retry of sequence 2 as a duplicate.
+    retry = produce(follower, 0, ["c", "d"], producer=("p1", 2))
+    assert retry.duplicate and follower.log_end(follower.snapshot(), 0) == 5
+
+    files = leader.files(leader.snapshot(), {0})
+    assert leader.advance_log_starts({0: 2}, [files[0]], "DELETE RECORDS")
+    moved = copy_from_leader(leader, follower, 0, leader_epoch=0)
+    assert moved.log_start == 2 and follower.log_start(follower.snapshot(), 0) == 2
+    assert records(follower, 0) == records(leader, 0) == [(2, b"c"), (3, b"d"), (4, b"e")]
+
+
+def test_truncate_keeps_a_prefix_and_records_the_new_epoch(tmp_path) -> None:
+    leader, follower = tables(tmp_path)
+    produce(leader, 0, ["a", "b", "c"])
+    produce(leader, 0, ["d", "e"])
+    copy_from_leader(leader, follower, 0, leader_epoch=0)
+    assert truncate(follower, 0, 4, leader_epoch=1), "the straddling file keeps its prefix"
+    assert records(follower, 0) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+    assert follower_position(follower, 0) == FollowerPosition(4, 1)
+    assert not truncate(follower, 0, 10, leader_epoch=2), "nothing above the log end: only the epoch is recorded"
+    assert follower_position(follower, 0) == FollowerPosition(4, 2)
+    assert truncate(follower, 0, 3, leader_epoch=2) and records(follower, 0) == records(leader, 0)[:3]
+    tiles = sorted((f.base_offset, f.last_offset) for f in follower.files(follower.snapshot(), {0}))
+    assert tiles == [(0, 2)], tiles
+
+
+def test_diverged_follower_reconciles_to_the_new_leader(tmp_path) -> None:
+    """The old leader (now follower) holds records the new leader never got: after truncating
+    to where the new epoch started and copying, both replicas hold the same records."""
+    old, new = tables(tmp_path)
+    produce(old, 0, ["a", "b"])
+    copy_from_leader(old, new, 0, leader_epoch=0)
+    produce(old, 0, ["lost-1", "lost-2"])  # never copied: the old leader dies here
+    produce(new, 0, ["c", "d", "e"], leader_epoch=1)  # the new leader's epoch 1 starts at offset 2
+    truncate(old, 0, 2, leader_epoch=1)
+    copy_from_leader(new, old, 0, leader_epoch=1)
+    assert records(old, 0) == records(new, 0) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d"), (4, b"e")]
+
+
+def test_writer_of_an_older_leader_epoch_is_fenced_on_the_follower(tmp_path) -> None:
+    leader, follower = tables(tmp_path)
+    produce(leader, 0, ["a"], leader_epoch=3)
+    copy_from_leader(leader, follower, 0, leader_epoch=3)
+    with pytest.raises(NotLeaderError, match="leader epoch 3, newer than this writer's 2"):
+        produce(follower, 0, ["zombie"], leader_epoch=2)
+    assert records(follower, 0) == [(0, b"a")]
