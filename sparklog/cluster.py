@@ -86,7 +86,7 @@ class Cluster:
                 self._zk, self._metadata = zk, MetadataStore(zk)
             return self._zk
 
-    def _placement_brokers(self) -> dict[int, str | None]:
+    def placement_brokers(self) -> dict[int, str | None]:
         """Brokers new replicas may go to, with their racks: the live ones (agents running);
         with no agent at all, every registered broker plus this client's own log dir (the
         embedded one-broker default, which needs no agent)."""
@@ -189,7 +189,7 @@ class Cluster:
         ``partitions`` and ``replication_factor`` are ignored)."""
         validate_topic_name(name)
         configs = _stored_configs(validate_configs(config, TOPIC_CONFIGS, "topic"))
-        racks = self._placement_brokers()
+        racks = self.placement_brokers()
         if replica_assignment is not None:
             validate_replica_assignment(replica_assignment, set(racks))
             assignment = {int(p): list(r) for p, r in sorted(replica_assignment.items())}
@@ -272,7 +272,7 @@ class Cluster:
                     f"{total}. Partitions can only be increased."
                 )
             existing = {int(p): replicas for p, replicas in assignment.partitions.items()}
-            racks = self._placement_brokers()
+            racks = self.placement_brokers()
             new = assign_new_partitions(sorted(racks), existing, total, broker_racks=racks)
             if self.metadata.add_partitions(name, assignment, version, new):
                 return self.describe_topic(name)

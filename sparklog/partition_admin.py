@@ -119,11 +119,11 @@ def execute_reassignment(cluster: "Cluster", target: Mapping[TopicPartition, Seq
     if not target:
         raise CoordinationError("The reassignment names no partitions")
     _check_partitions(cluster, target)
-    live = set(live_broker_ids(cluster.zk))
+    usable = set(cluster.placement_brokers())
     for (topic, partition), replicas in target.items():
         # Live brokers only (as Kafka): a replica on a down broker could never catch up, and
         # the unfinished reassignment would block every later one.
-        validate_replica_assignment({partition: list(replicas)}, live, start_partition=partition)
+        validate_replica_assignment({partition: list(replicas)}, usable, start_partition=partition)
     _require_controller(cluster)
     current = current_assignment(cluster, {t for t, _ in target})
     cluster.metadata.create_admin_request(

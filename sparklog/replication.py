@@ -112,5 +112,9 @@ class ReplicaFetcher:
                 log.warning("replica fetcher of broker %d: %s", self.broker_id, exc)
                 stop.wait(1.0)
                 continue
+            except Exception:  # noqa: BLE001 - a bug must not stop replication for good
+                log.exception("replica fetcher of broker %d failed unexpectedly; continuing", self.broker_id)
+                stop.wait(1.0)
+                continue
             if not done.copied:
                 stop.wait(IDLE_WAIT_S)

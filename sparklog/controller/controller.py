@@ -98,6 +98,8 @@ class Controller:
                 self.tick()
             except SparklogError as exc:
                 log.warning("controller tick failed: %s", exc)
+            except Exception:  # noqa: BLE001 - a bug must not leave the cluster without a controller
+                log.exception("controller tick failed unexpectedly; continuing")
             stop.wait(self.settings.tick_s)
 
     # -- one tick --------------------------------------------------------------------------
@@ -155,9 +157,10 @@ class Controller:
         # since then is still in sync.
         previous_end = self._leader_ends.get((topic, partition), leader_end)
         self._leader_ends[(topic, partition)] = leader_end
-        for broker, end in ends.items():
+        for broker in {*replicas, *state.isr}:
             key = (topic, partition, broker)
-            if end >= min(leader_end, previous_end) or key not in self._caught_up_ms:
+            end = ends.get(broker)
+            if key not in self._caught_up_ms or (end is not None and end >= min(leader_end, previous_end)):
                 self._caught_up_ms[key] = now_ms  # a new controller gives everyone a full lag window
         caught_up = {b: self._caught_up_ms[(topic, partition, b)] for b in state.isr if (topic, partition, b) in self._caught_up_ms}
         isr = list(shrink_isr(

@@ -32,11 +32,13 @@ import pyarrow as pa
 
 from sparklog.errors import FencedError, NotLeaderError, StorageError
 from sparklog.log.segment import PRODUCER_KEY, SEQUENCE_KEY, SegmentFile, split_for_size, write_segment
+
+COPIED_BATCHES_KEY = "sparklog.copied"  # commit info of a follower fetch: producer batches it copied
 from sparklog.log.table import (
     CommitConflict, TopicTable, end_app_id, fence_app_id, leader_app_id, leader_fence_app_id, producer_app_id,
 )  # fmt: skip
 
-__all__ = ["AppendResult", "append", "commit_reserved", "with_append_time", "MAX_COMMIT_ATTEMPTS"]
+__all__ = ["AppendResult", "append", "commit_reserved", "with_append_time", "MAX_COMMIT_ATTEMPTS", "COPIED_BATCHES_KEY"]
 
 MAX_COMMIT_ATTEMPTS = 50
 
@@ -69,11 +71,17 @@ def _check_leader_epochs(table: TopicTable, dt: object, leader_epochs: Mapping[i
 
 
 def _previous_offsets(table: TopicTable, dt: object, producer_id: str, sequence: int) -> dict[int, int]:
-    # The commitInfo of the original commit records its base offsets; look back a bounded way.
+    """Base offsets of an earlier commit of this batch: the commit info of the original
+    append, or of the follower fetches that copied it here (after a failover); bounded look back."""
+    found: dict[int, int] = {}
+    key = f"{producer_id} {sequence}"
     for entry in dt.history(200):  # type: ignore[attr-defined]
         if entry.get("sparklog.producer") == producer_id and entry.get("sparklog.sequence") == str(sequence):
-            return {int(p): int(o) for p, o in json.loads(entry.get("sparklog.offsets", "{}")).items()}
-    return {}
+            return {int(p): int(o) for p, o in json.loads(entry.get("sparklog.offsets", "{}")).items()} | found
+        copied = entry.get(COPIED_BATCHES_KEY)
+        if copied and key in copied:
+            found.setdefault(int(entry["sparklog.partition"]), int(json.loads(copied)[key]))
+    return found
 
 
 def append(

@@ -26,6 +26,7 @@ nothing is read from the leader beyond its log end at the time of its snapshot. 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -35,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sparklog.errors import FencedError, StorageError
+from sparklog.log.append import COPIED_BATCHES_KEY
 from sparklog.log.reader import read_files
 from sparklog.log.segment import (
     PRODUCER_KEY, SEQUENCE_KEY, SegmentFile, discard_segments, fsync_path, write_placeholder, write_segment,
@@ -44,7 +46,9 @@ from sparklog.log.table import (
     start_app_id,
 )  # fmt: skip
 
-__all__ = ["FollowerPosition", "CopyResult", "follower_position", "truncate", "copy_from_leader", "MAX_ROUNDS"]
+__all__ = [
+    "FollowerPosition", "CopyResult", "follower_position", "truncate", "copy_from_leader", "MAX_ROUNDS",
+]  # fmt: skip
 
 MAX_ROUNDS = 20  # re-plans after conflicting concurrent commits
 
@@ -149,11 +153,14 @@ def copy_from_leader(
         copied: list[SegmentFile] = []
         try:
             sequences: dict[str, int] = {}
+            batches: dict[str, int] = {}  # "<producer> <sequence>" -> base offset of the batch here
             for entry in wanted:
                 segment, producer = _copy_file(leader, follower, entry, have, fsync)
                 copied.append(segment)
                 if producer is not None:
                     sequences[producer[0]] = max(sequences.get(producer[0], 0), producer[1])
+                    key = f"{producer[0]} {producer[1]}"
+                    batches[key] = min(batches.get(key, entry.base_offset), entry.base_offset)
             new_end = max([have, *(s.last_offset + 1 for s in copied)])
             transactions = {end_app_id(partition): new_end, **_followed(follower, fdt, partition, leader_epoch)}
             transactions.update({producer_app_id(pid, partition): seq for pid, seq in sequences.items()})
@@ -161,6 +168,8 @@ def copy_from_leader(
                 transactions[start_app_id(partition)] = leader_start
             metadata = {"sparklog.operation": "REPLICA FETCH", "sparklog.partition": str(partition),
                         "sparklog.leader_epoch": str(leader_epoch)}  # fmt: skip
+            if batches:  # so a producer's retry, deduplicated here once this replica leads, learns its offsets
+                metadata[COPIED_BATCHES_KEY] = json.dumps(batches, sort_keys=True)
             follower.commit(fdt, copied, transactions, metadata, fsync=fsync, removes=below)
             return CopyResult(
                 partition, len(copied), sum(s.num_records for s in copied), sum(s.size_bytes for s in copied),

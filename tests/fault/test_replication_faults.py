@@ -190,8 +190,11 @@ def test_unclean_election_only_when_enabled_and_reported(cluster, agents) -> Non
     survivors = [b for b in (1, 2, 3) if b != stale]
     for broker in survivors:
         agents.kill(broker)
+    agents.wait_not_live(survivors)
     agents.start(stale)
-    time.sleep(2)  # several controller ticks
+    agents.wait_for(lambda: agents.controller() == stale, 30, "the stale broker's agent as controller")
+    agents.wait_for(lambda: leader_of(cluster, 0, "unclean") == -1, 30, "the partition offline")
+    time.sleep(1)  # ten more controller ticks
     state = cluster.replicas.states("unclean", [0])[0]
     assert state.leader == -1, f"a stale replica must not be elected with unclean election off: {state}"
     with pytest.raises(LeaderNotAvailableError):

@@ -73,6 +73,7 @@ def test_producer_sequences_and_log_start_are_copied(tmp_path) -> None:
     # The follower, once leader, recognises the producer's retry of sequence 2 as a duplicate.
     retry = produce(follower, 0, ["c", "d"], producer=("p1", 2))
     assert retry.duplicate and follower.log_end(follower.snapshot(), 0) == 5
+    assert retry.base_offsets == {0: 2}, "the retry learns where the copied batch is"
 
     files = leader.files(leader.snapshot(), {0})
     assert leader.advance_log_starts({0: 2}, [files[0]], "DELETE RECORDS")
