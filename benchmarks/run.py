@@ -44,6 +44,7 @@ from benchmarks import (
     case_latency,
     case_light_producer,
     case_rebalance,
+    case_replication,
     case_retention,
     case_spark_consume,
     case_spark_produce,
@@ -63,6 +64,7 @@ CASES: dict[str, ModuleType] = {
     case_retention.CASE: case_retention,
     case_compaction.CASE: case_compaction,
     case_commit_growth.CASE: case_commit_growth,
+    case_replication.CASE: case_replication,
 }
 DEFAULT_OUTPUT = Path("benchmarks/results/latest.json")
 SPARK_MASTER = "local[2]"

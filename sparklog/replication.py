@@ -34,7 +34,8 @@ __all__ = ["ReplicaFetcher", "FetchRound"]
 
 log = logging.getLogger(__name__)
 
-IDLE_WAIT_S = 0.01  # between rounds that copied nothing
+BUSY_WAIT_S = 0.001  # between rounds soon after a copy (acks=all producers wait on this)
+IDLE_WAIT_S = 0.005  # between rounds once nothing was copied for a while
 ASSIGNMENT_REFRESH_S = 1.0  # how often topics and assignments are re-read from ZooKeeper
 
 
@@ -52,12 +53,13 @@ class FetchRound:
 class ReplicaFetcher:
     """Copies from leaders into broker ``broker_id``'s replicas. One thread at a time."""
 
-    def __init__(self, cluster: "Cluster", broker_id: int, *, fsync: bool = True, topics: list[str] | None = None) -> None:
+    def __init__(self, cluster: "Cluster", broker_id: int, *, fsync: bool = False, topics: list[str] | None = None) -> None:
         self.cluster = cluster
         self.broker_id = broker_id
         self.fsync = fsync
         self.topics = topics  # None: every topic
         self._followed: list[tuple[str, int]] = []
+        self._in_step: dict[tuple[str, int], tuple[int, int, int, int]] = {}
         self._refreshed_at = float("-inf")
 
     def followed_partitions(self) -> list[tuple[str, int]]:
@@ -77,10 +79,22 @@ class ReplicaFetcher:
         copied: list[tuple[str, CopyResult]] = []
         truncated: list[tuple[str, int, int]] = []
         errors: list[tuple[str, int, str]] = []
+        versions: dict[tuple[str, int], int] = {}  # (topic, broker) -> table version, this round
+
+        def version(topic: str, broker: int) -> int:
+            if (topic, broker) not in versions:
+                versions[(topic, broker)] = self.cluster.replica_table(topic, broker).snapshot().version()
+            return versions[(topic, broker)]
+
         for topic, partition in self.followed_partitions():
             try:
                 [state] = self.cluster.replicas.states(topic, [partition]).values()
                 if state.leader < 0 or state.leader == self.broker_id:
+                    continue
+                # Neither table changed since this partition was last in step: nothing to do
+                # (an idle round costs two file stats per table, however many partitions).
+                seen = (state.leader, state.leader_epoch, version(topic, state.leader), version(topic, self.broker_id))
+                if self._in_step.get((topic, partition)) == seen:
                     continue
                 follower = self.cluster.replica_table(topic, self.broker_id)
                 position = follower_position(follower, partition)
@@ -98,13 +112,18 @@ class ReplicaFetcher:
                 result = copy_from_leader(leader, follower, partition, state.leader_epoch, fsync=self.fsync)
                 if result.files:
                     copied.append((topic, result))
+                else:  # in step as of these versions (a copy changed the follower's version)
+                    self._in_step[(topic, partition)] = seen
             except (SparklogError, OSError, ValueError) as exc:
                 errors.append((topic, partition, str(exc)))
                 log.debug("fetch of %s-%d on broker %d failed: %s", topic, partition, self.broker_id, exc)
         return FetchRound(copied, truncated, errors)
 
     def run(self, stop: threading.Event) -> None:
-        """Fetch until ``stop`` is set; rounds back to back while there is work."""
+        """Fetch until ``stop`` is set: rounds back to back while there is work, then polling
+        every :data:`BUSY_WAIT_S`, backing off to :data:`IDLE_WAIT_S` as the quiet lasts (an
+        idle round is two file stats per table)."""
+        wait = BUSY_WAIT_S
         while not stop.is_set():
             try:
                 done = self.run_once()
@@ -116,5 +135,8 @@ class ReplicaFetcher:
                 log.exception("replica fetcher of broker %d failed unexpectedly; continuing", self.broker_id)
                 stop.wait(1.0)
                 continue
-            if not done.copied:
-                stop.wait(IDLE_WAIT_S)
+            if done.copied:
+                wait = BUSY_WAIT_S
+            else:
+                stop.wait(wait)
+                wait = min(IDLE_WAIT_S, wait * 1.5)
