@@ -33,13 +33,12 @@ from sparklog.coordination.session import ZkSession
 from sparklog.errors import (
     ConfigError,
     InvalidPartitionsError,
-    OffsetOutOfRangeError,
     SparklogError,
     UnknownPartitionError,
 )
-from sparklog.log.reader import offset_for_timestamp, read_ranges
 from sparklog.log.table import TopicTable
-from sparklog.offsets import OffsetSpec, parse_offset_spec
+from sparklog import log_access
+from sparklog.offsets import OffsetSpec
 from sparklog.replica_view import PartitionOffsets, ReplicaView
 from sparklog.topic import PartitionDescription, TopicDescription, is_internal, validate_topic_name
 
@@ -295,7 +294,7 @@ class Cluster:
         assignment, _ = self.metadata.assignment(topic)
         return sorted(int(p) for p in assignment.partitions)
 
-    def _check_partition(self, topic: str, partition: int, partitions: list[int]) -> None:
+    def check_partition(self, topic: str, partition: int, partitions: list[int]) -> None:
         if partition not in partitions:
             raise UnknownPartitionError(
                 f"Topic {topic} has partitions 0..{len(partitions) - 1}; partition {partition} does not exist"
@@ -311,53 +310,14 @@ class Cluster:
         return self.replicas.high_watermarks(topic)
 
     def list_offsets(self, topic: str, spec: OffsetSpec | str = "latest") -> dict[int, int]:
-        """Per partition: earliest, latest, or the first offset with timestamp >= ``spec`` ms.
-
-        For a timestamp after every record the answer is -1 (Kafka's "no such offset").
-        """
-        parsed = parse_offset_spec(spec)
-        if parsed == "latest":
-            return self.high_watermarks(topic)
-        offsets = self.partition_offsets(topic)
-        if parsed == "earliest":
-            return {p: o.log_start for p, o in offsets.items()}
-        result = {}
-        for table, parts in self.replicas.leader_tables(topic):
-            dt = table.snapshot()
-            for p in parts:
-                found = offset_for_timestamp(table, dt, p, int(parsed))
-                result[p] = -1 if found is None or found >= offsets[p].high_watermark else max(found, offsets[p].log_start)
-        return dict(sorted(result.items()))
+        """Per partition: earliest, latest, or the first offset with timestamp >= ``spec`` ms
+        (-1: none, Kafka's "no such offset"); see :func:`sparklog.log_access.list_offsets`."""
+        return log_access.list_offsets(self, topic, spec)
 
     def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
-        """Kafka's ``deleteRecords``: per partition, records below the offset given disappear
-        (log-start moves there; files wholly below are removed from the table, metadata only);
-        returns the new log-start offsets. An offset above the high watermark is an error."""
-        from sparklog.log.policy import delete_records_plan
-
-        partitions = self.partitions_of(topic)
-        for partition in before:
-            self._check_partition(topic, partition, partitions)
-        for partition, offset in sorted(before.items()):
-            table = self.table(topic, partition)
-            for _attempt in range(50):
-                dt = table.snapshot()
-                end = min(table.log_end(dt, partition), self.replicas.high_watermarks(topic, [partition])[partition])
-                start = table.log_starts(dt).get(partition, end)
-                if offset < 0 or offset > end:
-                    raise OffsetOutOfRangeError(
-                        f"Cannot delete records of {topic}-{partition} below {offset}: valid offsets are "
-                        f"{start}..{end} (log-start..high watermark)"
-                    )
-                plan = delete_records_plan(
-                    table.files(dt, {partition}), partition=partition, log_start=start, log_end=end, before_offset=offset
-                )
-                if plan.new_log_start <= start and not plan.removed:
-                    break
-                if table.advance_log_starts({partition: plan.new_log_start}, list(plan.removed), "DELETE RECORDS"):
-                    break
-        after = self.partition_offsets(topic)
-        return {p: after[p].log_start for p in before}
+        """Kafka's ``deleteRecords``; returns the new log-start offsets
+        (:func:`sparklog.log_access.delete_records`)."""
+        return log_access.delete_records(self, topic, before)
 
     def run_retention(
         self, topics: Iterable[str] | None = None, dry_run: bool = False, now_ms: int | None = None
@@ -375,33 +335,9 @@ class Cluster:
         end_offset: int | None = None,
         include_headers: bool = True,
     ) -> pa.Table:
-        """Committed records of ``topic`` (one partition or all) in ``[start, end)`` as Arrow.
-
-        Defaults: from log-start to the high watermark. An explicit start outside
-        ``[log_start, high_watermark]`` raises ``OffsetOutOfRangeError``.
-        """
-        validate_topic_name(topic)
-        partitions = self.partitions_of(topic)
-        if partition is not None:
-            self._check_partition(topic, partition, partitions)
-            partitions = [partition]
-        ranges: dict[int, tuple[int, int]] = {}
-        for p, (start, end) in self.replicas.offsets(topic, partitions).items():
-            lo = start if start_offset is None else start_offset
-            if lo < start or lo > end:
-                raise OffsetOutOfRangeError(
-                    f"Offset {lo} is out of range for {topic}-{p}: valid offsets are {start}..{end} "
-                    "(log-start..high watermark); seek to one of them"
-                )
-            hi = end if end_offset is None else max(lo, min(end_offset, end))
-            ranges[p] = (lo, hi)
-        pieces = [
-            read_ranges(table, table.snapshot(), {p: ranges[p] for p in parts}, include_headers)
-            for table, parts in self.replicas.leader_tables(topic, partitions)
-        ]
-        if len(pieces) == 1:
-            return pieces[0]
-        return pa.concat_tables(pieces).sort_by([("partition", "ascending"), ("offset", "ascending")])
+        """Committed records of ``topic`` (one partition or all) in ``[start, end)`` as Arrow,
+        by default log-start to the high watermark (:func:`sparklog.log_access.read`)."""
+        return log_access.read(self, topic, partition, start_offset, end_offset, include_headers)
 
     # -- clients -------------------------------------------------------------------------
     def producer(self, **config: Any) -> "Producer":
