@@ -168,7 +168,8 @@ def _optimize_topic(cluster: "Cluster", topic: str, configs: dict[str, Any], dry
     report = None if progress is None else (lambda r: progress(_optimize_line(r)))
     results: list[OptimizeResult] = []
     checkpoints: list[LogCheckpoint] = []
-    for table, partitions in leader_tables(cluster, topic):
+    # Every replica, followers too: their fetches add small files and log entries as well.
+    for table, partitions in cluster.replicas.replica_tables(topic):
         results += optimize_topic(
             table, partitions, int(configs["segment.bytes"]), dry_run=dry_run,
             compression=parquet_compression(str(configs["compression.type"])), checkpoint=False, progress=report,
@@ -208,7 +209,7 @@ def _vacuum_topic(cluster: "Cluster", topic: str, configs: dict[str, Any], dry_r
     delay_ms = int(configs["file.delete.delay.ms"])
     return [
         vacuum_topic(table, delay_ms, now_ms=now, dry_run=dry_run, progress=report)
-        for table, _partitions in leader_tables(cluster, topic)
+        for table, _partitions in cluster.replicas.replica_tables(topic)
     ]
 
 

@@ -83,6 +83,16 @@ class ReplicaView:
             grouped.setdefault(self.leader(topic, partition).leader, []).append(partition)
         return [(self._cluster.replica_table(topic, broker), parts) for broker, parts in sorted(grouped.items())]
 
+    def replica_tables(self, topic: str) -> list[tuple[TopicTable, list[int]]]:
+        """Every replica table of ``topic`` (leaders and followers), each with the partitions
+        it holds a replica of."""
+        assignment, _ = self._cluster.metadata.assignment(topic)
+        held: dict[int, list[int]] = {}
+        for partition, brokers in assignment.partitions.items():
+            for broker in brokers:
+                held.setdefault(int(broker), []).append(int(partition))
+        return [(self._cluster.replica_table(topic, b), sorted(parts)) for b, parts in sorted(held.items())]
+
     def fetch_positions(
         self, topic: str, partitions: Iterable[int], *, skip_offline: bool = False
     ) -> dict[int, "LeaderSnapshot"]:

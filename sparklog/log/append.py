@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -97,9 +97,12 @@ def append(
     compression: str = "snappy",
     segment_bytes: int = 1 << 30,
     fsync: bool = False,
+    stage_roots: Sequence[str] = (),
 ) -> AppendResult:
     """Append ``batches`` (partition -> records without offsets) under ``epochs`` (partition ->
     write-lease epoch) and ``leader_epochs`` (partition -> leader epoch; None: not checked).
+    ``stage_roots``: follower replicas' table roots to stage the new files in
+    (:func:`~sparklog.log.segment.write_segment`).
 
     ``check_duplicate=False`` skips the idempotence lookup on the first attempt; callers
     pass it only for a sequence they have never sent before.
@@ -134,9 +137,10 @@ def append(
                     records = with_append_time(records, append_ms)
                 next_offset = base_offsets[partition]
                 for piece in split_for_size(records, segment_bytes):
-                    segments.append(
-                        write_segment(table.root, partition, next_offset, piece, compression, fsync, metadata=file_metadata)
-                    )
+                    segments.append(write_segment(
+                        table.root, partition, next_offset, piece, compression, fsync, metadata=file_metadata,
+                        stage_roots=stage_roots,
+                    ))  # fmt: skip
                     next_offset += piece.num_rows
             transactions = {fence_app_id(p): epochs[p] for p in pending}
             transactions.update({end_app_id(p): base_offsets[p] + pending[p].num_rows for p in pending})

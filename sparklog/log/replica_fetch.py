@@ -195,10 +195,15 @@ def _copy_file(
     source = leader.full_path(entry.path)
     producer = _producer_of(source)
     if entry.base_offset >= have:
-        relative = f"partition={entry.partition}/{entry.base_offset:020d}-{uuid.uuid4().hex}.parquet"
+        # Same relative path as the leader's: an acks=all producer may have staged the bytes
+        # here already (write_segment's stage_roots); a partial staged file is replaced.
+        relative = entry.path
         target = follower.full_path(relative)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copyfile(source, target)
+        if not (os.path.exists(target) and os.path.getsize(target) == entry.size_bytes):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            partial = f"{target}.{uuid.uuid4().hex}.tmp"
+            shutil.copyfile(source, partial)
+            os.replace(partial, target)
         if fsync:
             fsync_path(target)
         segment = SegmentFile(

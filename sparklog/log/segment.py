@@ -9,10 +9,12 @@ so readers skip files outside an offset or time range. Writing a segment is pure
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
@@ -27,6 +29,8 @@ __all__ = [
     "SegmentFile", "write_segment", "write_placeholder", "split_for_size", "fsync_path", "parquet_compression",
     "discard_segments", "PRODUCER_KEY", "SEQUENCE_KEY",
 ]  # fmt: skip
+
+log = logging.getLogger(__name__)
 
 ROW_GROUP_RECORDS = 131_072
 # Parquet key-value metadata of a light producer's segment: who wrote it, which batch.
@@ -116,12 +120,18 @@ def write_segment(
     fsync: bool = False,
     offsets: pa.Array | None = None,
     metadata: "dict[str, str] | None" = None,
+    stage_roots: "Sequence[str]" = (),
 ) -> SegmentFile:
     """Write ``records`` (FILE_SCHEMA minus ``offset``) with offsets from ``base_offset``.
 
     ``records`` carries ``timestamp, timestampType, key, value, headers``; the offset
     column is assigned here so it is contiguous by construction. Only compaction passes
     ``offsets`` (ascending, gaps allowed: the records keep the offsets they had).
+
+    ``stage_roots``: other replicas' table roots that get the same bytes under the same
+    relative path (not fsynced, never committed here): the file is encoded once, and a
+    follower's fetch finds it in place instead of copying it (``acks=all`` latency). A
+    staged file whose batch never commits is an orphan for vacuum.
     """
     n = records.num_rows
     if n == 0:
@@ -140,10 +150,16 @@ def write_segment(
     full = os.path.join(table_root, relative)
     # No dictionary encoding: payloads rarely repeat, and trying costs more than the write.
     # Row groups of 128k records let a small read skip most of a large segment.
-    pq.write_table(
-        table, full, compression=compression, use_dictionary=False, write_statistics=["offset", "timestamp"],
+    options = dict(
+        compression=compression, use_dictionary=False, write_statistics=["offset", "timestamp"],
         row_group_size=ROW_GROUP_RECORDS,
-    )
+    )  # fmt: skip
+    if not stage_roots:
+        pq.write_table(table, full, **options)  # type: ignore[arg-type]
+    else:
+        encoded = pa.BufferOutputStream()
+        pq.write_table(table, encoded, **options)  # type: ignore[arg-type]
+        _write_copies(encoded.getvalue(), [full, *(os.path.join(root, relative) for root in stage_roots)])
     if fsync:
         fsync_path(full)
         fsync_path(directory)
@@ -160,6 +176,22 @@ def write_segment(
         modification_time_ms=int(time.time() * 1000),
         record_count=n,
     )
+
+
+def _write_copies(data: pa.Buffer, paths: "list[str]") -> None:
+    """``data`` into every path, in parallel (file writes release the GIL). The first path
+    must succeed; a staged copy that fails is only logged (the follower copies it itself)."""
+    def write(path: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(data)
+
+    with ThreadPoolExecutor(max_workers=len(paths)) as pool:
+        futures = [pool.submit(write, path) for path in paths]
+    futures[0].result()
+    for path, future in zip(paths[1:], futures[1:]):
+        if future.exception() is not None:
+            log.debug("staging %s failed: %s", path, future.exception())
 
 
 def write_placeholder(
