@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass, replace
 
@@ -51,6 +52,8 @@ __all__ = [
 ]  # fmt: skip
 
 MAX_ROUNDS = 20  # re-plans after conflicting concurrent commits
+_SLICE_SUFFIX = ".slice.parquet"
+_STAGED_MAX_AGE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -176,16 +179,33 @@ def copy_from_leader(
                 new_end, leader_end, max(leader_start if below else start_now, 0),
             )  # fmt: skip
         except CommitConflict:
-            discard_segments(follower.root, copied)
+            discard_segments(follower.root, _own_names(copied))
         except FileNotFoundError:
-            discard_segments(follower.root, copied)  # a leader file was removed and vacuumed meanwhile: re-plan
+            discard_segments(follower.root, _own_names(copied))  # a leader file was removed and vacuumed meanwhile
         except BaseException:
-            discard_segments(follower.root, copied)
+            discard_segments(follower.root, _own_names(copied))
             raise
     raise StorageError(
         f"Copying {leader.topic}-{partition} from {leader.root} to {follower.root} kept conflicting with other "
         "commits; is another fetcher writing this replica?"
     )
+
+
+def _fresh_copy(path: str, size: int) -> bool:
+    """A complete, recently staged copy (an old same-named file, e.g. of a replica removed
+    and assigned back, is copied again: vacuum may be about to delete it)."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return stat.st_size == size and time.time() - stat.st_mtime < _STAGED_MAX_AGE_S
+
+
+def _own_names(segments: list[SegmentFile]) -> list[SegmentFile]:
+    """The files of a failed copy round that are safe to delete: those under names of their
+    own (slices). A whole-file copy has the leader's name, which another fetch (the
+    replication job beside an agent) may have committed meanwhile: left to vacuum if not."""
+    return [s for s in segments if s.path.endswith(_SLICE_SUFFIX)]
 
 
 def _copy_file(
@@ -199,7 +219,7 @@ def _copy_file(
         # here already (write_segment's stage_roots); a partial staged file is replaced.
         relative = entry.path
         target = follower.full_path(relative)
-        if not (os.path.exists(target) and os.path.getsize(target) == entry.size_bytes):
+        if not _fresh_copy(target, entry.size_bytes):
             os.makedirs(os.path.dirname(target), exist_ok=True)
             partial = f"{target}.{uuid.uuid4().hex}.tmp"
             shutil.copyfile(source, partial)
@@ -217,12 +237,15 @@ def _copy_file(
     tail = records.filter(pc.greater_equal(records.column("offset"), have))
     if tail.num_rows == 0:
         stamps = [t for t in (entry.min_timestamp_us, entry.max_timestamp_us) if t is not None]
-        return write_placeholder(follower.root, entry.partition, have, entry.last_offset, stamps, "snappy"), producer
-    segment = write_segment(
-        follower.root, entry.partition, have, tail.drop_columns(["offset"]), fsync=fsync,
-        offsets=tail.column("offset").combine_chunks(),
-    )  # fmt: skip
-    return replace(segment, base_offset=have, last_offset=entry.last_offset), producer
+        segment = write_placeholder(follower.root, entry.partition, have, entry.last_offset, stamps, "snappy")
+    else:
+        segment = write_segment(
+            follower.root, entry.partition, have, tail.drop_columns(["offset"]), fsync=fsync,
+            offsets=tail.column("offset").combine_chunks(),
+        )  # fmt: skip
+    sliced = segment.path[: -len(".parquet")] + _SLICE_SUFFIX
+    os.replace(follower.full_path(segment.path), follower.full_path(sliced))
+    return replace(segment, path=sliced, base_offset=have, last_offset=entry.last_offset), producer
 
 
 def _producer_of(path: str) -> tuple[str, int] | None:

@@ -117,3 +117,29 @@ def test_writer_of_an_older_leader_epoch_is_fenced_on_the_follower(tmp_path) -> 
     with pytest.raises(NotLeaderError, match="leader epoch 3, newer than this writer's 2"):
         produce(follower, 0, ["zombie"], leader_epoch=2)
     assert records(follower, 0) == [(0, b"a")]
+
+
+def test_staged_files_are_committed_in_place_and_stale_ones_copied_again(tmp_path) -> None:
+    """An acks=all producer stages its new files in the followers' dirs under the leader's
+    name; the fetch commits a fresh staged file as is, and copies over an old one."""
+    import os
+
+    leader, follower = tables(tmp_path)
+    result = append(
+        leader, {0: 1}, {0: batch(["a", "b"])}, leader_epochs={0: 0}, stage_roots=[follower.root],
+    )  # fmt: skip
+    [entry] = leader.files(leader.snapshot(), {0})
+    staged = follower.full_path(entry.path)
+    assert result.base_offsets == {0: 0} and os.path.exists(staged), "staged under the leader's relative path"
+    inode = os.stat(staged).st_ino
+    assert copy_from_leader(leader, follower, 0, leader_epoch=0).files == 1
+    assert os.stat(staged).st_ino == inode, "the staged file was committed in place, not copied"
+    assert records(follower, 0) == records(leader, 0)
+
+    append(leader, {0: 1}, {0: batch(["c"])}, leader_epochs={0: 0}, stage_roots=[follower.root])
+    newest = max(leader.files(leader.snapshot(), {0}), key=lambda f: f.base_offset)
+    old = follower.full_path(newest.path)
+    os.utime(old, (0, 0))  # as if staged long ago (e.g. a replica removed and assigned back)
+    inode = os.stat(old).st_ino
+    copy_from_leader(leader, follower, 0, leader_epoch=0)
+    assert os.stat(old).st_ino != inode and records(follower, 0) == records(leader, 0)
