@@ -194,6 +194,7 @@ def commit_reserved(
     fsync: bool = False,
     *,
     app_transactions: Mapping[str, int] | None = None,
+    leader_epochs: Mapping[int, int] | None = None,
 ) -> dict[int, tuple[int, int]] | None:
     """Commit segments written by Spark tasks at offsets reserved from ``start_offsets``.
 
@@ -201,11 +202,17 @@ def commit_reserved(
     and that the log end is still ``start`` (nobody else appended). Returns
     partition -> (start, end). Any violation fails the job; nothing is committed.
 
+    ``leader_epochs`` (partition -> the leader epoch the job planned with; None: not
+    checked) fence a job that planned before a leader election, as :func:`append` does:
+    :class:`~sparklog.errors.NotLeaderError` when this replica has seen a newer epoch of any
+    of them, and the written partitions' commit carries ``leader``/``leaderfence`` at it.
+
     ``app_transactions`` (app id -> version) ride along in the same Delta commit and make
     it idempotent: when the snapshot already holds one of them at that version or higher,
-    the batch was committed before (a replayed streaming micro-batch): nothing is
-    committed and ``None`` is returned; the caller deletes its segments. The check is
-    repeated on every attempt, so a conflict with our own earlier commit is recognised too.
+    the batch was committed to this table before (a replayed streaming micro-batch, or a job
+    completing a commit that stopped between two leader tables): nothing is committed and
+    ``None`` is returned; the caller deletes its segments. The check is repeated on every
+    attempt, so a conflict with our own earlier commit is recognised too.
     """
     ranges: dict[int, tuple[int, int]] = {}
     by_partition: dict[int, list[SegmentFile]] = {}
@@ -230,6 +237,8 @@ def commit_reserved(
         if any(_at_least(table.app_version(dt, app_id), version) for app_id, version in extra.items()):
             return None
         _check_fences(table, dt, epochs)
+        if leader_epochs is not None:
+            _check_leader_epochs(table, dt, leader_epochs)
         for partition in ranges:
             end = table.log_end(dt, partition)
             if end != start_offsets[partition]:
@@ -239,6 +248,11 @@ def commit_reserved(
                 )
         transactions = {fence_app_id(p): epochs[p] for p in epochs}
         transactions.update({end_app_id(p): end for p, (_start, end) in ranges.items()})
+        if leader_epochs is not None:
+            # As append: the written partitions' records are of our epoch, and a concurrent
+            # epoch marker touching the same ids makes one of the two commits fail.
+            transactions.update({leader_app_id(p): leader_epochs[p] for p in ranges})
+            transactions.update({leader_fence_app_id(p): leader_epochs[p] for p in ranges})
         transactions.update(extra)
         try:
             table.commit(dt, segments, transactions, metadata, fsync=fsync)

@@ -56,17 +56,20 @@ def _option_name(key: str) -> str:
 
 
 def produce(df: "DataFrame", topic: str, **options: Any) -> ProduceResult:
-    """Write ``df`` (Kafka sink columns) to ``topic`` as one atomic produce; return its offsets."""
+    """Write ``df`` (Kafka sink columns) to ``topic`` as one produce, atomic per leader table
+    (whole-job atomic when one broker leads every partition); return its offsets."""
     from sparklog.cluster import connect
-    from sparklog.spark.writer import JOB_ID_OPTION, job_ranges
+    from sparklog.spark.writer import JOB_ID_OPTION, committed_ranges
 
     opts = session_options(df.sparkSession, **options)
     job_id = uuid.uuid4().hex
     df.write.format("sparklog").options(**opts).option("topic", topic).option(JOB_ID_OPTION, job_id).mode("append").save()
     with connect(opts) as cluster:
-        # The commit ran in a Spark worker; its commitInfo records the job's ranges.
-        ranges = job_ranges(cluster.table(topic).snapshot().history(50), f"spark-{job_id}")
-    return ProduceResult(topic, ranges or {})
+        # The commits ran in a Spark worker, one per leader table; their commitInfo records
+        # the job's ranges. Every replica table is looked at: leadership may have moved since.
+        tables = [table for table, _partitions in cluster.replicas.replica_tables(topic)]
+        ranges = committed_ranges(tables, f"spark-{job_id}")
+    return ProduceResult(topic, ranges)
 
 
 def read(spark: "SparkSession", topic: str | None = None, **options: Any) -> "DataFrame":

@@ -2,15 +2,21 @@
 
 :func:`consume_into` transforms the group's next records (as :func:`sparklog.spark.group_batch`
 reads them) and writes the output AND the input end offsets in ONE Delta commit of the
-output (a sparklog topic or a plain Delta table), as application transactions
-``sparklog.input/<group>/<topic>/<partition>`` = next offset. A run starts from max(those,
-``__consumer_offsets``) and afterwards mirrors its end offsets to ``__consumer_offsets``.
+output (a plain Delta table, or each leader table of a sparklog topic), as application
+transactions ``sparklog.input/<group>/<topic>/<partition>`` = next offset. A run starts from
+max(those, ``__consumer_offsets``) and afterwards mirrors its end offsets to
+``__consumer_offsets``. An output topic led by several brokers gets one commit per leader
+table, each carrying the input offsets; "those" is then the lowest value over the leader
+tables (a table without one counts lowest), which never skips input. When a table is ahead
+of that start (a run stopped between two tables' commits), the run instead replays exactly
+the interrupted range: the tables ahead skip it, the others get their part.
 
 Invariants (argued in ``docs/design-notes.md``, "Spark group consumption and exactly-once"):
 a topic output's write leases are taken BEFORE the stored input offsets are read (under the
 group's stable lease owner, so a rerun after a crash adopts the dead run's leases at once
 and fences it); the output commit lands only on a snapshot whose stored input offsets are
-still those the run started from; files of a commit that does not land are deleted.
+still those the run started from (checked per leader table); files of a commit that does
+not land are deleted.
 
 Where code runs: the driver plans and verifies; Spark tasks write segments or Parquet files
 through a private Python data source (Arrow batches, no pandas) whose ``commit``/``abort``
@@ -48,7 +54,7 @@ from sparklog.spark.group_batch import (
     resolve_ranges,
 )
 from sparklog.spark.writer import ProducePlan, SegmentsWritten, abort_produce, check_target, commit_produce, plan_produce
-from sparklog.spark.writer import job_ranges, release_leases, task_id, write_task_segments
+from sparklog.spark.writer import committed_ranges, release_leases, task_id, write_task_segments
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,25 +76,31 @@ class _Output(DataSourceArrowWriter):
     delta_root: str = ""  # or the output Delta table
     delta_schema: bytes = b""  # ... and the Arrow schema of its data files
     transactions: dict[str, int] = field(default_factory=dict)  # input app id -> end offset
-    expected: dict[str, int | None] = field(default_factory=dict)  # input app id -> stored at start
+    # input app id -> stored at start: in the Delta table, or in every leader table of a topic
+    # output that has no entry of its own in expected_tables (leader log dir -> its values).
+    expected: dict[str, int | None] = field(default_factory=dict)
+    expected_tables: dict[str, dict[str, int | None]] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
 
-    def stored(self, app_ids: Iterable[str]) -> dict[str, int | None]:
+    def stored(self, app_ids: Iterable[str]) -> dict[str, dict[str, int | None]]:
+        """The stored version of each app id, per output table: the Delta table's root, or
+        each leader table of the output topic by its log dir (the plan's leaders)."""
+        ids = list(app_ids)
         if self.plan is None:
-            return DeltaSink(self.delta_root).app_versions(app_ids)
-        table = TopicTable(self.plan.table_log_dir, self.plan.topic)
-        dt = table.snapshot()
-        return {app_id: table.app_version(dt, app_id) for app_id in app_ids}
+            return {self.delta_root: DeltaSink(self.delta_root).app_versions(ids)}
+        found: dict[str, dict[str, int | None]] = {}
+        for log_dir in self.plan.log_dirs:
+            table = TopicTable(log_dir, self.plan.topic)
+            dt = table.snapshot()
+            found[log_dir] = {app_id: table.app_version(dt, app_id) for app_id in ids}
+        return found
 
-    def landed(self, paths: Iterable[str] = ()) -> bool:
-        """Did this run's commit land? By its files when known, else by the input offsets."""
-        if wanted := set(paths):
-            if self.plan is None:
-                return bool(wanted & DeltaSink(self.delta_root).live_paths())
-            table = TopicTable(self.plan.table_log_dir, self.plan.topic)
-            return any(f.path in wanted for f in table.files(table.snapshot()))
-        stored = self.stored(self.transactions)
-        return all(stored[a] is not None and stored[a] >= v for a, v in self.transactions.items())  # type: ignore[operator]
+    def landed(self) -> bool:
+        """Did this run's commit land in every output table (its input offsets reached the ends)?"""
+        return all(
+            all(values[a] is not None and values[a] >= v for a, v in self.transactions.items())  # type: ignore[operator]
+            for values in self.stored(self.transactions).values()
+        )
 
     def write(self, batches: Iterator[Any]) -> SegmentsWritten:  # type: ignore[override]
         task = task_id()
@@ -102,18 +114,20 @@ class _Output(DataSourceArrowWriter):
             files = [DataFile.from_dict(d) for m in messages if m is not None for d in m.segments]
             DeltaSink(self.delta_root).commit(files, self.file_schema(), self.transactions, self.expected, self.metadata)
             return
-        check_input_offsets(f"topic {self.plan.topic}", self.stored(self.expected), self.expected)
+        ids = set(self.expected).union(*self.expected_tables.values())
+        for log_dir, values in self.stored(ids).items():
+            expected = self.expected_tables.get(log_dir, self.expected)
+            check_input_offsets(f"topic {self.plan.topic} (leader table under {log_dir})", values, expected)
+        # Tables already holding the input ends (a partial commit being completed) are
+        # skipped by commit_produce; None means every table had them.
         if commit_produce(self.plan, messages, self.metadata, self.transactions) is None:
             raise StorageError(f"Topic {self.plan.topic} already holds the input offsets of run {self.run_id}; nothing committed")
 
     def abort(self, messages: list[SegmentsWritten | None]) -> None:  # type: ignore[override]
-        # Spark aborts also when commit() failed AFTER the Delta commit landed (e.g. while
-        # releasing the leases): committed files must stay.
-        written = [d for m in messages if m is not None for d in m.segments]
+        # Spark aborts also when commit() failed AFTER a Delta commit landed (e.g. while
+        # releasing the leases, or at a second leader table): both discards keep live files.
         if self.plan is None:
-            DeltaSink(self.delta_root).discard(DataFile.from_dict(d) for d in written)
-        elif written and self.landed(str(d["path"]) for d in written):
-            release_leases(self.plan)
+            DeltaSink(self.delta_root).discard(DataFile.from_dict(d) for m in messages if m is not None for d in m.segments)
         else:
             abort_produce(self.plan, messages)
 
@@ -205,8 +219,16 @@ def consume_into(
         try:
             ids = {tp: input_app_id(group_id, *tp) for tp in partitions}
             stored = output.stored(ids.values())
-            before = {tp: stored[ids[tp]] for tp in partitions}
-            ranges = resolve_ranges(cluster, group_id, partitions, settings, before)
+            lowest, highest = _stored_bounds(stored, ids)
+            ranges = resolve_ranges(cluster, group_id, partitions, settings, lowest)
+            completing = _completing_ranges(ranges, lowest, highest, stored, ids)
+            if completing is not None:
+                log.warning("group %s: completing an earlier run that committed to only some leader tables of %s: %s",
+                            group_id, output_topic, completing)  # fmt: skip
+                ranges = completing
+                ends = {tp: end for tp, (start, end) in ranges.items() if end > start}
+            else:
+                ends = advances(ranges, lowest)
             if not any(end > start for start, end in ranges.values()):
                 if output.plan is not None:
                     release_leases(output.plan)
@@ -215,8 +237,9 @@ def consume_into(
             output = replace(
                 output,
                 delta_schema=_file_schema(output, df.schema),
-                transactions={ids[tp]: end for tp, end in advances(ranges, before).items()},
-                expected=stored,
+                transactions={ids[tp]: end for tp, end in ends.items()},
+                expected=stored[output.delta_root] if output.plan is None else {},
+                expected_tables={} if output.plan is None else stored,
                 metadata={"sparklog.job": run_id, "sparklog.operation": "CONSUME INTO", "sparklog.group": group_id,
                           "sparklog.input": json.dumps({f"{t}-{p}": list(r) for (t, p), r in sorted(ranges.items())})},
             )  # fmt: skip
@@ -225,8 +248,54 @@ def consume_into(
             if output.plan is not None:
                 release_leases(output.plan)  # no-op when the job released them already
             raise
-        written, version = _outcome(cluster, output)
+        written, version = _outcome(output)
         return ConsumeIntoResult(group_id, ranges, written, version, _mirror(cluster, group_id, ranges))
+
+
+def _stored_bounds(
+    stored: Mapping[str, Mapping[str, int | None]], ids: Mapping[TopicPartition, str]
+) -> tuple[dict[TopicPartition, int | None], dict[TopicPartition, int | None]]:
+    """Per input partition, the lowest and the highest next offset the output tables store.
+    The lowest is None when some table stores none: the output may lack the output of
+    anything below the others' values there, so a run must not start above it (the group's
+    committed offset then decides, as for a new output)."""
+    lowest: dict[TopicPartition, int | None] = {}
+    highest: dict[TopicPartition, int | None] = {}
+    for tp, app_id in ids.items():
+        values = [table[app_id] for table in stored.values()]
+        known = [v for v in values if v is not None]
+        lowest[tp] = min(known) if known and len(known) == len(values) else None
+        highest[tp] = max(known) if known else None
+    return lowest, highest
+
+
+def _completing_ranges(ranges: Ranges, lowest: Mapping[TopicPartition, int | None],
+                       highest: Mapping[TopicPartition, int | None], stored: Mapping[str, Mapping[str, int | None]],
+                       ids: Mapping[TopicPartition, str]) -> Ranges | None:  # fmt: skip
+    """After a run whose commit stopped between two leader tables of the output topic, the
+    run that completes it: exactly the interrupted run's ranges (from where this run starts
+    to the ends the tables ahead hold, no caps), other partitions not moving, so the tables
+    ahead recognise it and skip, and the tables behind get their part. None: no table is
+    ahead of where this run starts (the usual case; always for a Delta output)."""
+    ends = {
+        tp: hi for tp, hi in highest.items()
+        if hi is not None and ranges[tp][0] < hi and (lowest[tp] is None or lowest[tp] < hi)  # type: ignore[operator]
+    }  # fmt: skip
+    if not ends:
+        return None
+    for log_dir, values in stored.items():
+        ahead = [tp for tp in ends if (v := values[ids[tp]]) is not None and v >= ends[tp]]
+        if ahead and len(ahead) < len(ends):
+            # The commits of one run carry all its input offsets: no interrupted run leaves a
+            # table ahead on some partitions and behind on others. Completing would skip or
+            # duplicate output in that table, so refuse.
+            raise StorageError(
+                f"The leader table under {log_dir} holds input offsets ahead of the other leader tables for "
+                f"{sorted(ahead)} but not for {sorted(set(ends) - set(ahead))}: no interrupted run explains this "
+                "(did leadership of the output move while __consumer_offsets lagged?). Nothing committed; check "
+                "the output and reset the group's offsets, or consume into a new output."
+            )
+    return {tp: (start, ends.get(tp, start)) for tp, (start, _end) in ranges.items()}
 
 
 def _default_transform(to_topic: bool, include_headers: bool) -> "Callable[[DataFrame], DataFrame]":
@@ -270,10 +339,12 @@ def _file_schema(output: _Output, schema: StructType) -> bytes:
     return DeltaSink(output.delta_root).file_schema(to_arrow_schema(schema, timezone="UTC")).serialize().to_pybytes()
 
 
-def _outcome(cluster: "Cluster", output: _Output) -> tuple[dict[int, tuple[int, int]], int | None]:
+def _outcome(output: _Output) -> tuple[dict[int, tuple[int, int]], int | None]:
+    """What this run committed: a topic output's ranges (over its leader tables; when
+    completing an interrupted run, only the tables behind), or the Delta table's version."""
     if output.plan is not None:
-        history = cluster.table(output.plan.topic).snapshot().history(50)
-        return job_ranges(history, output.run_id) or {}, None
+        tables = [TopicTable(log_dir, output.plan.topic) for log_dir in output.plan.log_dirs]
+        return committed_ranges(tables, output.run_id), None
     return {}, DeltaSink(output.delta_root).commit_version("sparklog.job", output.run_id)
 
 

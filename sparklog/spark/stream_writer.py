@@ -1,12 +1,16 @@
 """Structured Streaming writes to a topic: ``df.writeStream.format("sparklog")``, exactly once.
 
-Each micro-batch is one atomic produce, made of the batch writer's steps
+Each micro-batch is one produce, made of the batch writer's steps
 (:mod:`sparklog.spark.writer`: leases of every partition, per-task offset reservations, one
-Delta commit), and that commit also carries the application transaction
-``sparklog.stream.<query id>`` = batch id. Spark replays a micro-batch after a failure
-(same batch id, same input offsets); the commit of a replay finds the transaction at that
-batch id or above, writes nothing, deletes the replay's files and succeeds. So every
-micro-batch lands in the topic exactly once, whichever process dies when.
+Delta commit per leader table), and every one of those commits also carries the
+application transaction ``sparklog.stream.<query id>`` = batch id. Spark replays a
+micro-batch after a failure (same batch id, same input offsets); each leader table's commit
+of the replay checks the transaction on that table: a table holding it at that batch id or
+above gets nothing (the replay's files for it are deleted), a table without it (the job
+stopped between two tables' commits) gets its part now. So every micro-batch lands in the
+topic exactly once, whichever process dies when, provided a replay puts each row in the
+same partition as the first run (keys, an explicit ``partition`` column, or keyless rows in
+the same order: docs/design-notes.md, "Spark writes to multi-leader topics").
 
 The query id is Spark's own ``StreamingQuery.id``: it is persisted in the checkpoint's
 ``metadata`` file (stable across restarts, new for a new checkpoint, so a fresh checkpoint
@@ -25,7 +29,8 @@ Where each step runs (all measured with PySpark 4.3, each a separate Python work
 * ``write`` (tasks) writes segments with the shared task step and returns them with the
   plan (leases, start offsets) and the query and batch ids;
 * ``commit(messages, batchId)`` commits with the query's transaction (or recognises a
-  replay) and releases the leases; ``abort`` deletes the segments and releases them.
+  replay, table by table) and releases the leases; ``abort`` deletes the segments no
+  commit made live and releases them.
 """
 
 from __future__ import annotations

@@ -1,23 +1,32 @@
-"""Spark produce: one Spark job (or one streaming micro-batch) = one atomic produce.
+"""Spark produce: one Spark job (or one streaming micro-batch) = one produce, atomic per leader table.
 
-The steps, as functions shared by the batch writer (this module) and the streaming writer
-(:mod:`sparklog.spark.stream_writer`). PySpark runs each in a separate Python worker, none
-of them the user's process:
+The steps, as functions shared by the batch writer (this module), the streaming writer
+(:mod:`sparklog.spark.stream_writer`) and ``consume_into`` (:mod:`sparklog.spark.exactly_once`).
+PySpark runs each in a separate Python worker, none of them the user's process:
 
 * :func:`plan_produce` (planning, driver side): takes the write lease of *every* partition
-  of the topic (input arrives arbitrarily partitioned), commits epoch markers where it took
-  over a stale lease, and seeds each lease's offset counter with the partition's log end.
+  of the topic (input arrives arbitrarily partitioned), records each partition's leader
+  table and leader epoch, commits epoch markers (on the leader table) where it took over a
+  stale lease, and seeds each lease's offset counter with the partition's log end there.
   The resulting :class:`ProducePlan` is pickled into every task;
 * :func:`write_task_segments` (each task, on executors): normalises its rows, groups them
   by partition, reserves an offset range per (task, partition) by compare-and-set on the
-  lease counter (a retried task gets the same range back), writes sized segments;
-* :func:`commit_produce` (driver side): checks the segments tile the reserved ranges with
-  no gap, commits them in ONE Delta commit fenced by the lease epochs (plus any app
-  transactions, e.g. a streaming query's batch id), releases the leases;
-* :func:`abort_produce`: deletes the written segments and releases the leases.
+  lease counter (a retried task gets the same range back), writes sized segments under the
+  partition's leader table;
+* :func:`commit_produce` (driver side): per leader table, checks the segments tile the
+  reserved ranges with no gap and commits them in ONE Delta commit fenced by the lease and
+  leader epochs (plus any app transactions, e.g. a streaming query's batch id, which go into
+  EVERY leader table's commit), then releases the leases;
+* :func:`abort_produce`: deletes the written segments no commit made live, releases the leases.
 
-Invariant: the offsets of one produce are contiguous per partition and become visible in
-one Delta commit, or not at all.
+Invariants: the offsets of one produce are contiguous per partition; each leader table's
+part becomes visible in one Delta commit, or not at all. A topic whose partitions all have
+one leader (every one-broker cluster) therefore gets whole-job atomicity; with several
+leader brokers a job makes one commit per leader table (Delta has no transaction across
+tables), and a failure between two of them leaves the earlier ones committed. Producers
+that pass app transactions (the streaming sink, ``consume_into``) make that recoverable:
+each table's commit checks them on its own snapshot, so a replay commits exactly the
+tables that are missing (docs/design-notes.md, "Spark writes to multi-leader topics").
 """
 
 from __future__ import annotations
@@ -36,8 +45,10 @@ from pyspark.sql.types import StructType
 if TYPE_CHECKING:
     from sparklog.coordination.lease import LeaseGrant
     from sparklog.coordination.session import ZkSession
+    from sparklog.log.segment import SegmentFile
+    from sparklog.log.table import TopicTable
 
-from sparklog.errors import ConfigError, SchemaMismatchError, SparklogError
+from sparklog.errors import ConfigError, SchemaMismatchError, SparklogError, StorageError
 from sparklog.spark.options import cluster_config_from_options
 
 __all__ = [
@@ -53,6 +64,7 @@ __all__ = [
     "task_id",
     "JOB_ID_OPTION",
     "job_ranges",
+    "committed_ranges",
 ]
 
 JOB_ID_OPTION = "sparklog.job.id"
@@ -99,7 +111,7 @@ class ProducePlan:
     topic: str
     owner: str
     zk_connect: str
-    table_log_dir: str
+    leaders: dict[int, tuple[str, int]]  # partition -> (its leader's log dir, leader epoch) when planned
     lease_ms: int
     num_partitions: int
     max_message_bytes: int
@@ -109,13 +121,25 @@ class ProducePlan:
     grants: tuple["LeaseGrant", ...]
     start_offsets: dict[int, int]
 
+    def table_root(self, partition: int) -> str:
+        """Where ``partition``'s segments go: the topic's table on its leader's log dir."""
+        return os.path.join(self.leaders[partition][0], "topics", self.topic)
+
     @property
-    def table_root(self) -> str:
-        return os.path.join(self.table_log_dir, "topics", self.topic)
+    def log_dirs(self) -> list[str]:
+        """The leader brokers' log dirs, one per leader table, in a fixed order."""
+        return sorted({log_dir for log_dir, _epoch in self.leaders.values()})
+
+    def partitions_led_from(self, log_dir: str) -> list[int]:
+        return sorted(p for p, (d, _epoch) in self.leaders.items() if d == log_dir)
 
     @property
     def epochs(self) -> dict[int, int]:
         return {g.partition: g.epoch for g in self.grants}
+
+    @property
+    def leader_epochs(self) -> dict[int, int]:
+        return {p: epoch for p, (_d, epoch) in self.leaders.items()}
 
 
 def check_target(options: Mapping[str, str], schema: StructType, overwrite: bool, append_hint: str) -> str:
@@ -134,9 +158,10 @@ def check_target(options: Mapping[str, str], schema: StructType, overwrite: bool
 
 def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool = False) -> ProducePlan:
     """Take the write lease of *every* partition of ``topic`` for ``owner`` (input arrives
-    arbitrarily partitioned), commit epoch markers where a stale lease was taken over, and
-    seed each lease's offset counter with the partition's log end. ``adopt``: ``owner`` is a
-    stable id, and leases a crashed earlier run of it left behind are taken over at once."""
+    arbitrarily partitioned), note each partition's leader table and leader epoch, commit
+    epoch markers where a stale lease was taken over, and seed each lease's offset counter
+    with the partition's log end. ``adopt``: ``owner`` is a stable id, and leases a crashed
+    earlier run of it left behind are taken over at once."""
     from sparklog.cluster import Cluster
     from sparklog.coordination.lease import WriterLease
     from sparklog.coordination.session import resolve_connect
@@ -147,17 +172,14 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
     grants: list[LeaseGrant] = []
     try:
         configs = cluster.topic_config(topic)
-        leaders = cluster.replicas.leader_tables(topic)
-        if len(leaders) > 1:
-            raise SparklogError(
-                f"Spark produce to {topic}: its partitions are led by {len(leaders)} different brokers, and a Spark "
-                "job commits to one leader table (job-atomic); produce with the light producer, or move leadership "
-                "to one broker (`sparklog reassign`)"
-            )
-        table = leaders[0][0]
+        leaders: dict[int, tuple[str, int]] = {}
         start_offsets: dict[int, int] = {}
         try:
-            for partition in range(len(cluster.partitions_of(topic))):
+            for partition in cluster.partitions_of(topic):
+                # One state read gives leader and epoch together (an election in between
+                # can't pair one leader's table with another's epoch).
+                state = cluster.replicas.leader(topic, partition)
+                table = cluster.replica_table(topic, state.leader)
                 lease = WriterLease(cluster.zk, topic, partition, owner, config.spark_writer_lease_ms)
                 grant = lease.acquire(
                     config.spark_writer_lease_ms, table.fence_epoch(table.snapshot(), partition), adopt=adopt
@@ -169,6 +191,7 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
                 start = table.log_end(table.snapshot(), partition)
                 lease.acquire(config.spark_writer_lease_ms, grant.epoch, next_offset=start)
                 start_offsets[partition] = start
+                leaders[partition] = (os.path.dirname(os.path.dirname(table.root)), state.leader_epoch)
         except BaseException:
             _release(cluster.zk, topic, owner, grants)
             raise
@@ -176,7 +199,7 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
             topic=topic,
             owner=owner,
             zk_connect=resolve_connect(config),
-            table_log_dir=os.path.dirname(os.path.dirname(table.root)),
+            leaders=leaders,
             lease_ms=config.spark_writer_lease_ms,
             num_partitions=len(start_offsets),
             max_message_bytes=int(configs["max.message.bytes"]),
@@ -220,9 +243,13 @@ def write_task_segments(plan: ProducePlan, iterator: Iterator[object], task: int
             records = pa.concat_tables(pieces)
             if plan.log_append_time:
                 records = with_append_time(records, int(time.time() * 1000))
-            base = reserve_offsets(zk, grants[partition], str(task), records.num_rows, plan.lease_ms)
+            grant = grants[partition]
+            # Keyed by the lease epoch too: a run with a stable owner (consume_into) adopting
+            # the leases of a killed run must not get that run's reservations back (its
+            # commit may have landed before the kill); a retried task of this plan still does.
+            base = reserve_offsets(zk, grant, f"{task}.{grant.epoch}", records.num_rows, plan.lease_ms)
             for piece in split_for_size(records, plan.segment_bytes):
-                segments.append(write_segment(plan.table_root, partition, base, piece, plan.compression).to_dict())
+                segments.append(write_segment(plan.table_root(partition), partition, base, piece, plan.compression).to_dict())
                 base += piece.num_rows
     return segments
 
@@ -233,30 +260,84 @@ def commit_produce(
     metadata: dict[str, str],
     app_transactions: Mapping[str, int] | None = None,
 ) -> dict[int, tuple[int, int]] | None:
-    """Commit every task's segments in ONE Delta commit fenced by the lease epochs, then
-    release the leases. ``None``: ``app_transactions`` showed the produce was committed
-    before; its segments were deleted instead (see ``commit_reserved``)."""
+    """Commit every task's segments, ONE Delta commit per leader table fenced by the lease
+    and leader epochs, then release the leases; returns the ranges committed by this call.
+
+    Without ``app_transactions`` only tables with segments are committed to. With them,
+    every leader table of the plan gets a commit carrying them (empty where no row went):
+    the table then remembers the produce, so any replay (even one whose rows land in other
+    partitions) is recognised there. A table already holding them is skipped and its
+    segments deleted (``commit_reserved`` returned None): a replay after a failure between
+    two tables' commits completes the missing tables only. ``None``: every table had them
+    (the whole produce was committed before). A failure after some tables committed is
+    re-raised with those tables named; ``abort_produce`` keeps their files.
+    """
     from sparklog.log.append import commit_reserved
-    from sparklog.log.segment import SegmentFile, discard_segments
+    from sparklog.log.segment import discard_segments
     from sparklog.log.table import TopicTable
 
-    segments = [SegmentFile.from_dict(s) for m in messages if m is not None for s in m.segments]
-    table = TopicTable(plan.table_log_dir, plan.topic)
-    ranges = commit_reserved(
-        table, plan.epochs, plan.start_offsets, segments, custom_metadata=metadata, app_transactions=app_transactions
-    )
-    if ranges is None:
-        discard_segments(table.root, segments)
+    by_dir = _segments_by_table(plan, messages)
+    epochs, leader_epochs = plan.epochs, plan.leader_epochs
+    targets = plan.log_dirs if app_transactions else [d for d in plan.log_dirs if d in by_dir]
+    committed: dict[int, tuple[int, int]] = {}
+    done: list[str] = []  # tables this call committed to
+    skipped = 0  # tables that held the app transactions already
+    for log_dir in targets:
+        table = TopicTable(log_dir, plan.topic)
+        segments = by_dir.get(log_dir, [])
+        partitions = plan.partitions_led_from(log_dir)
+        try:
+            ranges = commit_reserved(
+                table,
+                {p: epochs[p] for p in partitions},
+                {p: plan.start_offsets[p] for p in partitions},
+                segments,
+                custom_metadata=metadata,
+                app_transactions=app_transactions,
+                leader_epochs={p: leader_epochs[p] for p in partitions},
+            )
+        except SparklogError as exc:
+            if not done:
+                raise
+            raise type(exc)(
+                f"{exc}. The produce is atomic per leader table: the part for partitions "
+                f"{sorted(committed)} (leader tables under {done}) was committed before this failure"
+                + ("; replaying it commits only the missing tables" if app_transactions else "")
+            ) from exc
+        if ranges is None:
+            discard_segments(table.root, segments)
+            skipped += 1
+        else:
+            committed.update(ranges)
+            done.append(log_dir)
     release_leases(plan)
-    return ranges
+    return None if targets and skipped == len(targets) else committed
 
 
 def abort_produce(plan: ProducePlan, messages: "list[SegmentsWritten | None]") -> None:
-    """Delete the segments tasks wrote and release the leases."""
-    from sparklog.log.segment import SegmentFile, discard_segments
+    """Delete the segments tasks wrote, except those a commit made live (Spark aborts also
+    after a commit that failed past its first leader table, or after the commit landed and
+    a later step failed: committed files must stay), and release the leases."""
+    from sparklog.log.segment import discard_segments
+    from sparklog.log.table import TopicTable
 
-    discard_segments(plan.table_root, [SegmentFile.from_dict(s) for m in messages if m is not None for s in m.segments])
+    for log_dir, segments in _segments_by_table(plan, messages).items():
+        table = TopicTable(log_dir, plan.topic)
+        try:
+            live = {f.path for f in table.files(table.snapshot(), {s.partition for s in segments})}
+        except StorageError:
+            continue  # cannot tell: keep them (an orphan file is harmless, a lost one is not)
+        discard_segments(table.root, [s for s in segments if s.path not in live])
     release_leases(plan)
+
+
+def _segments_by_table(plan: ProducePlan, messages: "list[SegmentsWritten | None]") -> "dict[str, list[SegmentFile]]":
+    from sparklog.log.segment import SegmentFile
+
+    grouped: dict[str, list[SegmentFile]] = {}
+    for segment in (SegmentFile.from_dict(s) for m in messages if m is not None for s in m.segments):
+        grouped.setdefault(plan.leaders[segment.partition][0], []).append(segment)
+    return grouped
 
 
 def release_leases(plan: ProducePlan) -> None:
@@ -276,7 +357,9 @@ def _release(zk: "ZkSession", topic: str, owner: str, grants: "Iterable[LeaseGra
 
 
 class SparklogBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("sparklog")``: planning takes the leases, tasks write, commit once."""
+    """``df.write.format("sparklog")``: planning takes the leases, tasks write, one commit per
+    leader table (no app transactions: a failure between two tables is not replayable, the
+    error names what was committed)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
         topic = check_target(options, schema, overwrite, "mode('append') (or the default)")
@@ -322,3 +405,13 @@ def job_ranges(history: list[dict[str, object]], owner: str) -> dict[int, tuple[
         if entry.get("sparklog.job") == owner:
             return {int(p): (int(a), int(b)) for p, (a, b) in json.loads(str(entry.get("sparklog.ranges", "{}"))).items()}
     return None
+
+
+def committed_ranges(tables: "Iterable[TopicTable]", owner: str, depth: int = 50) -> dict[int, tuple[int, int]]:
+    """A job's committed ranges over the tables it may have committed to (one commit per
+    leader table): the union of :func:`job_ranges` of each table's recent history."""
+    found: dict[int, tuple[int, int]] = {}
+    for table in tables:
+        if table.exists():
+            found.update(job_ranges(table.snapshot().history(depth), owner) or {})
+    return found
