@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError
 from kazoo.protocol.states import KazooState
 
 from sparklog.coordination import zkdata
@@ -61,13 +61,7 @@ class BrokerRegistration:
     def deregister(self) -> None:
         with self._lock:
             self._wanted = False
-            with zk_errors(f"deregistering broker {self.broker_id}"):
-                try:
-                    stat = self.zk.client.exists(self.path)
-                    if stat is not None and stat.ephemeralOwner == self.zk.session_id:
-                        self.zk.client.delete(self.path, version=stat.version)
-                except NoNodeError:
-                    pass
+            self.zk.delete_own_ephemeral(self.path, f"deregistering broker {self.broker_id}")
 
     def close(self) -> None:
         self.zk.client.remove_listener(self._on_state)

@@ -75,13 +75,7 @@ class ControllerElection:
         with self._lock:
             held, self._epoch = self._epoch, None
         if held is not None:
-            with zk_errors("resigning as controller"):
-                try:
-                    stat = self.zk.client.exists(zkdata.CONTROLLER)
-                    if stat is not None and stat.ephemeralOwner == self.zk.session_id:
-                        self.zk.client.delete(zkdata.CONTROLLER, version=stat.version)
-                except NoNodeError:
-                    pass
+            self.zk.delete_own_ephemeral(zkdata.CONTROLLER, "resigning as controller")
 
     # -- internals ---------------------------------------------------------------------------
     def _on_state(self, state: str) -> None:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, KazooException, OperationTimeoutError, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError, OperationTimeoutError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
@@ -128,6 +128,16 @@ class ZkSession:
         """Run ``fn`` with retries on retryable errors; wrap the rest."""
         with zk_errors(what):
             return self.retry(fn)
+
+    def delete_own_ephemeral(self, path: str, what: str) -> None:
+        """Delete the ephemeral ``path`` if this session created it (a successor's is kept)."""
+        with zk_errors(what):
+            try:
+                stat = self.client.exists(path)
+                if stat is not None and stat.ephemeralOwner == self.session_id:
+                    self.client.delete(path, version=stat.version)
+            except NoNodeError:
+                pass
 
     @property
     def session_id(self) -> int:
