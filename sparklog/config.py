@@ -185,6 +185,8 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "writer.lease.ms": "10000",
     "spark.writer.lease.ms": "120000",
     "offsets.topic.num.partitions": "50",
+    # Replicas' copies of a segment on one filesystem: hard links (see docs/replication.md)
+    "replica.hard.links.enable": "true",
 }
 
 
@@ -244,6 +246,7 @@ class ClusterConfig:
     writer_lease_ms: int
     spark_writer_lease_ms: int
     offsets_topic_num_partitions: int = 50
+    replica_hard_links_enable: bool = True
 
     def to_options(self) -> dict[str, str]:
         """The settings as string options, e.g. to ship to Spark tasks or data-source options."""
@@ -256,6 +259,7 @@ class ClusterConfig:
             "writer.lease.ms": str(self.writer_lease_ms),
             "spark.writer.lease.ms": str(self.spark_writer_lease_ms),
             "offsets.topic.num.partitions": str(self.offsets_topic_num_partitions),
+            "replica.hard.links.enable": str(self.replica_hard_links_enable).lower(),
         }
         if self.zookeeper_connect:
             options["zookeeper.connect"] = self.zookeeper_connect
@@ -308,6 +312,12 @@ def resolve_cluster_config(
     def as_int(key: str, minimum: int) -> int:
         return _long(key, 0, minimum).coerce(str(merged[key]))
 
+    def as_bool(key: str) -> bool:
+        try:
+            return _parse_bool(str(merged[key]))
+        except ValueError:
+            raise ConfigError(f"Invalid value {merged[key]!r} for configuration {key}: allowed true or false") from None
+
     return ClusterConfig(
         home=str(home),
         zookeeper_connect=str(merged["zookeeper.connect"]) if merged["zookeeper.connect"] else None,
@@ -319,4 +329,5 @@ def resolve_cluster_config(
         writer_lease_ms=as_int("writer.lease.ms", 100),
         spark_writer_lease_ms=as_int("spark.writer.lease.ms", 1000),
         offsets_topic_num_partitions=as_int("offsets.topic.num.partitions", 1),
+        replica_hard_links_enable=as_bool("replica.hard.links.enable"),
     )

@@ -97,6 +97,7 @@ def produce_request(
                 result = _append_to_leader(
                     table, {p: remaining[p] for p in partitions}, {p: states[p].leader_epoch for p in partitions},
                     topic_settings, request, lease_for, first_try=attempt == 0, stage_roots=stage_roots,
+                    hard_links=cluster.config.replica_hard_links_enable,  # type: ignore[attr-defined]
                 )  # fmt: skip
                 if request.acks == "all":
                     _await_in_sync_replicas(replicas, topic, table, partitions, states, topic_settings, deadline)
@@ -122,6 +123,7 @@ def _append_to_leader(
     lease_for: Callable[[int], WriterLease],
     first_try: bool,
     stage_roots: list[str],
+    hard_links: bool,
 ) -> AppendResult:
     leases = [lease_for(p) for p in sorted(batches)]
     try:
@@ -145,6 +147,7 @@ def _append_to_leader(
             segment_bytes=topic_settings.segment_bytes,
             fsync=request.acks == "all",
             stage_roots=stage_roots,
+            hard_links=hard_links,
         )
     finally:
         for lease in leases:

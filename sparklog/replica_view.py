@@ -97,7 +97,7 @@ class ReplicaView:
         self, topic: str, partitions: Iterable[int], *, skip_offline: bool = False
     ) -> dict[int, "LeaderSnapshot"]:
         """Per partition: its leader table, one snapshot of it and the high watermark (the
-        minimum log end over the ISR), every replica table refreshed once. A partition
+        minimum log end over the ISR), the leader's table refreshed once. A partition
         without a leader raises ``LeaderNotAvailableError``, or is left out (``skip_offline``)."""
         snapshots: dict[int, tuple[TopicTable, Any]] = {}
 
@@ -116,8 +116,9 @@ class ReplicaView:
                 self.leader(topic, p)  # raises, naming the partition
             table, dt = snapshot(state.leader)
             end = table.log_end(dt, p)
-            followers = (snapshot(b) for b in state.isr if b != state.leader)
-            result[p] = LeaderSnapshot(table, dt, min([end, *(t.log_end(d, p) for t, d in followers)]), end)
+            # Followers' log ends only: read without refreshing their snapshots.
+            followers = (self._cluster.replica_table(topic, b) for b in state.isr if b != state.leader)
+            result[p] = LeaderSnapshot(table, dt, min([end, *(t.current_log_end(p) for t in followers)]), end)
         return result
 
     def offsets(

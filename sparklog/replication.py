@@ -109,7 +109,10 @@ class ReplicaFetcher:
                             topic, partition, self.broker_id, offset, position.log_end, state.leader, state.leader_epoch,
                         )  # fmt: skip
                 leader = self.cluster.replica_table(topic, state.leader)
-                result = copy_from_leader(leader, follower, partition, state.leader_epoch, fsync=self.fsync)
+                result = copy_from_leader(
+                    leader, follower, partition, state.leader_epoch, fsync=self.fsync,
+                    hard_links=self.cluster.config.replica_hard_links_enable,
+                )  # fmt: skip
                 if result.files:
                     copied.append((topic, result))
                 else:  # in step as of these versions (a copy changed the follower's version)

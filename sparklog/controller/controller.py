@@ -145,7 +145,7 @@ class Controller:
         for broker in replicas:
             table = self.cluster.replica_table(topic, broker)
             try:
-                ends[broker] = table.log_end(table.snapshot(), partition)
+                ends[broker] = table.current_log_end(partition)
             except SparklogError:
                 continue  # storage of that replica unreadable: it cannot be caught up
         now_ms = int(time.time() * 1000)

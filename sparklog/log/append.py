@@ -98,6 +98,7 @@ def append(
     segment_bytes: int = 1 << 30,
     fsync: bool = False,
     stage_roots: Sequence[str] = (),
+    hard_links: bool = True,
 ) -> AppendResult:
     """Append ``batches`` (partition -> records without offsets) under ``epochs`` (partition ->
     write-lease epoch) and ``leader_epochs`` (partition -> leader epoch; None: not checked).
@@ -139,7 +140,7 @@ def append(
                 for piece in split_for_size(records, segment_bytes):
                     segments.append(write_segment(
                         table.root, partition, next_offset, piece, compression, fsync, metadata=file_metadata,
-                        stage_roots=stage_roots,
+                        stage_roots=stage_roots, hard_links=hard_links,
                     ))  # fmt: skip
                     next_offset += piece.num_rows
             transactions = {fence_app_id(p): epochs[p] for p in pending}

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-import uuid
 from dataclasses import dataclass, replace
 
 import pyarrow.compute as pc
@@ -40,7 +38,8 @@ from sparklog.errors import FencedError, StorageError
 from sparklog.log.append import COPIED_BATCHES_KEY
 from sparklog.log.reader import read_files
 from sparklog.log.segment import (
-    PRODUCER_KEY, SEQUENCE_KEY, SegmentFile, discard_segments, fsync_path, write_placeholder, write_segment,
+    PRODUCER_KEY, SEQUENCE_KEY, SegmentFile, discard_segments, fsync_path, place_copy, write_placeholder,
+    write_segment,
 )  # fmt: skip
 from sparklog.log.table import (
     CommitConflict, FileEntry, TopicTable, end_app_id, leader_app_id, leader_fence_app_id, producer_app_id,
@@ -134,9 +133,12 @@ def _prefix(table: TopicTable, entry: FileEntry, offset: int) -> SegmentFile:
 
 
 def copy_from_leader(
-    leader: TopicTable, follower: TopicTable, partition: int, leader_epoch: int, *, fsync: bool = False
+    leader: TopicTable, follower: TopicTable, partition: int, leader_epoch: int, *, fsync: bool = False,
+    hard_links: bool = True,
 ) -> CopyResult:
-    """Copy what the follower's partition lacks from the leader (one commit on the follower)."""
+    """Copy what the follower's partition lacks from the leader (one commit on the follower).
+    Whole new files keep the leader's bytes and name (a hard link where allowed:
+    :func:`~sparklog.log.segment.place_copy`)."""
     for _round in range(MAX_ROUNDS):
         fdt = follower.snapshot()
         have = follower.log_end(fdt, partition)
@@ -158,7 +160,7 @@ def copy_from_leader(
             sequences: dict[str, int] = {}
             batches: dict[str, int] = {}  # "<producer> <sequence>" -> base offset of the batch here
             for entry in wanted:
-                segment, producer = _copy_file(leader, follower, entry, have, fsync)
+                segment, producer = _copy_file(leader, follower, entry, have, fsync, hard_links)
                 copied.append(segment)
                 if producer is not None:
                     sequences[producer[0]] = max(sequences.get(producer[0], 0), producer[1])
@@ -209,7 +211,7 @@ def _own_names(segments: list[SegmentFile]) -> list[SegmentFile]:
 
 
 def _copy_file(
-    leader: TopicTable, follower: TopicTable, entry: FileEntry, have: int, fsync: bool
+    leader: TopicTable, follower: TopicTable, entry: FileEntry, have: int, fsync: bool, hard_links: bool
 ) -> tuple[SegmentFile, tuple[str, int] | None]:
     """One leader file into the follower: byte for byte when wholly new, else its new part."""
     source = leader.full_path(entry.path)
@@ -220,10 +222,7 @@ def _copy_file(
         relative = entry.path
         target = follower.full_path(relative)
         if not _fresh_copy(target, entry.size_bytes):
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            partial = f"{target}.{uuid.uuid4().hex}.tmp"
-            shutil.copyfile(source, partial)
-            os.replace(partial, target)
+            place_copy(source, target, hard_links)
         if fsync:
             fsync_path(target)
         segment = SegmentFile(

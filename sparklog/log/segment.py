@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
+import errno
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
@@ -27,7 +28,7 @@ from sparklog.schema import FILE_SCHEMA
 
 __all__ = [
     "SegmentFile", "write_segment", "write_placeholder", "split_for_size", "fsync_path", "parquet_compression",
-    "discard_segments", "PRODUCER_KEY", "SEQUENCE_KEY",
+    "discard_segments", "place_copy", "PRODUCER_KEY", "SEQUENCE_KEY",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ ROW_GROUP_RECORDS = 131_072
 # Parquet key-value metadata of a light producer's segment: who wrote it, which batch.
 PRODUCER_KEY = "sparklog.producer"
 SEQUENCE_KEY = "sparklog.sequence"
+# a hard link is impossible here (another filesystem, not supported, too many links): copy
+_LINK_REFUSED = frozenset({errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
 _COMPRESSION = {"producer": "snappy", "uncompressed": "none", "none": "none"}
 
 
@@ -121,6 +124,7 @@ def write_segment(
     offsets: pa.Array | None = None,
     metadata: "dict[str, str] | None" = None,
     stage_roots: "Sequence[str]" = (),
+    hard_links: bool = True,
 ) -> SegmentFile:
     """Write ``records`` (FILE_SCHEMA minus ``offset``) with offsets from ``base_offset``.
 
@@ -129,9 +133,10 @@ def write_segment(
     ``offsets`` (ascending, gaps allowed: the records keep the offsets they had).
 
     ``stage_roots``: other replicas' table roots that get the same bytes under the same
-    relative path (not fsynced, never committed here): the file is encoded once, and a
-    follower's fetch finds it in place instead of copying it (``acks=all`` latency). A
-    staged file whose batch never commits is an orphan for vacuum.
+    relative path (:func:`place_copy`; not fsynced, never committed here): a follower's
+    fetch finds the file in place instead of copying it (``acks=all`` latency). A staged
+    file whose batch never commits is an orphan for vacuum. ``hard_links``: see
+    :func:`place_copy`.
     """
     n = records.num_rows
     if n == 0:
@@ -154,12 +159,12 @@ def write_segment(
         compression=compression, use_dictionary=False, write_statistics=["offset", "timestamp"],
         row_group_size=ROW_GROUP_RECORDS,
     )  # fmt: skip
-    if not stage_roots:
-        pq.write_table(table, full, **options)  # type: ignore[arg-type]
-    else:
-        encoded = pa.BufferOutputStream()
-        pq.write_table(table, encoded, **options)  # type: ignore[arg-type]
-        _write_copies(encoded.getvalue(), [full, *(os.path.join(root, relative) for root in stage_roots)])
+    pq.write_table(table, full, **options)  # type: ignore[arg-type]
+    for root in stage_roots:
+        try:
+            place_copy(full, os.path.join(root, relative), hard_links)
+        except OSError as exc:  # the follower's fetch copies it itself
+            log.debug("staging %s in %s failed: %s", relative, root, exc)
     if fsync:
         fsync_path(full)
         fsync_path(directory)
@@ -178,20 +183,34 @@ def write_segment(
     )
 
 
-def _write_copies(data: pa.Buffer, paths: "list[str]") -> None:
-    """``data`` into every path, in parallel (file writes release the GIL). The first path
-    must succeed; a staged copy that fails is only logged (the follower copies it itself)."""
-    def write(path: str) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(data)
+def place_copy(source: str, target: str, hard_links: bool = True) -> None:
+    """Give ``target`` the bytes of ``source`` (an immutable segment), replacing any file there.
 
-    with ThreadPoolExecutor(max_workers=len(paths)) as pool:
-        futures = [pool.submit(write, path) for path in paths]
-    futures[0].result()
-    for path, future in zip(paths[1:], futures[1:]):
-        if future.exception() is not None:
-            log.debug("staging %s failed: %s", path, future.exception())
+    With ``hard_links`` and both on one filesystem: a hard link, i.e. the same blocks under
+    another log dir. Replicas on one filesystem share its disk, so a second physical copy
+    protects against nothing more while costing a full write per replica (measured: writing
+    the copies was most of the CPU of an RF 3 acks=all produce on one machine); deleting
+    either name (vacuum, a dropped replica) leaves the other intact, and segment files are
+    never modified in place. Across filesystems (or where links are refused) the bytes are
+    copied. Either way the new name appears atomically (temporary name, then rename).
+    """
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    partial = f"{target}.{uuid.uuid4().hex}.tmp"
+    try:
+        if hard_links:
+            try:
+                os.link(source, partial)
+            except OSError as exc:
+                if exc.errno not in _LINK_REFUSED:
+                    raise
+                shutil.copyfile(source, partial)
+        else:
+            shutil.copyfile(source, partial)
+        os.replace(partial, target)
+    except BaseException:
+        if os.path.lexists(partial):
+            os.unlink(partial)
+        raise
 
 
 def write_placeholder(

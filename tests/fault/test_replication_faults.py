@@ -201,6 +201,8 @@ def test_unclean_election_only_when_enabled_and_reported(cluster, agents) -> Non
         cluster.replicas.leader("unclean", 0)
     cluster.alter_topic_config("unclean", set={"unclean.leader.election.enable": "true"})
     agents.wait_for(lambda: leader_of(cluster, 0, "unclean") == stale, 30, "the unclean election")
-    assert "UNCLEAN leader election" in (Path(agents.log_path(agents.wait_controller())).read_text())
+    # the controller logs once its state write is acknowledged, which may be after we saw the leader
+    controller_log = Path(agents.log_path(agents.wait_controller()))
+    agents.wait_for(lambda: "UNCLEAN leader election" in controller_log.read_text(), 10, "the UNCLEAN election logged")
     with cluster.producer(acks="1", linger_ms=0) as producer:
         producer.send("unclean", value=b"after", partition=0).result(timeout=60)

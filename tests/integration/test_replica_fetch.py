@@ -138,8 +138,27 @@ def test_staged_files_are_committed_in_place_and_stale_ones_copied_again(tmp_pat
 
     append(leader, {0: 1}, {0: batch(["c"])}, leader_epochs={0: 0}, stage_roots=[follower.root])
     newest = max(leader.files(leader.snapshot(), {0}), key=lambda f: f.base_offset)
-    old = follower.full_path(newest.path)
-    os.utime(old, (0, 0))  # as if staged long ago (e.g. a replica removed and assigned back)
-    inode = os.stat(old).st_ino
+    source, old = leader.full_path(newest.path), follower.full_path(newest.path)
+    assert os.stat(old).st_ino == os.stat(source).st_ino, "on one filesystem a staged file is a hard link"
+    # A stale same-named file (e.g. of a replica removed and assigned back): other bytes, old.
+    os.unlink(old)
+    with open(old, "wb") as handle:
+        handle.write(b"x" * newest.size_bytes)
+    os.utime(old, (0, 0))
     copy_from_leader(leader, follower, 0, leader_epoch=0)
-    assert os.stat(old).st_ino != inode and records(follower, 0) == records(leader, 0)
+    assert os.stat(old).st_ino == os.stat(source).st_ino and records(follower, 0) == records(leader, 0)
+
+
+def test_without_hard_links_replicas_get_their_own_copies(tmp_path) -> None:
+    import os
+
+    leader, follower = tables(tmp_path)
+    append(leader, {0: 1}, {0: batch(["a"])}, leader_epochs={0: 0}, stage_roots=[follower.root], hard_links=False)
+    append(leader, {0: 1}, {0: batch(["b"])}, leader_epochs={0: 0})  # not staged: the fetch copies it
+    assert copy_from_leader(leader, follower, 0, leader_epoch=0, hard_links=False).files == 2
+    for entry in leader.files(leader.snapshot(), {0}):
+        ours, theirs = follower.full_path(entry.path), leader.full_path(entry.path)
+        assert os.stat(ours).st_ino != os.stat(theirs).st_ino, f"{entry.path} shares the leader's inode"
+        with open(ours, "rb") as a, open(theirs, "rb") as b:
+            assert a.read() == b.read()
+    assert records(follower, 0) == records(leader, 0)
