@@ -9,8 +9,11 @@ as 20 Arrow tables of 100,000 rows (``send_arrow``, one request each, round robi
 topic's 8 partitions, whose leaders are spread over the three brokers) to
 
 * an RF 3 topic with ``min.insync.replicas=2`` and ``acks=all``: a request returns once the
-  leader committed it and both followers' agents copied it into their log dirs
-  (byte-for-byte file copy + Delta commit, fsynced);
+  leader committed it (data file, commit file and log dir fsynced) and both followers'
+  agents committed it in their log dirs (Delta commit; the segment file itself is a hard
+  link to the leader's, as the three log dirs share one filesystem: see
+  docs/replication.md). For information, the same with ``replica.hard.links.enable=false``
+  (each replica writes its own bytes, as across filesystems);
 * the baseline: an RF 1 topic in the same cluster, ``acks=all`` (the same fsync of the
   leader's files and commit; nothing to wait for). ``acks=1`` on RF 1 is reported for
   information.
@@ -53,6 +56,27 @@ def _produce(cluster: object, topic: str, batches: list["pa.Table"], acks: str) 
         for batch in batches:
             producer.send_arrow(topic, batch)
     return time.perf_counter() - started
+
+
+def _rf3_with_copies(env: object, agents: object, batches: list["pa.Table"]) -> float:
+    """RF 3 acks=all again with ``replica.hard.links.enable=false`` in the agents and the
+    producer: every replica gets its own bytes, as when log dirs are on different filesystems."""
+    import sparklog
+
+    settings = agents.properties_file.read_text(encoding="utf-8")  # type: ignore[attr-defined]
+    agents.properties_file.write_text(settings + "replica.hard.links.enable=false\n", encoding="utf-8")  # type: ignore[attr-defined]
+    try:
+        for broker in (1, 2, 3):
+            agents.stop(broker)  # type: ignore[attr-defined]
+        agents.start(1, 2, 3)  # type: ignore[attr-defined]
+        with sparklog.connect(env.options, **{"replica.hard.links.enable": "false"}) as cluster:  # type: ignore[attr-defined]
+            _produce(cluster, "rf3", batches[:2], "all")  # warm-up after the restart
+            return _produce(cluster, "rf3", batches, "all")
+    finally:
+        agents.properties_file.write_text(settings, encoding="utf-8")  # type: ignore[attr-defined]
+        for broker in (1, 2, 3):
+            agents.stop(broker)  # type: ignore[attr-defined]
+        agents.start(1, 2, 3)  # type: ignore[attr-defined]
 
 
 def _failover(cluster: object, agents: object, ctx: BenchContext, run_no: int) -> float:
@@ -112,6 +136,7 @@ def run(ctx: BenchContext) -> CaseResult:
     rf3: list[float] = []
     rf1: list[float] = []
     rf1_acks1: list[float] = []
+    rf3_copies: list[float] = []
     failovers: list[float] = []
     for run_no in range(1, ctx.runs + 1):
         with ctx.fresh_env(CASE, run_no) as env, BrokerAgents(
@@ -129,12 +154,16 @@ def run(ctx: BenchContext) -> CaseResult:
                 seconds["rf1-acks1"] = _produce(cluster, "rf1", batches, "1")
                 ctx.log(CASE, f"run {run_no}: RF3 acks=all {records / seconds['rf3']:,.0f} rec/s, RF1 acks=all "
                         f"{records / seconds['rf1']:,.0f} rec/s, RF1 acks=1 {records / seconds['rf1-acks1']:,.0f} rec/s")  # fmt: skip
+                seconds["rf3-copies"] = _rf3_with_copies(env, agents, batches)
+                ctx.log(CASE, f"run {run_no}: RF3 acks=all with replica.hard.links.enable=false "
+                        f"{records / seconds['rf3-copies']:,.0f} rec/s")  # fmt: skip
                 rf3.append(records / seconds["rf3"])
                 rf1.append(records / seconds["rf1"])
                 rf1_acks1.append(records / seconds["rf1-acks1"])
+                rf3_copies.append(records / seconds["rf3-copies"])
                 failovers.append(_failover(cluster, agents, ctx, run_no))
             result.runs.append(run_record(run_no, records, seconds["rf3"], seconds["rf1"], failover_s=failovers[-1],
-                                          rf1_acks1_s=seconds["rf1-acks1"]))  # fmt: skip
+                                          rf1_acks1_s=seconds["rf1-acks1"], rf3_copies_s=seconds["rf3-copies"]))  # fmt: skip
     result.metrics.append(
         Metric(CASE, "produce RF3 acks=all vs RF1 acks=all", "rec/s", rf3, rf1,
                [Target("ratio", ">=", TARGET_RATIO, f"≥ {TARGET_RATIO}×")], note="send_arrow 100k-row batches")
@@ -142,6 +171,10 @@ def run(ctx: BenchContext) -> CaseResult:
     result.metrics.append(
         Metric(CASE, "produce RF3 acks=all vs RF1 acks=1", "rec/s", rf3, rf1_acks1, [], note="informational")
     )
+    result.metrics.append(
+        Metric(CASE, "produce RF3 acks=all, replicas copy bytes (no hard links) vs RF1 acks=all", "rec/s", rf3_copies,
+               rf1, [], note="informational: replica.hard.links.enable=false, as across filesystems")
+    )  # fmt: skip
     result.metrics.append(
         Metric(CASE, "leader kill -9 -> new leader accepts writes", "s", failovers, None,
                [Target("value", "<=", TARGET_FAILOVER_S, f"≤ {TARGET_FAILOVER_S:.0f} s")], higher_is_better=False,

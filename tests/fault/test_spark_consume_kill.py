@@ -10,7 +10,8 @@ leases (expire after ``spark.writer.lease.ms``), uncommitted files and maybe a c
 whose ``__consumer_offsets`` mirror never happened behind.
 
 Budget: every restart costs a Spark start in the child (~10 s idle, much more on a loaded
-machine), so the topic test kills 5 times and the Delta test 3 times
+machine): all children start (and warm up) at once and wait for their turn; the topic test
+kills 5 times and the Delta test 3 times
 (``SPARKLOG_CONSUME_KILLS`` overrides both; ``SPARKLOG_TEST_SEED`` replays a schedule).
 """
 
@@ -30,7 +31,7 @@ import pyarrow.parquet as pq
 
 import sparklog
 from sparklog.log.delta_sink import DeltaSink, input_app_id
-from tests.fault.spark_consume_worker import consume_into_loop, finished_runs
+from tests.fault.spark_consume_worker import WARMUP_TOPIC, consume_into_loop, finished_runs
 from tests.helpers import assert_log_consistent, spawn_context, wait_for
 
 RECORDS = 20_000
@@ -44,6 +45,9 @@ INPUT = "clicks"
 
 def prefill(cluster: sparklog.Cluster) -> list[str]:
     cluster.create_topic(INPUT, partitions=PARTITIONS)
+    cluster.create_topic(WARMUP_TOPIC, partitions=1)
+    with cluster.producer() as producer:
+        producer.send(WARMUP_TOPIC, value=b"warm-up")
     values = [f"v{i:05d}" for i in range(RECORDS)]
     with cluster.producer() as producer:
         for start in range(0, RECORDS, 2_000):
@@ -74,29 +78,39 @@ def run_with_kills(
     ctx = spawn_context()
     children: list[BaseProcess] = []
 
-    def start() -> BaseProcess:
-        args = (options, GROUP, INPUT, output_topic, output_path, cap, str(runs_path))
+    def start(run_cap: int, n: int) -> BaseProcess:
+        if output_topic:
+            warmup_output = f"{WARMUP_TOPIC}-out-{n}"
+            with sparklog.connect(options) as cluster:
+                cluster.create_topic(warmup_output, partitions=1)
+        else:
+            warmup_output = str(tmp / f"{WARMUP_TOPIC}-out-{n}")
+        args = (options, GROUP, INPUT, output_topic, output_path, run_cap, str(runs_path), str(tmp / f"go-{n}"), warmup_output)
         child = ctx.Process(target=consume_into_loop, args=args)
         child.start()
         children.append(child)
         return child
 
     try:
+        # Every child starts (Spark, a warm-up run) now and waits for its go file; they run one
+        # after another; the last one consumes the rest in one run (its recovery is what counts).
+        waiting = [start(cap if n < kills else RECORDS, n) for n in range(kills + 1)]
         for k in range(kills):
             before = len(finished_runs(runs_path))
-            child = start()
+            child = waiting[k]
+            (tmp / f"go-{k}").touch()
             wait_for(lambda: len(finished_runs(runs_path)) > before or child.exitcode is not None, 400, f"child {k}'s first run")
             assert child.exitcode is None, f"child {k} exited on its own (exit {child.exitcode}) before it was killed"
             runs = finished_runs(runs_path)
             assert runs[-1][0] > 0, f"child {k} caught up before kill {k} (runs: {runs}): lower the cap or raise RECORDS"
             # Somewhere inside the next run (planning, tasks, commit, mirror): a run takes about
-            # the median time of the warm runs so far, whatever the machine's load.
-            warm = [seconds for _records, seconds, index in runs if index > 0]
-            run_s = statistics.median(warm) if warm else min(runs[-1][1] / 3, 3.0)
+            # the median time of the runs so far (all warm), whatever the machine's load.
+            run_s = statistics.median(seconds for _records, seconds, _index in runs)
             time.sleep(rng.uniform(0.0, 1.1 * run_s))
             kill_group(child)
             assert child.exitcode == -signal.SIGKILL, f"child {k} ended with {child.exitcode} instead of being killed"
-        final = start()
+        final = waiting[kills]
+        (tmp / f"go-{kills}").touch()
         final.join(900)
         assert final.exitcode == 0, f"the run after {kills} kills failed (exit {final.exitcode})"
     finally:
