@@ -417,3 +417,32 @@ def test_reassignment_empties_the_removed_replicas(cli: Cli, cluster: sparklog.C
         f"{_REMOVED_REPLICA_GRACE_S} s after they were emptied, removed replicas hold data again: "
         f"{'; '.join(kept())}\n{agents.logs()}"
     )
+
+
+def test_reassignment_completes_across_a_controller_kill(
+    cli: Cli, cluster: sparklog.Cluster, agents: BrokerAgents, tmp_path: Path
+) -> None:
+    """The reassignment lives in ZooKeeper, not in the controller: killing the controller's
+    agent right after ``--execute`` (and bringing it back) still ends with the new replicas,
+    every record once, and the added replicas identical to their leaders."""
+    agents.start(1, 2, 3, 4)
+    cluster.create_topic("k", replica_assignment={0: [1, 2], 1: [2, 3]})
+    acked = produce(cluster, "k", [b"k-%d" % i for i in range(30)], 2)
+    plan = {"version": 1, "partitions": [{"topic": "k", "partition": 0, "replicas": [3, 4]},
+                                         {"topic": "k", "partition": 1, "replicas": [4, 1]}]}  # fmt: skip
+    plan_file = write_json(tmp_path / "plan.json", plan)
+    controller = agents.wait_controller()
+    cli("reassign", "--execute", "--reassignment-json-file", plan_file)
+    agents.kill(controller)
+    agents.wait_for(lambda: agents.controller() not in (None, controller), _STATE_TIMEOUT_S, "another controller")
+    agents.start(controller)
+    complete = "Status of partition reassignment:\nReassignment of partition k-0 is complete.\nReassignment of partition k-1 is complete.\n"
+    agents.wait_for(lambda: cli("reassign", "--verify", "--reassignment-json-file", plan_file).stdout == complete,
+                    _STATE_TIMEOUT_S * 2, "the reassignment to complete after the controller's kill")  # fmt: skip
+    acked += produce(cluster, "k", [b"after-%d" % i for i in range(10)], 2)
+    final = wait_partitions(agents, cluster, "k", lambda ps: all(set(p.isr) == set(p.replicas) for p in ps.values()),
+                            "every new replica in sync")  # fmt: skip
+    assert (final[0].replicas, final[1].replicas) == ((3, 4), (4, 1))
+    assert_exactly_once(cluster, "k", acked)
+    for broker, partition in ((3, 0), (4, 0), (4, 1), (1, 1)):
+        assert replica_records(cluster, "k", broker, partition) == leader_records(cluster, "k", partition), (broker, partition)
