@@ -53,7 +53,6 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from sparklog.errors import FencedError, StorageError
 from sparklog.log.segment import SegmentFile, fsync_path
-from sparklog.log.txn_state import app_transactions, local_root
 from sparklog.log.transactions import (
     cleaned_app_id,
     end_app_id,
@@ -64,6 +63,7 @@ from sparklog.log.transactions import (
     rewrite_app_id,
     start_app_id,
     transaction_version as _transaction_version,
+    transactions_at as _transactions_at,
 )
 from sparklog.schema import TABLE_SCHEMA
 
@@ -192,14 +192,20 @@ class TopicTable:
             raise StorageError(f"Cannot read the table of topic {self.topic} at {self.root}: {exc}") from exc
 
     def _is_current(self, version: int) -> bool:
-        """Whether ``version`` is the newest commit, from two stats instead of delta-rs's
-        listing of the whole ``_delta_log``: commits are numbered without gaps, and log
-        cleanup deletes the oldest first, so version present and version + 1 absent means
-        nothing newer exists (a missing version: cleaned up or a re-created table: refresh)."""
+        """Whether ``version`` is the newest commit (see :meth:`_newest_version`)."""
+        return self._newest_version(version) == version
+
+    def _newest_version(self, known: int) -> int | None:
+        """The newest commit version, probing commit files forward from ``known`` instead of
+        delta-rs's listing of the whole ``_delta_log`` (two stats when nothing is new):
+        commits are numbered without gaps, and log cleanup deletes the oldest first. None:
+        ``known`` itself is missing (cleaned up, or a re-created table): refresh instead."""
         log_dir = os.path.join(self.root, "_delta_log")
-        return os.path.exists(os.path.join(log_dir, f"{version:020d}.json")) and not os.path.exists(
-            os.path.join(log_dir, f"{version + 1:020d}.json")
-        )
+        if not os.path.exists(os.path.join(log_dir, f"{known:020d}.json")):
+            return None
+        while os.path.exists(os.path.join(log_dir, f"{known + 1:020d}.json")):
+            known += 1
+        return known
 
     def forget(self) -> None:
         """Drop the cached snapshots (every thread's): the next :meth:`snapshot` re-opens the table."""
@@ -219,17 +225,11 @@ class TopicTable:
         if dt is None:
             return self.log_end(self.snapshot(), partition)
         try:
-            version = dt.version()
-            log_dir = os.path.join(self.root, "_delta_log")
-            if not os.path.exists(os.path.join(log_dir, f"{version:020d}.json")):
-                return self.log_end(self.snapshot(), partition)  # cleaned up or re-created: refresh
-            while os.path.exists(os.path.join(log_dir, f"{version + 1:020d}.json")):
-                version += 1
-            root = local_root(dt.table_uri)
-            state = None if root is None else app_transactions(root, dt.metadata().id, version)
+            newest = self._newest_version(dt.version())
+            state = None if newest is None else _transactions_at(dt, newest)
         except (DeltaError, OSError) as exc:
             raise StorageError(f"Cannot read the table of topic {self.topic} at {self.root}: {exc}") from exc
-        if state is None:
+        if state is None:  # log cleaned up or table re-created under the snapshot, or not local
             return self.log_end(self.snapshot(), partition)
         return state.get(end_app_id(partition)) or 0
 

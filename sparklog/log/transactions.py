@@ -19,7 +19,7 @@ from sparklog.log.txn_state import app_transactions, local_root
 
 __all__ = [
     "end_app_id", "start_app_id", "cleaned_app_id", "rewrite_app_id", "fence_app_id", "leader_app_id",
-    "leader_fence_app_id", "producer_app_id", "transaction_version",
+    "leader_fence_app_id", "producer_app_id", "transaction_version", "transactions_at",
 ]  # fmt: skip
 
 
@@ -71,6 +71,13 @@ def producer_app_id(producer_id: str, partition: int) -> str:
 _TXN_CACHE_ATTRIBUTE = "_sparklog_transactions"
 
 
+def transactions_at(dt: DeltaTable, version: int) -> Mapping[str, int] | None:
+    """Every app transaction of ``dt``'s table as of ``version`` (which may be newer than
+    ``dt``'s own) from :mod:`sparklog.log.txn_state`; None: ask delta-rs."""
+    root = local_root(dt.table_uri)
+    return None if root is None else app_transactions(root, dt.metadata().id, version)
+
+
 def transaction_version(dt: DeltaTable, app_id: str) -> int | None:
     """The version of application transaction ``app_id`` in snapshot ``dt`` (None: absent)."""
     # Snapshot state is read lazily: a table deleted (or re-created) under a cached snapshot
@@ -79,9 +86,7 @@ def transaction_version(dt: DeltaTable, app_id: str) -> int | None:
         version = dt.version()
         cached: tuple[int, Mapping[str, int] | None, dict[str, int | None]] | None = getattr(dt, _TXN_CACHE_ATTRIBUTE, None)
         if cached is None or cached[0] != version:
-            root = local_root(dt.table_uri)
-            state = None if root is None else app_transactions(root, dt.metadata().id, version)
-            cached = (version, state, {})
+            cached = (version, transactions_at(dt, version), {})
             setattr(dt, _TXN_CACHE_ATTRIBUTE, cached)
         if cached[1] is not None:
             return cached[1].get(app_id)
