@@ -8,9 +8,9 @@ so readers skip files outside an offset or time range. Writing a segment is pure
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
-import errno
 import os
 import shutil
 import time
