@@ -11,8 +11,7 @@ whose ``__consumer_offsets`` mirror never happened behind.
 
 Budget: every restart costs a Spark start in the child (~10 s idle, much more on a loaded
 machine): all children start (and warm up) at once and wait for their turn; the topic test
-kills 5 times (the issue's five kills of the transactional path) and the Delta test, which
-shares all but the sink, twice
+kills 5 times and the Delta test 3 times
 (``SPARKLOG_CONSUME_KILLS`` overrides both; ``SPARKLOG_TEST_SEED`` replays a schedule).
 """
 
@@ -38,7 +37,7 @@ from tests.helpers import assert_log_consistent, spawn_context, wait_for
 RECORDS = 20_000
 PARTITIONS = 4
 CAP = 1_500  # records per run: ~14 runs for the whole input (topic test; 5 kills)
-DELTA_CAP = 2_000  # ~10 runs (Delta test; 2 kills)
+DELTA_CAP = 2_000  # ~10 runs (Delta test; 3 kills)
 LEASE_MS = 2_000
 GROUP = "exactly-once"
 INPUT = "clicks"
@@ -151,7 +150,7 @@ def test_consume_into_topic_survives_kill9(cluster, cluster_options, tmp_path):
 def test_consume_into_delta_survives_kill9(cluster, cluster_options, tmp_path):
     values = prefill(cluster)
     path = str(tmp_path / "lake" / "clicks")
-    run_with_kills(cluster_options, tmp_path, kills(2), DELTA_CAP, None, path)
+    run_with_kills(cluster_options, tmp_path, kills(3), DELTA_CAP, None, path)
     sink = DeltaSink(path)
     rows = pa.concat_tables([pq.read_table(os.path.join(sink.root, p)) for p in sorted(sink.live_paths())])
     counts = Counter(rows.column("value").to_pylist())
