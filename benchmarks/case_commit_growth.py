@@ -3,7 +3,7 @@
 What it measures: one light producer (``linger.ms=0``, default ``acks``) sends 10,100
 one-record batches to a 1-partition topic, each waited for (``send(...).result()``), so
 every send is one Delta commit adding one small file. Each send is timed. Meanwhile a
-separate process runs the scheduled maintenance (:func:`sparklog.maintenance.run_maintenance`
+separate process runs the scheduled maintenance (:func:`sparklog.maintenance.runner.run_maintenance`
 on the topic, i.e. retention, optimize with a checkpoint and log cleanup, vacuum) in a loop,
 one pass every :data:`MAINTENANCE_PAUSE_S` seconds, as a cron or Airflow schedule would.
 
@@ -45,7 +45,7 @@ TARGET_GROWTH = 1.5
 def maintenance_loop(options: dict[str, str], topic: str, stop_path: str, report_path: str) -> None:
     """Run the maintenance on ``topic`` until ``stop_path`` exists (child process)."""
     import sparklog
-    from sparklog.maintenance import run_maintenance
+    from sparklog.maintenance.runner import run_maintenance
 
     passes = merged = 0
     with sparklog.connect(options) as cluster:

@@ -167,8 +167,8 @@ def _state(cluster: Any) -> tuple[Any, float]:
     """(GroupStateRecord | None, mtime of the state znode in s)."""
     from kazoo.exceptions import NoNodeError
 
-    from sparklog.coordination import zkdata
-    from sparklog.coordination.zkdata import GroupStateRecord
+    from sparklog.metadata import zkdata
+    from sparklog.metadata.zkdata import GroupStateRecord
 
     path = zkdata.group_state_path(GROUP)
     try:
@@ -185,7 +185,7 @@ def _wait_settled(cluster: Any, journals: list[Path], members: int, after_genera
     With ``exclude_member`` (a killed member's id) also note when its znode disappeared
     (ZooKeeper expired its session), to within one poll (5 ms).
     """
-    from sparklog.coordination import zkdata
+    from sparklog.metadata import zkdata
 
     deadline = time.monotonic() + timeout_s
     last = None

@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     zk_home = work_dir / "zk-home"
     zk_home.mkdir()
     results: list[CaseResult] = []
-    from sparklog.coordination import embedded
+    from sparklog.metadata import embedded
     from sparklog.spark import get_or_create_session
 
     sha, n_files = _code_digest(code if code else Path(__file__).resolve().parents[1])

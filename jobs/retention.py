@@ -1,6 +1,6 @@
 """``spark-submit jobs/retention.py [--topic T ...] [--dry-run]``: scheduled log maintenance.
 
-Runs :func:`sparklog.maintenance.run_maintenance` on every selected topic (default: all but
+Runs :func:`sparklog.maintenance.runner.run_maintenance` on every selected topic (default: all but
 internal ones), in this order: its ``cleanup.policy`` (``delete`` removes whole old files by
 ``retention.ms``/``retention.bytes`` in metadata-only commits that advance log-start;
 ``compact`` keeps the newest record per key, one Spark task and one Delta commit per
@@ -20,11 +20,11 @@ from typing import Any
 
 import sparklog
 from sparklog.errors import SparklogError
-from sparklog.maintenance import run_maintenance
+from sparklog.maintenance.runner import run_maintenance
 
 
 def _needs_spark(cluster: sparklog.Cluster, topics: list[str] | None) -> bool:
-    from sparklog.topic import is_internal
+    from sparklog.model.topic import is_internal
 
     selected = topics if topics is not None else [t for t in cluster.list_topics() if not is_internal(t)]
     return any("compact" in str(cluster.topic_config(t)["cleanup.policy"]) for t in selected)

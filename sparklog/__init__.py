@@ -11,16 +11,16 @@ from sparklog.errors import SparklogError
 
 if TYPE_CHECKING:
     from sparklog.cluster import Cluster, PartitionOffsets, connect
-    from sparklog.records import RecordMetadata
-    from sparklog.topic import PartitionDescription, TopicDescription
+    from sparklog.model.records import RecordMetadata
+    from sparklog.model.topic import PartitionDescription, TopicDescription
 
 _LAZY = {
     "connect": "sparklog.cluster",
     "Cluster": "sparklog.cluster",
     "PartitionOffsets": "sparklog.cluster",
-    "RecordMetadata": "sparklog.records",
-    "TopicDescription": "sparklog.topic",
-    "PartitionDescription": "sparklog.topic",
+    "RecordMetadata": "sparklog.model.records",
+    "TopicDescription": "sparklog.model.topic",
+    "PartitionDescription": "sparklog.model.topic",
 }
 
 

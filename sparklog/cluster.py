@@ -25,11 +25,11 @@ from sparklog.config import (
     validate_configs,
     with_defaults,
 )
-from sparklog.controller.placement import assign_new_partitions, assign_replicas, validate_replica_assignment
-from sparklog.coordination.broker_registration import live_broker_ids
-from sparklog.coordination.metadata import MetadataStore
-from sparklog.coordination.partition_states import PartitionStateCache
-from sparklog.coordination.session import ZkSession
+from sparklog.server.controller.placement import assign_new_partitions, assign_replicas, validate_replica_assignment
+from sparklog.metadata.broker_registration import live_broker_ids
+from sparklog.metadata.store import MetadataStore
+from sparklog.metadata.partition_states import PartitionStateCache
+from sparklog.metadata.session import ZkSession
 from sparklog.errors import (
     ConfigError,
     InvalidPartitionsError,
@@ -37,16 +37,16 @@ from sparklog.errors import (
     UnknownPartitionError,
 )
 from sparklog.log.table import TopicTable
-from sparklog import log_access
-from sparklog.offsets import OffsetSpec
-from sparklog.replica_view import PartitionOffsets, ReplicaView
-from sparklog.topic import PartitionDescription, TopicDescription, is_internal, validate_topic_name
+from sparklog.server import log_access
+from sparklog.model.offsets import OffsetSpec
+from sparklog.server.replica_manager import PartitionOffsets, ReplicaView
+from sparklog.model.topic import PartitionDescription, TopicDescription, is_internal, validate_topic_name
 
 if TYPE_CHECKING:
-    from sparklog.consumer import Consumer
-    from sparklog.group.admin import GroupDescription, GroupListing
+    from sparklog.clients.consumer import Consumer
+    from sparklog.admin.groups import GroupDescription, GroupListing
     from sparklog.group.coordinator import GroupCoordinator
-    from sparklog.producer import Producer
+    from sparklog.clients.producer import Producer
 
 __all__ = ["Cluster", "connect", "PartitionOffsets"]
 
@@ -311,19 +311,19 @@ class Cluster:
 
     def list_offsets(self, topic: str, spec: OffsetSpec | str = "latest") -> dict[int, int]:
         """Per partition: earliest, latest, or the first offset with timestamp >= ``spec`` ms
-        (-1: none, Kafka's "no such offset"); see :func:`sparklog.log_access.list_offsets`."""
+        (-1: none, Kafka's "no such offset"); see :func:`sparklog.server.log_access.list_offsets`."""
         return log_access.list_offsets(self, topic, spec)
 
     def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
         """Kafka's ``deleteRecords``; returns the new log-start offsets
-        (:func:`sparklog.log_access.delete_records`)."""
+        (:func:`sparklog.server.log_access.delete_records`)."""
         return log_access.delete_records(self, topic, before)
 
     def run_retention(
         self, topics: Iterable[str] | None = None, dry_run: bool = False, now_ms: int | None = None
     ) -> list[Any]:
-        """Apply ``retention.ms``/``retention.bytes`` (metadata-only); see :mod:`sparklog.maintenance`."""
-        from sparklog.maintenance import run_retention
+        """Apply ``retention.ms``/``retention.bytes`` (metadata-only); see :mod:`sparklog.maintenance.runner`."""
+        from sparklog.maintenance.runner import run_retention
 
         return run_retention(self, topics, dry_run, now_ms)
 
@@ -336,19 +336,19 @@ class Cluster:
         include_headers: bool = True,
     ) -> pa.Table:
         """Committed records of ``topic`` (one partition or all) in ``[start, end)`` as Arrow,
-        by default log-start to the high watermark (:func:`sparklog.log_access.read`)."""
+        by default log-start to the high watermark (:func:`sparklog.server.log_access.read`)."""
         return log_access.read(self, topic, partition, start_offset, end_offset, include_headers)
 
     # -- clients -------------------------------------------------------------------------
     def producer(self, **config: Any) -> "Producer":
         """A light (non-Spark) producer; configs in Kafka's names (``linger_ms`` = ``linger.ms``)."""
-        from sparklog.producer import Producer
+        from sparklog.clients.producer import Producer
 
         return Producer(self, validate_configs(config, PRODUCER_CONFIGS, "producer"))
 
     def consumer(self, group_id: str | None = None, **config: Any) -> "Consumer":
         """A light consumer; with ``group_id`` it can join that group (``subscribe``) and commit."""
-        from sparklog.consumer import Consumer
+        from sparklog.clients.consumer import Consumer
 
         return Consumer(self, group_id, validate_configs(config, CONSUMER_CONFIGS, "consumer"))
 

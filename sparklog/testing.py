@@ -37,8 +37,8 @@ from types import TracebackType
 from typing import IO
 
 import sparklog
-from sparklog.coordination.broker_registration import live_broker_ids
-from sparklog.coordination.controller_election import current_controller
+from sparklog.metadata.broker_registration import live_broker_ids
+from sparklog.metadata.controller_election import current_controller
 
 __all__ = ["BrokerAgents"]
 

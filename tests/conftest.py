@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import sparklog
-from sparklog.coordination import embedded
+from sparklog.metadata import embedded
 
 for _var in ("SPARKLOG_HOME", "SPARKLOG_ZOOKEEPER", "SPARKLOG_CONF"):
     os.environ.pop(_var, None)

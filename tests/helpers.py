@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from sparklog.batches import normalise_input
+from sparklog.model.batches import normalise_input
 from sparklog.cluster import Cluster
 
 

@@ -1,6 +1,6 @@
 """Brokers from the shell: ``broker start`` (the agent, in the foreground) and ``brokers list``.
 
-``broker start --id N --log-dir URI [--rack R]`` runs :class:`sparklog.broker.BrokerAgent`
+``broker start --id N --log-dir URI [--rack R]`` runs :class:`sparklog.server.broker.BrokerAgent`
 until SIGTERM or SIGINT, then stops cleanly (controller role resigned, replica fetcher
 stopped, ``/brokers/ids/N`` deleted). ``brokers list`` prints every registered broker with
 its log dir, rack, whether its agent is live and which one is the controller
@@ -40,8 +40,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 def _start(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from sparklog.broker import BrokerAgent, BrokerSettings
-    from sparklog.controller.controller import ControllerSettings
+    from sparklog.server.broker import BrokerAgent, BrokerSettings
+    from sparklog.server.controller.controller import ControllerSettings
     from sparklog.errors import ConfigError
 
     if args.broker_id < 0:
@@ -69,8 +69,8 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from sparklog.coordination.broker_registration import live_broker_ids
-    from sparklog.coordination.controller_election import current_controller
+    from sparklog.metadata.broker_registration import live_broker_ids
+    from sparklog.metadata.controller_election import current_controller
 
     with connect(args) as cluster:
         registry = cluster.metadata.brokers()

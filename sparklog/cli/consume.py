@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from sparklog.cluster import Cluster
-    from sparklog.consumer import Consumer
+    from sparklog.clients.consumer import Consumer
 
 __all__ = ["register", "ConsoleRecord", "MessageFormatter", "records_of", "FORMATTER_PROPERTIES"]
 

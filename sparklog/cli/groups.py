@@ -25,7 +25,7 @@ from sparklog.cli.output import add_output_option, print_stderr, table_lines, wr
 
 if TYPE_CHECKING:
     from sparklog.cluster import Cluster
-    from sparklog.group.admin import GroupDescription
+    from sparklog.admin.groups import GroupDescription
 
 __all__ = ["register", "parse_group_states", "offsets_lines", "members_lines", "state_lines", "reset_lines"]
 
@@ -107,7 +107,7 @@ def _add_group_selection(parser: argparse.ArgumentParser) -> None:
 
 def parse_group_states(text: str) -> frozenset[str]:
     """argparse type of ``list --state Stable,Empty`` (case-insensitive, as Kafka's)."""
-    from sparklog.group.admin import GROUP_STATES
+    from sparklog.admin.groups import GROUP_STATES
 
     by_name = {state.lower(): state for state in GROUP_STATES}
     states = [by_name.get(part.strip().lower()) for part in text.split(",")]
@@ -125,7 +125,7 @@ def _topic_arg(text: str) -> TopicArg:
 
 
 def _selected_groups(cluster: "Cluster", args: argparse.Namespace) -> list[str]:
-    from sparklog.group.admin import list_groups
+    from sparklog.admin.groups import list_groups
 
     if args.all_groups:
         return [listing.group_id for listing in list_groups(cluster)]
@@ -195,7 +195,7 @@ def reset_lines(plans: dict[str, list[tuple[str, int, int]]]) -> list[str]:
 
 
 def _state_note(d: "GroupDescription") -> str | None:
-    from sparklog.coordination.group_registry import COMPLETING, EMPTY, PREPARING
+    from sparklog.metadata.group_registry import COMPLETING, EMPTY, PREPARING
 
     if d.state == EMPTY:
         return f"\nConsumer group '{d.group_id}' has no active members."
@@ -206,7 +206,7 @@ def _state_note(d: "GroupDescription") -> str | None:
 
 # -- handlers --------------------------------------------------------------------------------
 def _list(args: argparse.Namespace) -> int:
-    from sparklog.group.admin import list_groups
+    from sparklog.admin.groups import list_groups
 
     with connect(args) as cluster:
         listings = list_groups(cluster, args.state or None)  # --state alone: every state
@@ -221,7 +221,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    from sparklog.group.admin import describe_group
+    from sparklog.admin.groups import describe_group
 
     with connect(args) as cluster:
         descriptions = [describe_group(cluster, g) for g in sorted(_selected_groups(cluster, args))]
@@ -279,7 +279,7 @@ def _reset(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    from sparklog.group.admin import delete_groups
+    from sparklog.admin.groups import delete_groups
 
     with connect(args) as cluster:
         deleted = delete_groups(cluster, _selected_groups(cluster, args))
@@ -289,7 +289,7 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _delete_offsets(args: argparse.Namespace) -> int:
-    from sparklog.group.admin import delete_group_offsets
+    from sparklog.admin.groups import delete_group_offsets
 
     selection: dict[str, set[int] | None] = {}
     for topic, partitions in args.topic:

@@ -124,7 +124,7 @@ def _delete_records(args: argparse.Namespace) -> int:
 
 # -- optimize --------------------------------------------------------------------------------
 def _optimize(args: argparse.Namespace) -> int:
-    from sparklog.maintenance import run_optimize
+    from sparklog.maintenance.runner import run_optimize
 
     with connect(args) as cluster:
         results, checkpoints = run_optimize(cluster, args.topic, dry_run=args.dry_run, progress=print_stderr)
@@ -142,7 +142,7 @@ def _optimize(args: argparse.Namespace) -> int:
 
 # -- vacuum ----------------------------------------------------------------------------------
 def _vacuum(args: argparse.Namespace) -> int:
-    from sparklog.maintenance import run_vacuum
+    from sparklog.maintenance.runner import run_vacuum
 
     with connect(args) as cluster:
         results = run_vacuum(cluster, args.topic, dry_run=args.dry_run, progress=print_stderr)

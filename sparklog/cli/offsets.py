@@ -15,7 +15,7 @@ import argparse
 from sparklog.cli.options import add_command, connect, select_topics
 from sparklog.cli.output import add_output_option, write_json, write_lines
 from sparklog.errors import InvalidOffsetSpecError, TopicNotFoundError, UnknownPartitionError
-from sparklog.offsets import OffsetSpec, parse_offset_spec
+from sparklog.model.offsets import OffsetSpec, parse_offset_spec
 
 __all__ = ["register", "parse_partitions", "parse_time"]
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from sparklog.errors import ConfigError, TopicNotFoundError
-from sparklog.topic import is_internal, validate_topic_name
+from sparklog.model.topic import is_internal, validate_topic_name
 
 if TYPE_CHECKING:
     from sparklog.cluster import Cluster

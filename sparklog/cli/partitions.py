@@ -1,5 +1,5 @@
 """``sparklog elect-leaders`` and ``sparklog reassign``: Kafka's ``kafka-leader-election`` and
-``kafka-reassign-partitions``, as requests the controller executes (:mod:`sparklog.partition_admin`).
+``kafka-reassign-partitions``, as requests the controller executes (:mod:`sparklog.admin.partitions`).
 
 What each command takes and prints is its help text (:data:`ELECT_DESCRIPTION`,
 :data:`REASSIGN_DESCRIPTION`); the output mirrors Kafka's tools line for line, sorted by
@@ -21,7 +21,7 @@ from typing import Any
 from sparklog.cli.options import UsageError, add_command, connect
 from sparklog.cli.output import write_lines
 from sparklog.errors import InvalidReplicaAssignmentError, SparklogError
-from sparklog.topic import validate_topic_name
+from sparklog.model.topic import validate_topic_name
 
 __all__ = [
     "register",
@@ -336,7 +336,7 @@ def _check_election_options(args: argparse.Namespace) -> str:
 
 
 def _elect(args: argparse.Namespace) -> int:
-    from sparklog.partition_admin import elect_preferred_leaders
+    from sparklog.admin.partitions import elect_preferred_leaders
 
     election_type = _check_election_options(args)
     if election_type == "UNCLEAN":
@@ -390,7 +390,7 @@ def _reassign(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace, topics: list[str]) -> int:
-    from sparklog.partition_admin import generate_reassignment
+    from sparklog.admin.partitions import generate_reassignment
 
     with connect(args) as cluster:
         current, proposed = generate_reassignment(cluster, topics, args.broker_list)
@@ -402,7 +402,7 @@ def _generate(args: argparse.Namespace, topics: list[str]) -> int:
 
 
 def _execute(args: argparse.Namespace, target: dict[TopicPartition, list[int]]) -> int:
-    from sparklog.partition_admin import execute_reassignment
+    from sparklog.admin.partitions import execute_reassignment
 
     with connect(args) as cluster:
         previous = execute_reassignment(cluster, target)
@@ -416,8 +416,8 @@ def _execute(args: argparse.Namespace, target: dict[TopicPartition, list[int]]) 
 
 
 def _verify(args: argparse.Namespace, target: dict[TopicPartition, list[int]]) -> int:
-    from sparklog.controller.admin_requests import split_key
-    from sparklog.partition_admin import current_assignment, verify_reassignment
+    from sparklog.server.controller.admin_requests import split_key
+    from sparklog.admin.partitions import current_assignment, verify_reassignment
 
     with connect(args) as cluster:
         done = verify_reassignment(cluster, target)

@@ -40,7 +40,7 @@ from sparklog.cli.options import (
 from sparklog.errors import ConfigError, SparklogError
 
 if TYPE_CHECKING:
-    from sparklog.records import RecordMetadata
+    from sparklog.model.records import RecordMetadata
 
 __all__ = ["register", "LineReader", "ParsedLine", "MalformedLineError", "READER_PROPERTIES"]
 

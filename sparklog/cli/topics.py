@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from sparklog.cli.options import UsageError, add_command, connect, key_value, select_topics
 from sparklog.cli.output import add_output_option, comma_list, write_json, write_lines
-from sparklog.topic import PartitionDescription
+from sparklog.model.topic import PartitionDescription
 
 if TYPE_CHECKING:
     from sparklog.cluster import Cluster
-    from sparklog.topic import TopicDescription
+    from sparklog.model.topic import TopicDescription
 
 __all__ = ["register", "describe_lines", "description_json", "PartitionFilter"]
 
@@ -147,7 +147,7 @@ def description_json(description: "TopicDescription", partition_filter: Partitio
 
 
 def _create(args: argparse.Namespace) -> int:
-    from sparklog.controller.placement import parse_replica_assignment
+    from sparklog.server.controller.placement import parse_replica_assignment
     from sparklog.errors import TopicExistsError
 
     assignment = None
@@ -199,7 +199,7 @@ def _partition_filter(cluster: "Cluster", args: argparse.Namespace) -> Partition
     if args.under_replicated_partitions:
         return lambda p: len(p.isr) < len(p.replicas)
     if args.unavailable_partitions:
-        from sparklog.coordination.broker_registration import live_broker_ids
+        from sparklog.metadata.broker_registration import live_broker_ids
 
         live = set(live_broker_ids(cluster.zk))
         # No agent live at all: the agentless mode, where a recorded leader is served by its

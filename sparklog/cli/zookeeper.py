@@ -19,7 +19,7 @@ from sparklog.cli.options import add_command, cluster_config
 from sparklog.cli.output import add_output_option, write_json, write_lines
 
 if TYPE_CHECKING:
-    from sparklog.coordination.embedded import EmbeddedZooKeeperStatus
+    from sparklog.metadata.embedded import EmbeddedZooKeeperStatus
 
 __all__ = ["register", "status_line", "EXIT_NOT_RUNNING"]
 
@@ -61,19 +61,19 @@ def _report(args: argparse.Namespace, status: "EmbeddedZooKeeperStatus") -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
-    from sparklog.coordination import embedded
+    from sparklog.metadata import embedded
 
     return _report(args, embedded.start(_home(args), timeout_s=args.timeout_s))
 
 
 def _status(args: argparse.Namespace) -> int:
-    from sparklog.coordination import embedded
+    from sparklog.metadata import embedded
 
     return _report(args, embedded.status(_home(args)))
 
 
 def _stop(args: argparse.Namespace) -> int:
-    from sparklog.coordination import embedded
+    from sparklog.metadata import embedded
 
     home = _home(args)
     pid = embedded.status(home).pid  # stop() only says whether something ran

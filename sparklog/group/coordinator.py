@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from sparklog.coordination.group_registry import GroupRegistry
+from sparklog.metadata.group_registry import GroupRegistry
 from sparklog.errors import OffsetCommitError, StorageError, TopicExistsError
 from sparklog.group.ids import validate_group_id
 from sparklog.log import group_offsets

@@ -3,7 +3,7 @@
 :func:`reset_scenario` validates a scenario and its value (integer, ISO-8601 datetime or
 duration, CSV plan file); :func:`plan_reset` computes the new offsets from the committed
 offsets and the partitions' ``(log-start, log-end)`` bounds. No I/O besides reading a plan
-file: :mod:`sparklog.group.admin` gathers the inputs and applies the result.
+file: :mod:`sparklog.admin.groups` gathers the inputs and applies the result.
 
 Invariant: new offsets are clamped into ``[log-start, log-end]`` where Kafka clamps
 (to-offset, shift-by, from-file); the other scenarios are in range by construction, except
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sparklog.errors import InvalidOffsetSpecError
 from sparklog.group.ids import validate_group_id
-from sparklog.topic import validate_topic_name
+from sparklog.model.topic import validate_topic_name
 
 __all__ = [
     "SCENARIOS", "Bounds", "ResetScenario", "parse_datetime", "parse_duration", "parse_reset_csv", "reset_scenario",

@@ -3,13 +3,13 @@
 Per partition, in three steps (the Spark job runs step 2 as one task per partition; any
 other runner, e.g. :func:`run_in_process`, may run it too):
 
-1. **plan** (driver, :func:`plan_partition`): the pure :func:`~sparklog.log.policy.compaction_plan`
+1. **plan** (driver, :func:`plan_partition`): the pure :func:`~sparklog.log.plans.compaction_plan`
    over the partition's live files at or after log-start, with ``cleaned_up_to`` read from
    the application transaction ``sparklog.cleaned.<p>`` (version = first offset not yet
    cleaned, i.e. the previous run's ``first_uncleanable_offset``; absent = nothing cleaned);
 2. **rewrite** (:func:`compact_task`, pure file I/O, safe in a Spark task): read the planned
    files, drop rows below log-start (a straddling file), keep what
-   :func:`~sparklog.log.policy.compact_records` keeps, write the survivors with their
+   :func:`~sparklog.log.plans.compact_records` keeps, write the survivors with their
    offsets (:func:`~sparklog.log.segment.write_segment` ``offsets=``), cut at ``segment.bytes``;
 3. **commit** (driver, :func:`commit_partition`): ONE Delta commit removing the rewritten
    files, adding the new ones and setting ``sparklog.cleaned.<p>``, metadata
@@ -37,7 +37,7 @@ Invariants:
   same files with ``dataChange=false`` (optimize), and both commits land (duplicates).
 * A dry run plans and counts survivors but writes and commits nothing.
 
-Callers: :func:`sparklog.maintenance.run_compaction` with the Spark runner of
+Callers: :func:`sparklog.maintenance.runner.run_compaction` with the Spark runner of
 :mod:`sparklog.spark.compaction` or :func:`run_in_process`; the fault tests' workers.
 """
 
@@ -54,7 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparklog.errors import StorageError
-from sparklog.log.policy import CompactionPlan, compact_records, compaction_plan
+from sparklog.log.plans import CompactionPlan, compact_records, compaction_plan
 from sparklog.log.reader import read_files
 from sparklog.log.segment import (
     SegmentFile, discard_segments, parquet_compression, split_for_size, write_placeholder, write_segment,

@@ -41,8 +41,8 @@ from sparklog.log.append import MAX_COMMIT_ATTEMPTS
 from sparklog.log.reader import read_files
 from sparklog.log.segment import SegmentFile, discard_segments, write_segment
 from sparklog.log.table import CommitConflict, TopicTable, end_app_id
-from sparklog.records import records_to_arrow
-from sparklog.schema import FILE_SCHEMA
+from sparklog.model.records import records_to_arrow
+from sparklog.model.schema import FILE_SCHEMA
 
 __all__ = [
     "OffsetCommit",

@@ -1,6 +1,6 @@
 """Optimize: merge the small files of each partition, then checkpoint the Delta log (DESIGN §9).
 
-Per partition, :func:`sparklog.log.policy.optimize_plan` names groups of small consecutive
+Per partition, :func:`sparklog.log.plans.optimize_plan` names groups of small consecutive
 segments; each group is read whole (:func:`sparklog.log.reader.read_files`), concatenated
 in offset order and written as ONE new segment that keeps every record's offset
 (``write_segment(..., offsets=...)``, so gaps left by compaction stay). All groups of a
@@ -50,7 +50,7 @@ import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
 from sparklog.errors import StorageError
-from sparklog.log.policy import optimize_plan
+from sparklog.log.plans import optimize_plan
 from sparklog.log.reader import read_files
 from sparklog.log.retention import MAX_PLAN_ATTEMPTS
 from sparklog.log.segment import SegmentFile, discard_segments, write_placeholder, write_segment

@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 
 from sparklog.errors import StorageError
 from sparklog.log.table import FileEntry, TopicTable, start_app_id
-from sparklog.schema import FILE_SCHEMA, read_schema
+from sparklog.model.schema import FILE_SCHEMA, read_schema
 
 __all__ = [
     "files_for_ranges", "read_segment_range", "read_ranges", "read_files", "offset_for_timestamp", "empty_read_table",

@@ -8,12 +8,12 @@ The Delta side of docs/replication.md. A follower replica of partition ``p`` is 
   truncation offset are removed, a file straddling it is replaced by its prefix, and the
   commit sets ``sparklog.end.<p>`` to the offset and ``sparklog.leader.<p>`` to the epoch the
   follower now follows. The caller computes the offset with
-  :func:`sparklog.controller.policy.truncation_offset`.
+  :func:`sparklog.server.controller.policy.truncation_offset`.
 * :func:`copy_from_leader`: the leader's files holding offsets at or above the follower's
   log end, in offset order: a file wholly above is copied byte for byte (same records, same
   offsets, same stats), a straddling one sliced; the leader's log-start is copied (files
   wholly below removed, ``sparklog.start.<p>`` raised); producer sequences found in the
-  copied files' metadata raise ``sparklog.producer.<id>.<p>``, so the follower deduplicates
+  copied files' metadata raise ``sparklog.clients.producer.<id>.<p>``, so the follower deduplicates
   a producer's retry once it leads. ``sparklog.leader.<p>`` is set to the followed epoch, so
   a zombie writer of an older epoch is fenced here too.
 
@@ -21,7 +21,7 @@ Invariants: every commit is checked against the snapshot it was planned on (max 
 retries 0): a concurrent commit (another fetcher, maintenance) fails it and the round is
 redone; a follower's records are always a prefix-copy of the leader's (offsets, bytes);
 nothing is read from the leader beyond its log end at the time of its snapshot. Callers:
-:mod:`sparklog.replication` (broker agents and ``jobs/replicate.py``).
+:mod:`sparklog.server.replica_fetcher` (broker agents and ``jobs/replica_fetch.py``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The delete policy applied to a topic table (DESIGN §9, invariant 8).
 
-Every partition is planned with the pure :func:`sparklog.log.policy.retention_plan` (time,
+Every partition is planned with the pure :func:`sparklog.log.plans.retention_plan` (time,
 size) on one snapshot; the planned whole files are removed and each ``sparklog.start.<p>``
 raised in ONE metadata-only Delta commit for the topic
 (:meth:`TopicTable.advance_log_starts`). Nothing is rewritten and no data file is deleted here: VACUUM deletes files after ``file.delete.delay.ms``, so
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparklog.errors import StorageError
-from sparklog.log.policy import RetentionPlan, retention_plan
+from sparklog.log.plans import RetentionPlan, retention_plan
 from sparklog.log.table import TopicTable
 
 __all__ = ["RetentionResult", "apply_delete_policy", "MAX_PLAN_ATTEMPTS"]

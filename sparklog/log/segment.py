@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sparklog.schema import FILE_SCHEMA
+from sparklog.model.schema import FILE_SCHEMA
 
 __all__ = [
     "SegmentFile", "write_segment", "write_placeholder", "split_for_size", "fsync_path", "parquet_compression",
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 ROW_GROUP_RECORDS = 131_072
 # Parquet key-value metadata of a light producer's segment: who wrote it, which batch.
-PRODUCER_KEY = "sparklog.producer"
+PRODUCER_KEY = "sparklog.clients.producer"
 SEQUENCE_KEY = "sparklog.sequence"
 # a hard link is impossible here (another filesystem, not supported, too many links): copy
 _LINK_REFUSED = frozenset({errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})

@@ -15,7 +15,7 @@ This module (with the rest of ``log/``) is the only code that touches deltalake.
   - ``sparklog.leader.<p>`` version = the leader epoch of the newest records of ``p`` here
     (appends and follower fetches set it); ``sparklog.leaderfence.<p>`` = the newest leader
     epoch claimed here (appends, fetches and epoch markers set it; docs/replication.md);
-  - ``sparklog.producer.<id>.<p>`` version = last committed batch sequence of a producer
+  - ``sparklog.clients.producer.<id>.<p>`` version = last committed batch sequence of a producer
     in partition ``p``.
 
   Every append to ``p`` touches ``sparklog.end.<p>`` and ``sparklog.fence.<p>``: delta-rs
@@ -65,7 +65,7 @@ from sparklog.log.transactions import (
     transaction_version as _transaction_version,
     transactions_at as _transactions_at,
 )
-from sparklog.schema import TABLE_SCHEMA
+from sparklog.model.schema import TABLE_SCHEMA
 
 __all__ = [
     "TopicTable", "FileEntry", "CommitConflict", "end_app_id", "start_app_id", "fence_app_id", "producer_app_id",

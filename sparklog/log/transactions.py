@@ -59,7 +59,7 @@ def leader_fence_app_id(partition: int) -> str:
 
 def producer_app_id(producer_id: str, partition: int) -> str:
     # Per partition: after a failover a batch's partitions may sit in different leaders' tables.
-    return f"sparklog.producer.{producer_id}.{partition}"
+    return f"sparklog.clients.producer.{producer_id}.{partition}"
 
 
 # Application transaction versions are memoised on the snapshot object, per version: the hot

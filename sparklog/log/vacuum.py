@@ -4,7 +4,7 @@ Retention, DeleteRecords, compaction and optimize only *remove* files from the D
 the files stay on disk so readers holding an older snapshot finish. This module deletes
 them once ``file.delete.delay.ms`` has passed since their removal, plus orphans (files a
 killed writer wrote but never committed) once their mtime is that old. The decision is the
-pure :func:`sparklog.log.policy.vacuum_candidates`; this module gathers its inputs:
+pure :func:`sparklog.log.plans.vacuum_candidates`; this module gathers its inputs:
 
 1. the data files on disk under the table directory (``_delta_log`` and every name starting
    with ``_`` or ``.`` skipped, as Delta does), with mtime and size — listed FIRST;
@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparklog.errors import ConfigError, StorageError
-from sparklog.log.policy import vacuum_candidates
+from sparklog.log.plans import vacuum_candidates
 from sparklog.log.table import TopicTable
 
 __all__ = ["VacuumResult", "vacuum_topic", "removed_files", "data_files_on_disk", "DEFAULT_DELETED_FILE_RETENTION_MS"]

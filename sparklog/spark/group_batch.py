@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparklog.config import CLUSTER_KEYS
 from sparklog.errors import ConfigError, GroupNotEmptyError, OffsetOutOfRangeError, TopicNotFoundError
-from sparklog.offsets import EARLIEST, LATEST, parse_offsets_json
+from sparklog.model.offsets import EARLIEST, LATEST, parse_offsets_json
 from sparklog.spark.options import cluster_config_from_options, option_flag
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def _positive(options: Mapping[str, str], key: str) -> int | None:
 
 def input_partitions(cluster: "Cluster", group_id: str, topics: str | Iterable[str]) -> list[TopicPartition]:
     from sparklog.group.ids import validate_group_id
-    from sparklog.topic import validate_topic_name
+    from sparklog.model.topic import validate_topic_name
 
     validate_group_id(group_id)
     names = list(dict.fromkeys(t.strip() for t in (topics.split(",") if isinstance(topics, str) else topics) if t.strip()))
@@ -166,7 +166,7 @@ def advances(ranges: Ranges, before: Mapping[TopicPartition, int | None]) -> dic
 
 
 def read_ranges_df(spark: "SparkSession", cluster: "Cluster", ranges: Ranges, settings: _Settings) -> "DataFrame":
-    from sparklog.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
+    from sparklog.model.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
     from sparklog.spark.native import read_topics
 
     live = {tp: r for tp, r in ranges.items() if r[1] > r[0]}

@@ -7,7 +7,7 @@ clamping, one committed snapshot per topic); then the chosen segment files are h
 stats prune. The result has the Kafka source's columns. Runs where the SparkSession is.
 
 :func:`lag_frame` is the ``consumer_lag`` view's DataFrame: the Arrow table of
-:func:`sparklog.group.admin.consumer_lag` handed to ``createDataFrame``, i.e. a snapshot of
+:func:`sparklog.admin.groups.consumer_lag` handed to ``createDataFrame``, i.e. a snapshot of
 every group's lag taken when it is built (register the view again for a fresh one).
 """
 
@@ -54,7 +54,7 @@ def read_topics(spark: "SparkSession", options: Mapping[str, str], cluster: "Clu
 
     from sparklog.cluster import Cluster as ClusterClient
     from sparklog.log.reader import files_for_ranges
-    from sparklog.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
+    from sparklog.model.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
     from sparklog.spark.options import cluster_config_from_options, option_flag
     from sparklog.spark.reader import resolve_read_ranges
 
@@ -94,6 +94,6 @@ def read_topics(spark: "SparkSession", options: Mapping[str, str], cluster: "Clu
 def lag_frame(spark: "SparkSession", cluster: "Cluster") -> "DataFrame":
     """Every group's per-partition lag now (group, topic, partition, current_offset,
     log_end_offset, lag, consumer_id, host, client_id, state) as a small local DataFrame."""
-    from sparklog.group.admin import consumer_lag
+    from sparklog.admin.groups import consumer_lag
 
     return spark.createDataFrame(consumer_lag(cluster))

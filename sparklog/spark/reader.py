@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import CaseInsensitiveDict, DataSourceReader, InputPartition
 
 from sparklog.errors import ConfigError, InvalidOffsetSpecError, OffsetOutOfRangeError, TopicNotFoundError
-from sparklog.offsets import EARLIEST, LATEST, parse_assign_json, parse_offsets_json
+from sparklog.model.offsets import EARLIEST, LATEST, parse_assign_json, parse_offsets_json
 from sparklog.spark.options import cluster_config_from_options, option_flag
 
 __all__ = ["SparklogBatchReader", "SegmentSlice", "resolve_read_ranges", "subscribed_topics"]

@@ -20,7 +20,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sparklog.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
+from sparklog.model.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
 from sparklog.spark.options import option_flag
 
 __all__ = ["SparklogDataSource"]

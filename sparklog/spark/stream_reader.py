@@ -38,7 +38,7 @@ from pyspark.sql.datasource import CaseInsensitiveDict, DataSourceStreamReader, 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from sparklog.errors import ConfigError, OffsetOutOfRangeError
-from sparklog.offsets import EARLIEST, LATEST, parse_offsets_json
+from sparklog.model.offsets import EARLIEST, LATEST, parse_offsets_json
 from sparklog.spark.options import cluster_config_from_options, option_flag
 # ``subscribed_topics`` (subscribe/subscribePattern/assign -> topics) is the batch reader's; reused,
 # not copied, so both sources resolve a subscription alike.

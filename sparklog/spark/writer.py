@@ -43,8 +43,8 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 if TYPE_CHECKING:
-    from sparklog.coordination.lease import LeaseGrant
-    from sparklog.coordination.session import ZkSession
+    from sparklog.metadata.lease import LeaseGrant
+    from sparklog.metadata.session import ZkSession
     from sparklog.log.segment import SegmentFile
     from sparklog.log.table import TopicTable
 
@@ -144,7 +144,7 @@ class ProducePlan:
 
 def check_target(options: Mapping[str, str], schema: StructType, overwrite: bool, append_hint: str) -> str:
     """The validated target topic of a write; fails before anything is touched."""
-    from sparklog.topic import validate_topic_name
+    from sparklog.model.topic import validate_topic_name
 
     if overwrite:
         raise ConfigError(f"Topics are append-only: use {append_hint} to write to sparklog")
@@ -163,8 +163,8 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
     with the partition's log end. ``adopt``: ``owner`` is a stable id, and leases a crashed
     earlier run of it left behind are taken over at once."""
     from sparklog.cluster import Cluster
-    from sparklog.coordination.lease import WriterLease
-    from sparklog.coordination.session import resolve_connect
+    from sparklog.metadata.lease import WriterLease
+    from sparklog.metadata.session import resolve_connect
     from sparklog.log.segment import parquet_compression
 
     config = cluster_config_from_options(options)
@@ -219,9 +219,9 @@ def write_task_segments(plan: ProducePlan, iterator: Iterator[object], task: int
     range back), write sized segments; returns them (``SegmentFile.to_dict``)."""
     import pyarrow as pa
 
-    from sparklog.batches import normalise_input
-    from sparklog.coordination.lease import reserve_offsets
-    from sparklog.coordination.session import ZkSession
+    from sparklog.model.batches import normalise_input
+    from sparklog.metadata.lease import reserve_offsets
+    from sparklog.metadata.session import ZkSession
     from sparklog.log.append import with_append_time
     from sparklog.log.segment import split_for_size, write_segment
 
@@ -341,14 +341,14 @@ def _segments_by_table(plan: ProducePlan, messages: "list[SegmentsWritten | None
 
 
 def release_leases(plan: ProducePlan) -> None:
-    from sparklog.coordination.session import ZkSession
+    from sparklog.metadata.session import ZkSession
 
     with ZkSession(plan.zk_connect) as zk:
         _release(zk, plan.topic, plan.owner, plan.grants)
 
 
 def _release(zk: "ZkSession", topic: str, owner: str, grants: "Iterable[LeaseGrant]") -> None:
-    from sparklog.coordination.lease import WriterLease
+    from sparklog.metadata.lease import WriterLease
 
     for grant in grants:
         lease = WriterLease(zk, topic, grant.partition, owner, 0)

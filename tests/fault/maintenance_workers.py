@@ -1,8 +1,8 @@
 """Child-process entry points of the maintenance concurrency and kill tests (``spawn``).
 
-* :func:`compaction_job` runs one :func:`sparklog.maintenance.run_compaction` after a start
+* :func:`compaction_job` runs one :func:`sparklog.maintenance.runner.run_compaction` after a start
   signal and reports each partition's status: the racing-jobs test.
-* :func:`maintenance_until_killed` runs :func:`sparklog.maintenance.run_maintenance`, one
+* :func:`maintenance_until_killed` runs :func:`sparklog.maintenance.runner.run_maintenance`, one
   fsynced line per finished partition, and is SIGKILLed by the parent at some point. With
   ``spark_master`` it first starts its own Spark session (and becomes a process-group
   leader so the parent can kill the JVM and its Python workers with it); without, the
@@ -29,7 +29,7 @@ import sparklog
 def compaction_job(
     options: Mapping[str, str], topic: str, now_ms: int, go: Event, results: Queue  # type: ignore[type-arg]
 ) -> None:
-    from sparklog.maintenance import run_compaction
+    from sparklog.maintenance.runner import run_compaction
 
     try:
         with sparklog.connect(options) as cluster:
@@ -44,7 +44,7 @@ def compaction_job(
 def maintenance_until_killed(
     options: Mapping[str, str], topic: str, now_ms: int, progress_path: str, spark_master: str | None = None
 ) -> None:
-    from sparklog.maintenance import run_maintenance
+    from sparklog.maintenance.runner import run_maintenance
 
     spark = None
     if spark_master is not None:

@@ -32,7 +32,7 @@ import sparklog
 from sparklog.log.compaction import compact_partitions
 from sparklog.log.reader import read_ranges
 from sparklog.log.table import TopicTable
-from sparklog.maintenance import run_compaction, run_maintenance
+from sparklog.maintenance.runner import run_compaction, run_maintenance
 from tests.fault.maintenance_workers import compaction_job, consume_until_stopped, maintenance_until_killed
 from tests.fault.workers import arrow_batch_id, produce_until_killed, read_ack_log
 from tests.helpers import reaping, spawn_context, wait_for

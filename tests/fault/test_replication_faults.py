@@ -26,7 +26,7 @@ import sparklog
 from sparklog.errors import LeaderNotAvailableError, NotEnoughReplicasError, NotLeaderError
 from sparklog.log.append import append
 from sparklog.log.reader import read_ranges
-from sparklog.records import records_to_arrow
+from sparklog.model.records import records_to_arrow
 from sparklog.testing import BrokerAgents
 from tests.fault.workers import produce_until_killed, read_ack_log
 

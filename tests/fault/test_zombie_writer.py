@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 import sparklog
-from sparklog.coordination.lease import WriterLease
+from sparklog.metadata.lease import WriterLease
 from sparklog.log.append import append
 from tests.fault.workers import zombie_writer
 from tests.helpers import assert_log_consistent, reaping, segment_batch, spawn_context, values_at, wait_for

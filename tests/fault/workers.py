@@ -115,7 +115,7 @@ def _send_arrow_batch(producer: Any, topic: str, partitions: int, batch_id: str,
     """One keyed ``send_arrow`` request (one commit over several partitions), acks logged per row."""
     import pyarrow as pa
 
-    from sparklog.records import partition_for_key
+    from sparklog.model.records import partition_for_key
 
     values = [f"{batch_id}-{i}".encode() for i in range(ARROW_BATCH)]
     keys = [b"k%d" % i for i in range(ARROW_BATCH)]
@@ -147,7 +147,7 @@ def zombie_writer(
     lease would: commit on its old snapshot, then retry through ``append`` with its old
     epoch. Reports ``{"epoch", "commit", "append"}`` (outcome names) on ``results``.
     """
-    from sparklog.coordination.lease import WriterLease
+    from sparklog.metadata.lease import WriterLease
     from sparklog.log.append import append
     from sparklog.log.segment import write_segment
     from sparklog.log.table import CommitConflict, end_app_id, fence_app_id

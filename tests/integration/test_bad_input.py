@@ -26,7 +26,7 @@ from sparklog.errors import (
     TopicNotFoundError,
     UnknownPartitionError,
 )
-from sparklog.offsets import parse_assign_json, parse_offsets_json
+from sparklog.model.offsets import parse_assign_json, parse_offsets_json
 from tests.helpers import assert_unchanged, stored_records, topic_dirs
 
 BAD_NAMES = ["", ".", "..", "a" * 250, "a b", "a/b", "../x", "/abs", "a\x00b", "é", "t\n", "a:b", "*"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import sparklog
-from sparklog.coordination import embedded
+from sparklog.metadata import embedded
 
 _TIMEOUT_S = 60
 # Runs the CLI exactly like `python -m sparklog.cli.main`, then fails if pyspark got imported.

@@ -24,7 +24,7 @@ from sparklog.log.compaction import (
 )
 from sparklog.log.segment import write_segment
 from sparklog.log.table import CommitConflict, end_app_id
-from sparklog.maintenance import run_compaction, run_maintenance
+from sparklog.maintenance.runner import run_compaction, run_maintenance
 from tests.helpers import assert_unchanged, segment_batch
 
 HOUR_MS = 3_600_000
@@ -33,7 +33,7 @@ Record = tuple[int, bytes | None, bytes | None]  # offset, key, value
 
 
 # -- helpers (also used by tests/fault/test_maintenance_concurrency.py) ---------------------
-def send_file(producer: sparklog.producer.Producer, topic: str, partition: int, rows: Sequence[Row]) -> None:
+def send_file(producer: sparklog.clients.producer.Producer, topic: str, partition: int, rows: Sequence[Row]) -> None:
     """One produce request = one Delta commit = one file of ``partition``."""
     producer.send_arrow(
         topic,

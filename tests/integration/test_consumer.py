@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 import sparklog
-from sparklog.consumer import Consumer
+from sparklog.clients.consumer import Consumer
 from sparklog.errors import (
     FencedInstanceIdError,
     GroupError,
@@ -25,7 +25,7 @@ from sparklog.errors import (
     OffsetOutOfRangeError,
     UnknownMemberError,
 )
-from sparklog.schema import READ_SCHEMA_WITH_HEADERS
+from sparklog.model.schema import READ_SCHEMA_WITH_HEADERS
 
 FAST = {"session_timeout_ms": 2000, "auto_commit_interval_ms": 100}
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 from kazoo.client import KazooClient
 
-from sparklog.coordination import embedded
+from sparklog.metadata import embedded
 from sparklog.errors import ZooKeeperUnavailableError
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import sparklog
-from sparklog.consumer import Consumer
+from sparklog.clients.consumer import Consumer
 from sparklog.errors import (
     GroupIdNotFoundError,
     GroupNotEmptyError,
@@ -30,7 +30,7 @@ from sparklog.errors import (
     TopicNotFoundError,
     UnknownPartitionError,
 )
-from sparklog.group.admin import consumer_lag, delete_groups
+from sparklog.admin.groups import consumer_lag, delete_groups
 from tests.helpers import assert_unchanged, wait_for
 
 T0 = 1_704_067_200_000  # 2024-01-01T00:00:00Z

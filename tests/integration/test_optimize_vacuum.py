@@ -156,7 +156,7 @@ def test_optimize_keeps_files_tiling_the_partition_across_compaction_gaps_and_pl
 def test_history_retention_bounds_the_delta_log(cluster) -> None:
     """history.retention.ms becomes delta.logRetentionDuration; maintenance (and nothing
     else: no writer's post-commit hook) deletes the expired commit files after a checkpoint."""
-    from sparklog.maintenance import run_optimize
+    from sparklog.maintenance.runner import run_optimize
 
     cluster.create_topic("short", 1, config={"history.retention.ms": "0"})
     cluster.create_topic("long", 1)

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import sparklog
-from sparklog.records import partition_for_key
+from sparklog.model.records import partition_for_key
 from tests.helpers import (
     Ack,
     assert_acks_stored,

@@ -14,7 +14,7 @@ from sparklog.log.append import append
 from sparklog.log.reader import read_ranges
 from sparklog.log.replica_fetch import FollowerPosition, copy_from_leader, follower_position, truncate
 from sparklog.log.table import TopicTable
-from sparklog.records import records_to_arrow
+from sparklog.model.records import records_to_arrow
 
 TOPIC = "t"
 

@@ -17,7 +17,7 @@ import pytest
 import sparklog
 from sparklog.errors import NotEnoughReplicasError
 from sparklog.log.reader import read_ranges
-from sparklog.replication import ReplicaFetcher
+from sparklog.server.replica_fetcher import ReplicaFetcher
 
 
 @pytest.fixture
@@ -110,7 +110,7 @@ def test_not_enough_replicas_appends_nothing_and_recovers(three_brokers, fetcher
 
 
 def test_replication_job_catches_followers_up(three_brokers, spark, cluster_options, monkeypatch, capsys) -> None:
-    from jobs.replicate import main
+    from jobs.replica_fetch import main
 
     cluster = three_brokers
     cluster.create_topic("job", 2, replication_factor=3)

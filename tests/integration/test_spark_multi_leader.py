@@ -23,7 +23,7 @@ import sparklog
 import sparklog.log.append
 from sparklog.errors import FencedError, NotLeaderError, StorageError
 from sparklog.log.delta_sink import input_app_id
-from sparklog.records import partition_for_key
+from sparklog.model.records import partition_for_key
 from sparklog.spark import consume_into, produce
 from sparklog.spark.exactly_once import _Output
 from sparklog.spark.stream_writer import SparklogStreamWriter, StreamSegmentsWritten, stream_app_id, write_stream_task

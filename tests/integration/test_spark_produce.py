@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 import sparklog
 from sparklog.errors import SparklogError
-from sparklog.records import partition_for_key
+from sparklog.model.records import partition_for_key
 from sparklog.spark import produce
 
 

@@ -16,8 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 import sparklog
-from sparklog.coordination import zkdata
-from sparklog.coordination.zkdata import WriterLeaseRecord
+from sparklog.metadata import zkdata
+from sparklog.metadata.zkdata import WriterLeaseRecord
 from sparklog.spark.stream_reader import rate_limit
 from sparklog.spark.stream_writer import SparklogStreamWriter, stream_app_id, write_stream_task
 from tests.helpers import assert_log_consistent, stored_records

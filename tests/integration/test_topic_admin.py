@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import sparklog
-from sparklog.coordination import zkdata
+from sparklog.metadata import zkdata
 from sparklog.errors import OffsetOutOfRangeError, ProducerClosedError, SparklogError
 from tests.helpers import assert_log_consistent, stored_records, topic_dirs, values_at, wait_for
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import sparklog
-from sparklog.coordination.lease import WriterLease
+from sparklog.metadata.lease import WriterLease
 from sparklog.errors import LeaseTimeoutError
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.controller.placement import assign_replicas
-from sparklog.controller.policy import (
+from sparklog.server.controller.placement import assign_replicas
+from sparklog.server.controller.policy import (
     LeaderElection,
     append_epoch,
     controlled_shutdown_leader,
@@ -27,7 +27,7 @@ from sparklog.controller.policy import (
 )
 from sparklog.errors import InvalidReplicationFactorError
 
-POLICY = Path(__file__).resolve().parents[2] / "sparklog" / "controller" / "policy.py"
+POLICY = Path(__file__).resolve().parents[2] / "sparklog" / "server" / "controller" / "policy.py"
 
 
 def test_policy_module_is_pure() -> None:

@@ -1,4 +1,4 @@
-"""The package cut of DESIGN §12: only log/ imports deltalake, only coordination/ imports
+"""The package cut of DESIGN §12: only log/ imports deltalake, only metadata/ imports
 kazoo, and pure policies import neither Spark, ZooKeeper nor Delta."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sparklog"
-PURE_POLICIES = ["records.py", "topic.py", "offsets.py", "config.py", "controller/placement.py", "controller/policy.py", "log/policy.py", "errors.py"]
+PURE_POLICIES = ["model/records.py", "model/topic.py", "model/offsets.py", "config.py", "server/controller/placement.py", "server/controller/policy.py", "log/plans.py", "errors.py"]
 
 
 def imported_roots(path: Path) -> set[str]:
@@ -33,7 +33,7 @@ def test_only_log_imports_deltalake():
 
 
 def test_only_coordination_imports_kazoo():
-    assert offenders("kazoo", "coordination") == []
+    assert offenders("kazoo", "metadata") == []
 
 
 def test_pure_policies_import_no_engine():

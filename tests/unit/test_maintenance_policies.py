@@ -1,4 +1,4 @@
-"""The pure maintenance planners of sparklog.log.policy: retention (time, size, DeleteRecords),
+"""The pure maintenance planners of sparklog.log.plans: retention (time, size, DeleteRecords),
 compaction (plan and record-level), optimize grouping and vacuum candidates. No Spark, no
 Delta, no ZooKeeper: segments are a tiny dataclass, records a pyarrow table."""
 
@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from sparklog.errors import OffsetOutOfRangeError
-from sparklog.log.policy import (
+from sparklog.log.plans import (
     CompactionPlan,
     DeleteRecordsOffsetError,
     compact_records,
@@ -24,7 +24,7 @@ from sparklog.log.policy import (
     vacuum_candidates,
 )
 from sparklog.log.segment import SegmentFile
-from sparklog.schema import FILE_SCHEMA
+from sparklog.model.schema import FILE_SCHEMA
 
 NOW = 1_704_067_200_000  # 2024-01-01T00:00:00Z in ms
 US = 1000
@@ -455,7 +455,7 @@ def test_vacuum_uses_the_latest_removal_and_never_live_paths():
 
 
 def test_policy_module_is_pure():
-    source = Path(__file__).resolve().parents[2] / "sparklog" / "log" / "policy.py"
+    source = Path(__file__).resolve().parents[2] / "sparklog" / "log" / "plans.py"
     roots = set()
     for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):

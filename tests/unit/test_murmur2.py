@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from sparklog.records import murmur2, partition_for_key, partitions_for_keys, to_positive
+from sparklog.model.records import murmur2, partition_for_key, partitions_for_keys, to_positive
 
 # Kafka's UtilsTest.testMurmur2.
 KAFKA_VECTORS = [

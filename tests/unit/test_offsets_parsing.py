@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sparklog.errors import InvalidOffsetSpecError, InvalidTopicError
-from sparklog.offsets import parse_assign_json, parse_offset_spec, parse_offsets_json
+from sparklog.model.offsets import parse_assign_json, parse_offset_spec, parse_offsets_json
 
 MALFORMED_OFFSETS = [
     "{",

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from sparklog.controller.placement import (
+from sparklog.server.controller.placement import (
     assign_new_partitions,
     assign_replicas,
     parse_replica_assignment,

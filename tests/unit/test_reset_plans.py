@@ -12,7 +12,7 @@ import pytest
 from sparklog.cli.groups import members_lines, offsets_lines, parse_group_states, reset_lines, state_lines
 from sparklog.cli.main import main
 from sparklog.errors import InvalidOffsetSpecError
-from sparklog.group.admin import (
+from sparklog.admin.groups import (
     GroupDescription,
     MemberDescription,
     PartitionLag,

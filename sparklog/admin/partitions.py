@@ -1,0 +1,150 @@
+"""Partition admin: preferred-leader elections and reassignments (Kafka's ``kafka-leader-election``
+and ``kafka-reassign-partitions``), as requests the controller executes.
+
+* :func:`elect_preferred_leaders` writes ``/admin/preferred_replica_election`` and waits for
+  the controller to take it; each partition then reports ``elected`` (its preferred replica
+  leads now), ``already`` (it led before) or why not (not live, not in sync).
+* :func:`generate_reassignment` proposes a new assignment of some topics over some brokers
+  (Kafka's rack-aware placement), next to the current one; :func:`execute_reassignment`
+  validates a plan and writes ``/admin/reassign_partitions``; :func:`verify_reassignment`
+  tells, per partition, whether the assignment reached the target.
+
+Invariants: a request is validated completely before anything is written (unknown topics
+and partitions, unknown or duplicate brokers, an empty replica list: clear errors, nothing
+changed); only one request of a kind at a time. Needs a live controller (an agent started
+with ``sparklog broker start``). Callers: :class:`sparklog.cluster.Cluster` users and the CLI.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from sparklog.server.controller.placement import validate_replica_assignment
+from sparklog.server.controller.policy import generate_reassignment as plan_reassignment
+from sparklog.metadata import zkdata
+from sparklog.metadata.broker_registration import live_broker_ids
+from sparklog.metadata.controller_election import current_controller
+from sparklog.metadata.zkdata import ElectionRequestRecord, ReassignmentRecord
+from sparklog.errors import CoordinationError, UnknownPartitionError
+
+if TYPE_CHECKING:
+    from sparklog.cluster import Cluster
+
+__all__ = [
+    "elect_preferred_leaders", "generate_reassignment", "execute_reassignment", "verify_reassignment",
+    "current_assignment",
+]  # fmt: skip
+
+TopicPartition = tuple[str, int]
+
+
+def _key(tp: TopicPartition) -> str:
+    return f"{tp[0]}/{tp[1]}"
+
+
+def _require_controller(cluster: "Cluster") -> None:
+    if current_controller(cluster.zk) is None:
+        raise CoordinationError(
+            f"No controller is running in {cluster.zk.connect_string}: start broker agents with "
+            "`sparklog broker start --id N --log-dir DIR`; admin requests are executed by the controller"
+        )
+
+
+def _check_partitions(cluster: "Cluster", partitions: Iterable[TopicPartition]) -> None:
+    for topic, partition in partitions:
+        if partition not in cluster.partitions_of(topic):
+            raise UnknownPartitionError(f"Topic {topic} has no partition {partition}")
+
+
+def current_assignment(cluster: "Cluster", topics: Iterable[str] | None = None) -> dict[TopicPartition, list[int]]:
+    selected = cluster.list_topics() if topics is None else list(topics)
+    result: dict[TopicPartition, list[int]] = {}
+    for topic in selected:
+        assignment, _ = cluster.metadata.assignment(topic)
+        result.update({(topic, int(p)): list(r) for p, r in assignment.partitions.items()})
+    return dict(sorted(result.items()))
+
+
+def elect_preferred_leaders(
+    cluster: "Cluster", partitions: Iterable[TopicPartition] | None = None, timeout_s: float = 30.0
+) -> dict[TopicPartition, str]:
+    """Ask the controller to make each partition's preferred replica its leader; returns per
+    partition ``elected``, ``already`` or the reason it could not be."""
+    wanted = sorted(partitions) if partitions is not None else sorted(current_assignment(cluster))
+    _check_partitions(cluster, wanted)
+    _require_controller(cluster)
+    before = {tp: cluster.replicas.states(tp[0], [tp[1]])[tp[1]] for tp in wanted}
+    cluster.metadata.create_admin_request(
+        zkdata.ADMIN_PREFERRED_ELECTION, ElectionRequestRecord(partitions=[_key(tp) for tp in wanted]), "preferred leader election"
+    )
+    _await_taken(lambda: cluster.metadata.preferred_election_request() is None, timeout_s, "preferred leader election")
+    assignment = current_assignment(cluster, {t for t, _ in wanted})
+    live = set(live_broker_ids(cluster.zk))
+    led = lambda tp: cluster.replicas.states(tp[0], [tp[1]])[tp[1]].leader == assignment[tp][0]  # noqa: E731
+    _await_taken(lambda: all(led(tp) for tp in wanted), 2.0, "", raise_on_timeout=False)  # the watch delivers
+    outcome: dict[TopicPartition, str] = {}
+    for tp in wanted:
+        preferred = assignment[tp][0]
+        state = cluster.replicas.states(tp[0], [tp[1]])[tp[1]]
+        if before[tp].leader == preferred:
+            outcome[tp] = "already"
+        elif state.leader == preferred:
+            outcome[tp] = "elected"
+        elif preferred not in live:
+            outcome[tp] = f"preferred replica {preferred} is not live"
+        else:
+            outcome[tp] = f"preferred replica {preferred} is not in the ISR {list(state.isr)}"
+    return outcome
+
+
+def generate_reassignment(
+    cluster: "Cluster", topics: Sequence[str], broker_ids: Sequence[int]
+) -> tuple[dict[TopicPartition, list[int]], dict[TopicPartition, list[int]]]:
+    """(current, proposed) assignments of ``topics`` over ``broker_ids`` (nothing is written)."""
+    current = current_assignment(cluster, topics)
+    registry = cluster.metadata.brokers()
+    unknown = sorted(set(broker_ids) - set(registry))
+    if unknown:
+        raise CoordinationError(f"Unknown broker id(s) {unknown}; registered brokers: {sorted(registry)}")
+    racks = {b: registry[b].rack for b in broker_ids}
+    proposed = plan_reassignment(current, sorted(set(broker_ids)), broker_racks=racks)
+    return current, dict(sorted(proposed.items()))
+
+
+def execute_reassignment(cluster: "Cluster", target: Mapping[TopicPartition, Sequence[int]]) -> dict[TopicPartition, list[int]]:
+    """Validate ``target`` and hand it to the controller; returns the current assignment
+    (save it to roll back)."""
+    if not target:
+        raise CoordinationError("The reassignment names no partitions")
+    _check_partitions(cluster, target)
+    usable = set(cluster.placement_brokers())
+    for (topic, partition), replicas in target.items():
+        # Live brokers only (as Kafka): a replica on a down broker could never catch up, and
+        # the unfinished reassignment would block every later one.
+        validate_replica_assignment({partition: list(replicas)}, usable, start_partition=partition)
+    _require_controller(cluster)
+    current = current_assignment(cluster, {t for t, _ in target})
+    cluster.metadata.create_admin_request(
+        zkdata.ADMIN_REASSIGN, ReassignmentRecord(partitions={_key(tp): list(r) for tp, r in sorted(target.items())}),
+        "partition reassignment",
+    )  # fmt: skip
+    return {tp: current[tp] for tp in sorted(target)}
+
+
+def verify_reassignment(cluster: "Cluster", target: Mapping[TopicPartition, Sequence[int]]) -> dict[TopicPartition, bool]:
+    """Per partition: has its assignment reached the target (and the controller finished it)?"""
+    pending = cluster.metadata.reassignment_request() or {}
+    current = current_assignment(cluster, {t for t, _ in target})
+    return {tp: current.get(tp) == list(r) and _key(tp) not in pending for tp, r in sorted(target.items())}
+
+
+def _await_taken(taken: Callable[[], bool], timeout_s: float, what: str, raise_on_timeout: bool = True) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not taken():
+        if time.monotonic() > deadline:
+            if not raise_on_timeout:
+                return
+            raise CoordinationError(f"The controller did not execute the {what} within {timeout_s:.0f} s; is it stuck?")
+        time.sleep(0.05)

@@ -1,1 +1,0 @@
-"""Controller-side policies and, later, the controller itself (leader election, ISR)."""

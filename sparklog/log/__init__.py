@@ -1,0 +1,1 @@
+"""Partition logs on Delta: the only package that imports ``deltalake``."""

@@ -1,0 +1,1 @@
+"""Topic maintenance runs: retention, compaction, optimize, log checkpoints, vacuum."""

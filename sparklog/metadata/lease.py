@@ -1,0 +1,270 @@
+"""The partition write lease: who may append to a partition, under which epoch.
+
+Recipe (one znode per partition, ``.../partitions/<p>/writer``, JSON
+:class:`~sparklog.metadata.zkdata.WriterLeaseRecord`):
+
+* **unheld → held**: a writer takes the lease by compare-and-set when the record is
+  missing, released, or expired; the epoch goes up by one on every change of holder.
+* **held → held**: the holder renews (pushes ``expires_ms``) by compare-and-set; the
+  same owner and epoch are kept, so no epoch marker is needed.
+* **held → released**: the holder clears it after its last commit returned.
+* **held → lost**: another writer took it after expiry (``epoch`` grew). The loser is
+  fenced by the Delta transaction of the new epoch, not by this znode: a paused process
+  can outlive its lease, so the lease only keeps honest writers from colliding.
+
+``takeover`` on a grant means the previous holder did not release (it may be a zombie):
+the new holder must commit an epoch marker before anything else. The lease record is not
+ephemeral because a Spark job's lease spans several short-lived Python processes; expiry
+(``writer.lease.ms``) frees the lease of a crashed holder. Expiry compares wall clocks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from sparklog.metadata import zkdata
+from sparklog.metadata.session import ZkSession, zk_errors
+from sparklog.metadata.zkdata import WriterLeaseRecord, decode_json, encode
+from sparklog.errors import FencedError, LeaseTimeoutError, TopicNotFoundError
+
+__all__ = ["LeaseGrant", "WriterLease", "reserve_offsets", "now_ms"]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class LeaseGrant:
+    topic: str
+    partition: int
+    owner: str
+    epoch: int
+    takeover: bool  # previous holder did not release: commit an epoch marker first
+
+
+class WriterLease:
+    """The write lease of one partition for one owner. Not thread-safe; one per writer."""
+
+    def __init__(self, zk: ZkSession, topic: str, partition: int, owner: str, lease_ms: int) -> None:
+        self.zk = zk
+        self.topic = topic
+        self.partition = partition
+        self.owner = owner
+        self.lease_ms = lease_ms
+        self.path = zkdata.writer_path(topic, partition)
+        self.grant: LeaseGrant | None = None
+        # The record this writer last wrote and the znode version it got: the next
+        # acquire/release tries a compare-and-set on it before reading (one round trip
+        # instead of two when nobody else touched the lease meanwhile).
+        self._known: tuple[WriterLeaseRecord, int] | None = None
+
+    def _read(self) -> tuple[WriterLeaseRecord | None, int]:
+        known, self._known = self._known, None
+        if known is not None:
+            return known
+        try:
+            data, stat = self.zk.client.get(self.path)
+        except NoNodeError:
+            return None, -1
+        return WriterLeaseRecord.decode(data, self.path), stat.version
+
+    def _set(self, record: WriterLeaseRecord, version: int) -> None:
+        """Compare-and-set; remembers the outcome for the next call.
+
+        A vanished znode (topic deleted, maybe re-created) counts as a lost race: the caller
+        re-reads, like after ``BadVersionError``.
+        """
+        try:
+            stat = self.zk.client.set(self.path, encode(record), version=version)
+        except NoNodeError:
+            raise BadVersionError() from None
+        self._known = (record, stat.version)
+
+    def acquire(
+        self, timeout_ms: int, log_epoch: int | Callable[[], int] = 0, next_offset: int = -1, adopt: bool = False
+    ) -> LeaseGrant:
+        """Take (or renew) the lease, waiting up to ``timeout_ms`` for a live holder to finish.
+
+        ``adopt``: a lease held under our owner name by an earlier incarnation (a restarted
+        job with a stable owner id whose predecessor crashed) is taken over at once instead
+        of after its expiry; the epoch grows and the grant says ``takeover``, so the epoch
+        marker fences whatever the predecessor might still commit.
+
+        ``log_epoch`` is the newest epoch already recorded in the log (or a function that
+        reads it; called only when the znode is missing, since an existing znode's epoch is
+        never below the log's). A new grant is always above it, so a lost or recreated znode
+        never hands out an epoch the log has seen.
+        """
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        client = self.zk.client
+        with zk_errors(f"acquiring write lease of {self.topic}-{self.partition}"):
+            while True:
+                record, version = self._read()
+                now = now_ms()
+                expires = now + self.lease_ms
+                if record is None:
+                    if callable(log_epoch):
+                        log_epoch = log_epoch()
+                    new = WriterLeaseRecord(self.owner, log_epoch + 1, expires, False, next_offset)
+                    try:
+                        # No makepath: the partition znode exists for as long as the topic does,
+                        # and re-creating it would resurrect a deleted topic as an empty ghost.
+                        client.create(self.path, encode(new))
+                        self._known = (new, 0)
+                    except NodeExistsError:
+                        continue
+                    except NoNodeError:
+                        raise TopicNotFoundError(
+                            f"Partition {self.topic}-{self.partition} does not exist (was the topic deleted?)"
+                        ) from None
+                    # Someone wrote before the znode existed: they may still be around.
+                    return self._granted(new.epoch, takeover=log_epoch > 0)
+                mine = (
+                    self.grant is not None
+                    and record.owner == self.owner
+                    and record.epoch == self.grant.epoch
+                    and not record.released
+                )
+                adopted = adopt and not mine and record.owner == self.owner
+                if mine or adopted or record.released or record.expires_ms <= now:
+                    floor = 0 if callable(log_epoch) else log_epoch
+                    epoch = record.epoch if mine else max(record.epoch, floor) + 1
+                    new = WriterLeaseRecord(self.owner, epoch, expires, False, next_offset)
+                    try:
+                        self._set(new, version)
+                    except BadVersionError:
+                        continue
+                    takeover = False if mine else not record.released
+                    return self._granted(epoch, takeover=takeover)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise LeaseTimeoutError(
+                        f"Timed out after {timeout_ms} ms waiting for the write lease of partition "
+                        f"{self.topic}-{self.partition}: held by {record.owner} (epoch {record.epoch}) "
+                        f"until {record.expires_ms - now} ms from now. Retry later or raise max.block.ms."
+                    )
+                changed = threading.Event()
+                stat = client.exists(self.path, watch=lambda _event: changed.set())
+                if stat is None or stat.version != version:
+                    continue  # changed (e.g. released) since we read it: the watch would never fire
+                changed.wait(min(remaining, max(0.001, (record.expires_ms - now) / 1000.0 + 0.002)))
+
+    def _granted(self, epoch: int, takeover: bool) -> LeaseGrant:
+        self.grant = LeaseGrant(self.topic, self.partition, self.owner, epoch, takeover)
+        return self.grant
+
+    def renew(self) -> None:
+        """Push the expiry forward; ``FencedError`` if the lease was lost."""
+        grant = self._require_grant()
+        with zk_errors(f"renewing write lease of {self.topic}-{self.partition}"):
+            for _ in range(10):
+                record, version = self._read()
+                if record is None or record.owner != self.owner or record.epoch != grant.epoch or record.released:
+                    raise FencedError(self._lost_message(record))
+                new = WriterLeaseRecord(self.owner, grant.epoch, now_ms() + self.lease_ms, False, record.next_offset)
+                try:
+                    self._set(new, version)
+                    return
+                except BadVersionError:
+                    continue
+        raise FencedError(f"Write lease of {self.topic}-{self.partition} kept changing under owner {self.owner}")
+
+    def release(self, drop_reservations: bool = False) -> None:
+        """Mark the lease released if still ours (a lost lease needs no release).
+
+        ``drop_reservations`` also removes the Spark tasks' offset reservations.
+        """
+        grant = self.grant
+        if grant is None:
+            return
+        self.grant = None
+        with zk_errors(f"releasing write lease of {self.topic}-{self.partition}"):
+            for _ in range(10):
+                record, version = self._read()
+                if record is None or record.owner != self.owner or record.epoch != grant.epoch:
+                    return
+                new = WriterLeaseRecord(self.owner, grant.epoch, record.expires_ms, True, -1)
+                try:
+                    self._set(new, version)
+                    if drop_reservations:
+                        self._drop_reservations()
+                    return
+                except BadVersionError:
+                    continue
+
+    def _drop_reservations(self) -> None:
+        try:
+            self.zk.client.delete(f"{self.path}/{self.owner}", recursive=True)
+        except NoNodeError:
+            pass
+
+    def _require_grant(self) -> LeaseGrant:
+        if self.grant is None:
+            raise FencedError(f"Write lease of {self.topic}-{self.partition} is not held by {self.owner}")
+        return self.grant
+
+    def _lost_message(self, record: WriterLeaseRecord | None) -> str:
+        holder = "nobody" if record is None else f"{record.owner} (epoch {record.epoch})"
+        epoch = self.grant.epoch if self.grant else "?"
+        return (
+            f"Write lease of partition {self.topic}-{self.partition} lost by {self.owner} (epoch {epoch}); "
+            f"now held by {holder}. This writer is fenced."
+        )
+
+
+def reserve_offsets(zk: ZkSession, grant: LeaseGrant, key: str, count: int, lease_ms: int = 0) -> int:
+    """Reserve ``count`` offsets from the lease's counter for ``key`` (e.g. a Spark task).
+
+    The advance of the counter and the record of the reservation happen in one multi-op,
+    and a second call with the same ``key`` returns the same base (a retried Spark task
+    rewrites the same offsets instead of opening a gap). Each reservation also renews the
+    lease for ``lease_ms``: a job whose tasks keep finishing keeps its lease.
+    """
+    path = zkdata.writer_path(grant.topic, grant.partition)
+    child = f"{path}/{grant.owner}/{key}"
+    client = zk.client
+    with zk_errors(f"reserving offsets of {grant.topic}-{grant.partition}"):
+        try:
+            client.create(f"{path}/{grant.owner}")  # not ensure_path: never re-create a deleted topic's znodes
+        except NodeExistsError:
+            pass
+        except NoNodeError:
+            raise FencedError(
+                f"Write lease of partition {grant.topic}-{grant.partition} is gone (was the topic deleted?); "
+                "the job is fenced"
+            ) from None
+        while True:
+            try:
+                data, _ = client.get(child)
+                existing = decode_json(data, child)
+                if int(existing["count"]) != count:
+                    raise FencedError(
+                        f"Spark task {key} of {grant.owner} re-ran with {count} records for partition "
+                        f"{grant.topic}-{grant.partition} but its first attempt had {existing['count']}: "
+                        "the input is not deterministic; cache or checkpoint the DataFrame before writing"
+                    )
+                return int(existing["base"])
+            except NoNodeError:
+                pass
+            data, stat = client.get(path)
+            record = WriterLeaseRecord.decode(data, path)
+            if record.owner != grant.owner or record.epoch != grant.epoch or record.released:
+                raise FencedError(
+                    f"Write lease of partition {grant.topic}-{grant.partition} was lost by {grant.owner} "
+                    f"(epoch {grant.epoch}); now {record.owner} (epoch {record.epoch}). The job is fenced."
+                )
+            base = record.next_offset
+            expires = max(record.expires_ms, now_ms() + lease_ms)
+            updated = WriterLeaseRecord(record.owner, record.epoch, expires, False, base + count)
+            txn = client.transaction()
+            txn.set_data(path, encode(updated), version=stat.version)
+            txn.create(child, encode({"base": base, "count": count}))
+            results = txn.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                return base

@@ -1,0 +1,114 @@
+"""Client access to partition logs: list offsets, read records, delete records (DeleteRecords).
+
+Each call resolves the partitions' leader tables and offsets through
+:class:`sparklog.server.replica_manager.ReplicaView` (log-start of the leader, high watermark over the
+ISR), so nothing above the high watermark or below log-start is ever returned, and offsets
+outside ``[log_start, high_watermark]`` raise ``OffsetOutOfRangeError`` naming the valid
+range. Callers: :class:`sparklog.cluster.Cluster` (its ``list_offsets``, ``read`` and
+``delete_records`` delegate here) and through it the CLI and notebooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from sparklog.errors import OffsetOutOfRangeError
+from sparklog.log.reader import offset_for_timestamp, read_ranges
+from sparklog.model.offsets import OffsetSpec, parse_offset_spec
+from sparklog.model.topic import validate_topic_name
+
+if TYPE_CHECKING:
+    from sparklog.cluster import Cluster
+
+__all__ = ["list_offsets", "delete_records", "read"]
+
+
+def list_offsets(cluster: "Cluster", topic: str, spec: OffsetSpec | str = "latest") -> dict[int, int]:
+    """Per partition: earliest, latest, or the first offset with timestamp >= ``spec`` ms.
+
+    For a timestamp after every record the answer is -1 (Kafka's "no such offset").
+    """
+    parsed = parse_offset_spec(spec)
+    if parsed == "latest":
+        return cluster.high_watermarks(topic)
+    offsets = cluster.partition_offsets(topic)
+    if parsed == "earliest":
+        return {p: o.log_start for p, o in offsets.items()}
+    result = {}
+    for table, parts in cluster.replicas.leader_tables(topic):
+        dt = table.snapshot()
+        for p in parts:
+            found = offset_for_timestamp(table, dt, p, int(parsed))
+            result[p] = -1 if found is None or found >= offsets[p].high_watermark else max(found, offsets[p].log_start)
+    return dict(sorted(result.items()))
+
+
+def delete_records(cluster: "Cluster", topic: str, before: Mapping[int, int]) -> dict[int, int]:
+    """Kafka's ``deleteRecords``: per partition, records below the offset given disappear
+    (log-start moves there; files wholly below are removed from the table, metadata only);
+    returns the new log-start offsets. An offset above the high watermark is an error."""
+    from sparklog.log.plans import delete_records_plan
+
+    partitions = cluster.partitions_of(topic)
+    for partition in before:
+        cluster.check_partition(topic, partition, partitions)
+    for partition, offset in sorted(before.items()):
+        table = cluster.table(topic, partition)
+        for _attempt in range(50):
+            dt = table.snapshot()
+            end = min(table.log_end(dt, partition), cluster.replicas.high_watermarks(topic, [partition])[partition])
+            start = table.log_starts(dt).get(partition, end)
+            if offset < 0 or offset > end:
+                raise OffsetOutOfRangeError(
+                    f"Cannot delete records of {topic}-{partition} below {offset}: valid offsets are "
+                    f"{start}..{end} (log-start..high watermark)"
+                )
+            plan = delete_records_plan(
+                table.files(dt, {partition}), partition=partition, log_start=start, log_end=end, before_offset=offset
+            )
+            if plan.new_log_start <= start and not plan.removed:
+                break
+            if table.advance_log_starts({partition: plan.new_log_start}, list(plan.removed), "DELETE RECORDS"):
+                break
+    after = cluster.partition_offsets(topic)
+    return {p: after[p].log_start for p in before}
+
+
+def read(
+    cluster: "Cluster",
+    topic: str,
+    partition: int | None = None,
+    start_offset: int | None = None,
+    end_offset: int | None = None,
+    include_headers: bool = True,
+) -> pa.Table:
+    """Committed records of ``topic`` (one partition or all) in ``[start, end)`` as Arrow.
+
+    Defaults: from log-start to the high watermark. An explicit start outside
+    ``[log_start, high_watermark]`` raises ``OffsetOutOfRangeError``.
+    """
+    validate_topic_name(topic)
+    partitions = cluster.partitions_of(topic)
+    if partition is not None:
+        cluster.check_partition(topic, partition, partitions)
+        partitions = [partition]
+    ranges: dict[int, tuple[int, int]] = {}
+    for p, (start, end) in cluster.replicas.offsets(topic, partitions).items():
+        lo = start if start_offset is None else start_offset
+        if lo < start or lo > end:
+            raise OffsetOutOfRangeError(
+                f"Offset {lo} is out of range for {topic}-{p}: valid offsets are {start}..{end} "
+                "(log-start..high watermark); seek to one of them"
+            )
+        hi = end if end_offset is None else max(lo, min(end_offset, end))
+        ranges[p] = (lo, hi)
+    pieces = [
+        read_ranges(table, table.snapshot(), {p: ranges[p] for p in parts}, include_headers)
+        for table, parts in cluster.replicas.leader_tables(topic, partitions)
+    ]
+    if len(pieces) == 1:
+        return pieces[0]
+    return pa.concat_tables(pieces).sort_by([("partition", "ascending"), ("offset", "ascending")])

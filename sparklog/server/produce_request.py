@@ -1,0 +1,212 @@
+"""One produce request of the light producer: leaders, write leases, appends, acknowledgement.
+
+A request carries records for some partitions of one topic. Its partitions are grouped by
+their leader replica's table (``Cluster.replicas``); per table: take the partitions' write
+leases, append under both the lease epochs and the leader epochs (one Delta commit per
+table, :func:`sparklog.log.append.append`), release the leases. Then, by ``acks``:
+
+* ``all``: before appending, every partition needs ``len(isr) >= min.insync.replicas``, else
+  :class:`~sparklog.errors.NotEnoughReplicasError` and nothing is appended; after the
+  commit, wait until the high watermark (minimum log end over the ISR) reaches the leader's
+  log end, i.e. every in-sync replica has the batch. An ISR that shrinks below
+  ``min.insync.replicas`` meanwhile fails the wait with
+  :class:`~sparklog.errors.NotEnoughReplicasAfterAppendError`.
+* ``1`` and ``0``: done once the leader commit returned.
+
+Retriable errors (a leader moved: ``NotLeaderError``/``FencedError``; no leader yet;
+not enough replicas) are retried until ``delivery.timeout.ms``, as Kafka's producer does;
+partitions already appended are not sent again, and with idempotence a retried partition
+that did land is recognised by its sequence (per partition), so nothing is stored twice.
+Callers: :class:`sparklog.clients.producer.Producer` (its sender thread, one request at a time).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from sparklog.metadata.lease import WriterLease
+from sparklog.errors import (
+    FencedError,
+    LeaderNotAvailableError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+)
+from sparklog.log.append import AppendResult, append
+from sparklog.log.table import TopicTable
+
+__all__ = ["TopicWriteSettings", "RequestSettings", "produce_request"]
+
+_RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
+_ISR_POLL_S = 0.002
+RETRIABLE = (FencedError, LeaderNotAvailableError, NotEnoughReplicasError)
+
+
+@dataclass(frozen=True)
+class TopicWriteSettings:
+    """What a topic's configs say about writing it."""
+
+    log_append_time: bool
+    compression: str
+    segment_bytes: int
+    min_insync_replicas: int
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    """The producer's side: acks, timeouts, idempotence."""
+
+    acks: str  # "0", "1" or "all"
+    max_block_ms: int
+    delivery_timeout_ms: int
+    producer_id: str | None  # None: not idempotent
+    sequence: int | None
+
+
+def produce_request(
+    cluster: object,
+    topic: str,
+    batches: Mapping[int, pa.Table],
+    topic_settings: TopicWriteSettings,
+    request: RequestSettings,
+    lease_for: Callable[[int], WriterLease],
+) -> AppendResult:
+    """Append ``batches`` (partition -> records) and wait as ``acks`` says; see the module doc."""
+    replicas = cluster.replicas  # type: ignore[attr-defined]
+    deadline = time.monotonic() + request.delivery_timeout_ms / 1000
+    remaining = dict(batches)
+    offsets: dict[int, int] = {}
+    append_ms = 0
+    duplicate = False
+    attempt = 0
+    while True:
+        try:
+            states = replicas.states(topic, remaining)
+            if request.acks == "all":
+                _check_min_isr(topic, states, topic_settings.min_insync_replicas, after_append=False)
+            for table, partitions in replicas.leader_tables(topic, remaining):
+                # acks=all: write the new files into the in-sync followers' directories too, so
+                # their fetch only has to commit them (one encoding, no copy after the commit).
+                followers = sorted({b for p in partitions for b in states[p].isr} - {states[partitions[0]].leader})
+                stage_roots = [cluster.replica_table(topic, b).root for b in followers] if request.acks == "all" else []  # type: ignore[attr-defined]
+                result = _append_to_leader(
+                    table, {p: remaining[p] for p in partitions}, {p: states[p].leader_epoch for p in partitions},
+                    topic_settings, request, lease_for, first_try=attempt == 0, stage_roots=stage_roots,
+                    hard_links=cluster.config.replica_hard_links_enable,  # type: ignore[attr-defined]
+                )  # fmt: skip
+                if request.acks == "all":
+                    _await_in_sync_replicas(replicas, topic, table, partitions, states, topic_settings, deadline)
+                offsets.update(result.base_offsets)
+                append_ms = max(append_ms, result.log_append_time_ms)
+                duplicate = duplicate or result.duplicate
+                for p in partitions:
+                    del remaining[p]
+            return AppendResult(offsets, append_ms, duplicate)
+        except RETRIABLE:
+            if time.monotonic() + _RETRY_BACKOFF_S > deadline:
+                raise
+            attempt += 1
+            time.sleep(_RETRY_BACKOFF_S)
+
+
+def _append_to_leader(
+    table: TopicTable,
+    batches: Mapping[int, pa.Table],
+    leader_epochs: Mapping[int, int],
+    topic_settings: TopicWriteSettings,
+    request: RequestSettings,
+    lease_for: Callable[[int], WriterLease],
+    first_try: bool,
+    stage_roots: list[str],
+    hard_links: bool,
+) -> AppendResult:
+    leases = [lease_for(p) for p in sorted(batches)]
+    try:
+        epochs = {}
+        for lease in leases:
+            grant = lease.acquire(request.max_block_ms, functools.partial(_log_epoch, table, lease.partition))
+            if grant.takeover:
+                table.commit_epoch_marker(lease.partition, grant.epoch)
+            epochs[lease.partition] = grant.epoch
+        return append(
+            table,
+            epochs,
+            batches,
+            leader_epochs=leader_epochs,
+            producer_id=request.producer_id,
+            sequence=request.sequence,
+            # A sequence never tried before can't be stored yet: skip the lookup.
+            check_duplicate=not first_try,
+            log_append_time=topic_settings.log_append_time,
+            compression=topic_settings.compression,
+            segment_bytes=topic_settings.segment_bytes,
+            fsync=request.acks == "all",
+            stage_roots=stage_roots,
+            hard_links=hard_links,
+        )
+    finally:
+        for lease in leases:
+            lease.release()
+
+
+def _log_epoch(table: TopicTable, partition: int) -> int:
+    return table.fence_epoch(table.snapshot(), partition)
+
+
+def _check_min_isr(topic: str, states: Mapping[int, object], min_isr: int, after_append: bool) -> None:
+    short = {p: list(s.isr) for p, s in states.items() if len(s.isr) < min_isr}  # type: ignore[attr-defined]
+    if not short:
+        return
+    where = ", ".join(f"{topic}-{p} has ISR {isr}" for p, isr in sorted(short.items()))
+    if after_append:
+        raise NotEnoughReplicasAfterAppendError(
+            f"{where}, fewer than min.insync.replicas={min_isr} while waiting for acks=all: the batch is not "
+            "acknowledged (a retry is deduplicated); it is retried until delivery.timeout.ms"
+        )
+    raise NotEnoughReplicasError(
+        f"{where}, fewer than min.insync.replicas={min_isr}: nothing was appended. Bring the replicas' brokers "
+        "back (`sparklog brokers list`), or produce with acks=1"
+    )
+
+
+def _await_in_sync_replicas(
+    replicas: object,
+    topic: str,
+    table: TopicTable,
+    partitions: list[int],
+    appended: Mapping[int, object],
+    topic_settings: TopicWriteSettings,
+    deadline: float,
+) -> None:
+    """Block until every in-sync replica of ``partitions`` holds what the leader has now."""
+    targets: dict[int, int] | None = None
+    while True:
+        states = replicas.states(topic, partitions)  # type: ignore[attr-defined]
+        waiting_on = [p for p in partitions if set(states[p].isr) - {states[p].leader}]
+        if not waiting_on:
+            return  # the leader alone is the ISR: its commit is the acknowledgement
+        if targets is None:
+            dt = table.snapshot()
+            targets = {p: table.log_end(dt, p) for p in partitions}
+        for p in partitions:
+            if states[p].leader_epoch != appended[p].leader_epoch:  # type: ignore[attr-defined]
+                raise NotLeaderError(
+                    f"Leadership of {topic}-{p} moved (epoch {appended[p].leader_epoch} -> "  # type: ignore[attr-defined]
+                    f"{states[p].leader_epoch}) before the in-sync replicas had the batch; retrying"
+                )
+        _check_min_isr(topic, {p: states[p] for p in partitions}, topic_settings.min_insync_replicas, after_append=True)
+        hws = replicas.high_watermarks(topic, waiting_on)  # type: ignore[attr-defined]
+        if all(hws[p] >= targets[p] for p in waiting_on):
+            return
+        if time.monotonic() > deadline:
+            lagging = {p: (hws[p], targets[p]) for p in waiting_on if hws[p] < targets[p]}
+            raise NotEnoughReplicasAfterAppendError(
+                f"Timed out (delivery.timeout.ms) waiting for the in-sync replicas of {topic} to copy the batch: "
+                f"partition -> (high watermark, leader log end) {lagging}. Are the followers' brokers running?"
+            )
+        time.sleep(_ISR_POLL_S)
