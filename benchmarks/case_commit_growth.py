@@ -50,7 +50,7 @@ def maintenance_loop(options: dict[str, str], topic: str, stop_path: str, report
     passes = merged = 0
     with sparklog.connect(options) as cluster:
         while not os.path.exists(stop_path):
-            report = run_maintenance(cluster, None, [topic])
+            report = run_maintenance(cluster.replicas, None, [topic])
             passes += 1
             merged += sum(r.files_merged for r in report.optimize)
             time.sleep(MAINTENANCE_PAUSE_S)
@@ -80,7 +80,7 @@ def _one_run(ctx: BenchContext, options: dict[str, str], scratch: Path, n: int, 
             stop.touch()
             worker.join(timeout=300)
         passes, merged = (int(x) for x in report.read_text(encoding="utf-8").split())
-        table = cluster.table(TOPIC)
+        table = cluster.replicas.leader_table(TOPIC)
         snapshot = table.snapshot()
         assert cluster.partition_offsets(TOPIC)[0] == (0, n + WINDOW), cluster.partition_offsets(TOPIC)
         log_files = len(os.listdir(os.path.join(table.root, "_delta_log")))

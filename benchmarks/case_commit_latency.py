@@ -109,7 +109,7 @@ def _sparklog_side(options: dict[str, str], n: int) -> dict[str, Any]:
             assert consumer.committed([(TOPIC, 0)]) == {(TOPIC, 0): n}
         finally:
             consumer.close()
-        table = cluster.table("__consumer_offsets")
+        table = cluster.replicas.leader_table("__consumer_offsets")
         snapshot = table.snapshot()
         return {"ms": ms, "delta_version": snapshot.version(), "live_files": len(table.files(snapshot))}
 
@@ -122,7 +122,7 @@ def _standalone_side(options: dict[str, str], n: int) -> dict[str, Any]:
         cluster.commit_offsets(GROUP, {(TOPIC, 0): 0})  # creates __consumer_offsets and the group (untimed)
         ms = _time_commits(lambda offset: cluster.commit_offsets(GROUP, {(TOPIC, 0): offset}), n)
         assert cluster.committed_offsets(GROUP, [TOPIC]) == {(TOPIC, 0): n}
-        snapshot = cluster.table("__consumer_offsets").snapshot()
+        snapshot = cluster.replicas.leader_table("__consumer_offsets").snapshot()
         return {"ms": ms, "delta_version": snapshot.version()}
 
 

@@ -1,6 +1,6 @@
 """Case (j): log compaction of 5,000,000 keyed records vs a Spark "latest value per key" rewrite.
 
-What it measures: wall time of ``sparklog.maintenance.runner.run_compaction(cluster, spark,
+What it measures: wall time of ``sparklog.maintenance.runner.run_compaction(cluster.replicas, spark,
 [topic], now_ms=now)`` on a topic (``cleanup.policy=compact``, ``min.cleanable.dirty.ratio=0``,
 ``min.compaction.lag.ms=0``, ``delete.retention.ms`` = 1 h) of 5,000,000 keyed records in 8
 partitions: keys drawn uniformly from 500,000 distinct 8-byte keys (≈ 10 versions per key,
@@ -142,7 +142,7 @@ def _sparklog_compact(cluster: Any, spark: Any, now_ms: int, expected_input: int
     """Compact the topic; -> (survivors, files rewritten, files written)."""
     from sparklog.maintenance.runner import run_compaction
 
-    results = run_compaction(cluster, spark, [TOPIC], now_ms=now_ms)
+    results = run_compaction(cluster.replicas, spark, [TOPIC], now_ms=now_ms)
     assert sorted(r.partition for r in results) == list(range(TOPIC_PARTITIONS)), results
     assert all(r.status == "compacted" and r.files_rewritten > 0 for r in results), [r.line() for r in results]
     assert sum(r.records_before for r in results) == expected_input, [r.line() for r in results]
@@ -203,7 +203,7 @@ def run(ctx: BenchContext) -> CaseResult:
             "topic_partitions": TOPIC_PARTITIONS, "topic_config": configs,
             "fill": f"send_arrow × {n_batches} keyed batches of {batch_rows:,} rows (murmur2 partitioner), "
                     f"then 1 keyless record per partition (the active heads, not counted)",
-            "sparklog": "sparklog.maintenance.runner.run_compaction(cluster, spark, [topic], now_ms=now)",
+            "sparklog": "sparklog.maintenance.runner.run_compaction(cluster.replicas, spark, [topic], now_ms=now)",
             "baseline": "spark.read.parquet(non-head files of a copy) → row_number() over (partition, key order by "
                         "offset desc) = 1 → drop expired tombstones → repartition('partition')."
                         "sortWithinPartitions('offset').write.partitionBy('partition').parquet()",

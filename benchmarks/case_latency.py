@@ -238,7 +238,7 @@ def _sparklog_side(ctx: BenchContext, env: Any, run_no: int, sends: int, prior: 
                 poller.close()
             out[phase]["poll"] = poller.stats
             ctx.log(CASE, f"run {run_no}/{ctx.runs} sparklog {phase}: p50 {out[phase]['p50_ms']:.1f} ms, p99 {out[phase]['p99_ms']:.1f} ms, poll p50 {poller.stats.get('p50_ms', float('nan')):.1f} ms")
-        table = cluster.table("latency")
+        table = cluster.replicas.leader_table("latency")
         snapshot = table.snapshot()
         out["live_files"] = len(table.files(snapshot))
         out["delta_version"] = snapshot.version()

@@ -125,7 +125,7 @@ def run(ctx: BenchContext) -> CaseResult:
                     send_sec, _ = timed(send_all)
                 finally:
                     producer.close()
-                send_table = cluster.table("bench-send")
+                send_table = cluster.replicas.leader_table("bench-send")
                 send_snapshot = send_table.snapshot()
                 commits = send_snapshot.version()
                 send_files = len(send_table.files(send_snapshot))

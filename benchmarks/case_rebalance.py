@@ -172,7 +172,7 @@ def _state(cluster: Any) -> tuple[Any, float]:
 
     path = zkdata.group_state_path(GROUP)
     try:
-        data, stat = cluster.zk.client.get(path)
+        data, stat = cluster.replicas.zk.client.get(path)
     except NoNodeError:
         return None, 0.0
     return GroupStateRecord.decode(data, path), stat.mtime / 1000.0
@@ -192,7 +192,7 @@ def _wait_settled(cluster: Any, journals: list[Path], members: int, after_genera
     gone_path = None if exclude_member is None else zkdata.group_member_path(GROUP, exclude_member)
     gone_at: float | None = None
     while time.monotonic() < deadline:
-        if gone_path is not None and gone_at is None and cluster.zk.client.exists(gone_path) is None:
+        if gone_path is not None and gone_at is None and cluster.replicas.zk.client.exists(gone_path) is None:
             gone_at = time.time()
         record, mtime = _state(cluster)
         last = record

@@ -116,7 +116,7 @@ def run(ctx: BenchContext) -> CaseResult:
 
             s_sec, b_sec = alternate(run_no, sparklog_side, baseline_side)
             with sparklog.connect(env.options) as cluster:
-                files = len(cluster.table("bench").files(cluster.table("bench").snapshot()))
+                files = len(cluster.replicas.leader_table("bench").files(cluster.replicas.leader_table("bench").snapshot()))
             result.runs.append(
                 run_record(
                     run_no,

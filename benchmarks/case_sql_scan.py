@@ -89,7 +89,7 @@ def run(ctx: BenchContext) -> CaseResult:
                 cluster.create_topic("bench", partitions=TOPIC_PARTITIONS)
                 ctx.log(CASE, f"run {run_no}/{ctx.runs} producing {records:,} records (untimed) …")
                 produce(df, "bench", **env.options)
-                table = cluster.table("bench")
+                table = cluster.replicas.leader_table("bench")
                 table_root = table.root
                 files = len(table.files(table.snapshot()))
 

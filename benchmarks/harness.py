@@ -102,7 +102,7 @@ def fill_topic(cluster: Any, topic: str, partitions: int, batches: Sequence[Any]
             producer.send_arrow(topic, batch)
     hw = cluster.high_watermarks(topic)
     assert sum(hw.values()) == sum(b.num_rows for b in batches), hw
-    table = cluster.table(topic)
+    table = cluster.replicas.leader_table(topic)
     return FilledTopic(table.root, len(table.files(table.snapshot())), hw)
 
 

@@ -29,7 +29,7 @@ def step(message: str) -> None:
 def main() -> int:
     records = int(os.environ.get("SPARKLOG_DEMO_RECORDS", "1000000"))
     cluster = sparklog.connect()
-    step(f"sparklog home {cluster.config.home}; ZooKeeper {cluster.zk.connect_string}")
+    step(f"sparklog home {cluster.config.home}; ZooKeeper {cluster.replicas.zk.connect_string}")
     try:
         cluster.delete_topic(TOPIC)
     except TopicNotFoundError:

@@ -1,6 +1,6 @@
 """``spark-submit jobs/replica_fetch.py [--broker N ...] [--topic T ...]``: catch follower replicas up.
 
-Runs :func:`sparklog.spark.replica_fetch.run_replication`: one Spark task per follower broker
+Runs :func:`sparklog.spark.replica_fetch.run_replica_fetch`: one Spark task per follower broker
 copies, from each partition's leader, what its replicas lack (after reconciling them with the
 leader epoch history when leadership moved), round after round until nothing is left to
 copy. Broker agents do the same continuously; the job is for brokers run without an agent
@@ -25,11 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         from sparklog.spark import get_or_create_session
-        from sparklog.spark.replica_fetch import run_replication
+        from sparklog.spark.replica_fetch import run_replica_fetch
 
         with sparklog.connect() as cluster:
             spark = get_or_create_session(app_name="sparklog-replication")
-            reports = run_replication(spark, cluster, args.broker, args.topic)
+            reports = run_replica_fetch(spark, cluster.replicas, args.broker, args.topic)
     except SparklogError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 spark = get_or_create_session(app_name="sparklog-maintenance")
             report = run_maintenance(
-                cluster, spark, args.topic, dry_run=args.dry_run, progress=lambda line: print(line, flush=True)
+                cluster.replicas, spark, args.topic, dry_run=args.dry_run, progress=lambda line: print(line, flush=True)
             )
     except SparklogError as exc:
         print(f"Error: {exc}", file=sys.stderr)

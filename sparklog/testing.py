@@ -235,11 +235,11 @@ class BrokerAgents:
     # -- what the cluster sees ---------------------------------------------------------------
     def live(self) -> list[int]:
         """Broker ids registered live in ZooKeeper now."""
-        return live_broker_ids(self.cluster.zk)
+        return live_broker_ids(self.cluster.replicas.zk)
 
     def controller(self) -> int | None:
         """The broker id holding ``/controller``, or None."""
-        record = current_controller(self.cluster.zk)
+        record = current_controller(self.cluster.replicas.zk)
         return None if record is None else record.broker_id
 
     def wait_live(self, broker_ids: Iterable[int], timeout_s: float | None = None) -> None:

@@ -169,7 +169,7 @@ class ClusterState:
 
 def cluster_state(cluster: Cluster, home: Path) -> ClusterState:
     """Every znode under the cluster's chroot and every file under ``home`` (except ZooKeeper's own)."""
-    client = cluster.zk.client
+    client = cluster.replicas.zk.client
     znodes: dict[str, tuple[bytes, int]] = {}
     stack = ["/"]
     while stack:

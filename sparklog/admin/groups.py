@@ -17,8 +17,8 @@ Invariants:
   construction; to-current keeps the committed offset as is (Kafka does the same).
 * Lag = log-end offset (high watermark) - committed offset; None without a commit.
 
-Callers: :class:`sparklog.cluster.Cluster` (thin methods), :mod:`sparklog.cli.groups`,
-:mod:`sparklog.spark` (the ``consumer_lag`` view).
+Every function receives the :class:`~sparklog.group.coordinator.GroupCoordinator` (and
+through it the replica manager for log offsets).
 """
 
 from __future__ import annotations
@@ -27,25 +27,22 @@ import re
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import pyarrow as pa
 
 from sparklog.metadata.group_registry import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, GroupSnapshot
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
 from sparklog.errors import (GroupIdNotFoundError, GroupNotEmptyError, InvalidOffsetSpecError, TopicNotFoundError,
                              UnknownPartitionError)  # fmt: skip
-from sparklog.group.coordinator import OFFSETS_TOPIC
+from sparklog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from sparklog.group.ids import validate_group_id
 from sparklog.group.reset import (SCENARIOS, Bounds, ResetScenario, clamp, parse_datetime, parse_duration,
                                   parse_reset_csv, plan_reset, reset_scenario)  # fmt: skip
 from sparklog.model.topic import validate_topic_name
-
-if TYPE_CHECKING:
-    from sparklog.cluster import Cluster
+from sparklog.server import log_access
 
 __all__ = [
     "GroupListing", "MemberDescription", "PartitionLag", "GroupDescription", "ResetScenario", "GROUP_STATES",
+    "EMPTY", "PREPARING", "COMPLETING", "STABLE", "DEAD",
     "SCENARIOS", "LAG_SCHEMA", "list_groups", "describe_group", "consumer_lag", "delete_groups", "delete_group",
     "delete_group_offsets", "parse_datetime", "parse_duration", "parse_reset_csv", "reset_scenario", "clamp",
     "plan_reset", "plan_group_reset", "apply_reset", "reset_group_offsets",
@@ -103,20 +100,20 @@ class GroupDescription:
 
 
 # -- reads -----------------------------------------------------------------------------------
-def list_groups(cluster: "Cluster", states: Iterable[str] | None = None) -> list[GroupListing]:
+def list_groups(groups: GroupCoordinator, states: Iterable[str] | None = None) -> list[GroupListing]:
     """Every group (those in ``states`` only, when given) with its state."""
-    registry = cluster.groups.registry
+    registry = groups.registry
     listings = [GroupListing(g, registry.snapshot(g).state) for g in registry.list_groups()]
     wanted = None if states is None else set(states)
     return [listing for listing in listings if wanted is None or listing.state in wanted]
 
 
-def _committed(cluster: "Cluster", group_id: str) -> dict[TopicPartition, int]:
-    return {tp: c.offset for tp, c in cluster.groups.committed_all(group_id).items() if c.offset is not None}
+def _committed(groups: GroupCoordinator, group_id: str) -> dict[TopicPartition, int]:
+    return {tp: c.offset for tp, c in groups.committed_all(group_id).items() if c.offset is not None}
 
 
-def _exists(cluster: "Cluster", group_id: str, committed: Mapping[TopicPartition, int]) -> bool:
-    return bool(committed) or cluster.groups.registry.exists(group_id)
+def _exists(groups: GroupCoordinator, group_id: str, committed: Mapping[TopicPartition, int]) -> bool:
+    return bool(committed) or groups.registry.exists(group_id)
 
 
 def _members(snap: GroupSnapshot) -> list[MemberRecord]:
@@ -124,12 +121,12 @@ def _members(snap: GroupSnapshot) -> list[MemberRecord]:
     return [*snap.members.values(), *(d.member for d in snap.departed.values())]
 
 
-def _coordinator(cluster: "Cluster", group_id: str) -> tuple[int, str]:
-    broker = cluster.config.broker_id
-    if OFFSETS_TOPIC in cluster.list_topics():  # never create the offsets topic by reading
-        partition = cluster.groups.log_partition(group_id)
-        broker = cluster.metadata.partition_states(OFFSETS_TOPIC, [partition])[partition].leader
-    registered = cluster.metadata.brokers().get(broker)
+def _coordinator(groups: GroupCoordinator, group_id: str) -> tuple[int, str]:
+    broker = groups.replicas.config.broker_id
+    if OFFSETS_TOPIC in groups.replicas.list_topics():  # never create the offsets topic by reading
+        partition = groups.log_partition(group_id)
+        broker = groups.replicas.metadata.partition_states(OFFSETS_TOPIC, [partition])[partition].leader
+    registered = groups.replicas.metadata.brokers().get(broker)
     return broker, getattr(registered, "host", "") or socket.gethostname()
 
 
@@ -139,11 +136,11 @@ def _assigned(record: GroupStateRecord | None, member: MemberRecord) -> tuple[To
     return tuple(sorted(record.partitions_of(member.key)))
 
 
-def _describe(cluster: "Cluster", group_id: str, watermarks: dict[str, dict[int, int] | None]) -> GroupDescription:
+def _describe(groups: GroupCoordinator, group_id: str, watermarks: dict[str, dict[int, int] | None]) -> GroupDescription:
     validate_group_id(group_id)
-    registry = cluster.groups.registry
-    committed = _committed(cluster, group_id)
-    if not _exists(cluster, group_id, committed):
+    registry = groups.registry
+    committed = _committed(groups, group_id)
+    if not _exists(groups, group_id, committed):
         raise GroupIdNotFoundError(f"Consumer group '{group_id}' does not exist.")
     snap = registry.snapshot(group_id)
     members = tuple(
@@ -154,7 +151,7 @@ def _describe(cluster: "Cluster", group_id: str, watermarks: dict[str, dict[int,
     def log_end(topic: str, partition: int) -> int | None:
         if topic not in watermarks:
             try:
-                watermarks[topic] = cluster.high_watermarks(topic)
+                watermarks[topic] = groups.replicas.high_watermarks(topic)
             except TopicNotFoundError:
                 watermarks[topic] = None
         return (watermarks[topic] or {}).get(partition)
@@ -172,25 +169,25 @@ def _describe(cluster: "Cluster", group_id: str, watermarks: dict[str, dict[int,
         owned.update(member.partitions)
     rows += [row(tp, None) for tp in sorted(set(committed) - owned)]
     record = snap.record if snap.state != EMPTY else None
-    coordinator, host = _coordinator(cluster, group_id)
+    coordinator, host = _coordinator(groups, group_id)
     return GroupDescription(
         group_id, snap.state, record.protocol if record else "", snap.record.generation if snap.record else 0,
         coordinator, host, record.leader if record else "", members, tuple(rows),
     )  # fmt: skip
 
 
-def describe_group(cluster: "Cluster", group_id: str) -> GroupDescription:
+def describe_group(groups: GroupCoordinator, group_id: str) -> GroupDescription:
     """State, members and per-partition lag of ``group_id`` (GroupIdNotFoundError if unknown)."""
-    return _describe(cluster, group_id, {})
+    return _describe(groups, group_id, {})
 
 
-def consumer_lag(cluster: "Cluster") -> pa.Table:
+def consumer_lag(groups: GroupCoordinator) -> pa.Table:
     """Every group's ``describe`` rows as one table (:data:`LAG_SCHEMA`): consumer lag as a table."""
     watermarks: dict[str, dict[int, int] | None] = {}  # one snapshot per topic for all groups
     rows = []
-    for group_id in cluster.groups.registry.list_groups():
+    for group_id in groups.registry.list_groups():
         try:
-            description = _describe(cluster, group_id, watermarks)
+            description = _describe(groups, group_id, watermarks)
         except GroupIdNotFoundError:
             continue  # deleted while we looked
         rows += [{"group": group_id, **vars(r), "state": description.state} for r in description.partitions]
@@ -198,21 +195,21 @@ def consumer_lag(cluster: "Cluster") -> pa.Table:
 
 
 # -- deletes ---------------------------------------------------------------------------------
-def delete_groups(cluster: "Cluster", group_ids: Sequence[str]) -> list[str]:
+def delete_groups(groups: GroupCoordinator, group_ids: Sequence[str]) -> list[str]:
     """Delete inactive groups (offsets, then znodes); the others fail as in Kafka, all named in
     one error raised after the deletable ones are gone. Returns the groups deleted."""
-    registry, deleted, failures = cluster.groups.registry, [], []
+    registry, deleted, failures = groups.registry, [], []
     for group_id in [validate_group_id(g) for g in group_ids]:
         snap = registry.snapshot(group_id)
-        committed = _committed(cluster, group_id)
+        committed = _committed(groups, group_id)
         if snap.active:
             why = f"it is {snap.state} with {len(_members(snap))} active member(s); stop its consumers and retry"
             failures.append((group_id, "NON_EMPTY_GROUP", why))
-        elif not _exists(cluster, group_id, committed):
+        elif not _exists(groups, group_id, committed):
             failures.append((group_id, "GROUP_ID_NOT_FOUND", "the group does not exist"))
         else:
             if committed:
-                cluster.groups.reset(group_id, dict.fromkeys(committed))  # tombstones
+                groups.reset(group_id, dict.fromkeys(committed))  # tombstones
             registry.delete_group(group_id)
             deleted.append(group_id)
     if failures:
@@ -226,8 +223,8 @@ def delete_groups(cluster: "Cluster", group_ids: Sequence[str]) -> list[str]:
     return deleted
 
 
-def delete_group(cluster: "Cluster", group_id: str) -> None:
-    delete_groups(cluster, [group_id])  # one group: its failure is the error
+def delete_group(groups: GroupCoordinator, group_id: str) -> None:
+    delete_groups(groups, [group_id])  # one group: its failure is the error
 
 
 def _subscribes(member: MemberRecord, topic: str) -> bool:
@@ -235,12 +232,12 @@ def _subscribes(member: MemberRecord, topic: str) -> bool:
 
 
 def _select(
-    cluster: "Cluster", group_id: str, topic: str, wanted: Iterable[int] | None, leftovers: Mapping[TopicPartition, int]
+    groups: GroupCoordinator, group_id: str, topic: str, wanted: Iterable[int] | None, leftovers: Mapping[TopicPartition, int]
 ) -> list[TopicPartition]:
     """``topic``'s partitions (all, or ``wanted``), each checked to exist; a deleted topic still
     has the partitions in ``leftovers`` (a group's offsets of it, which may be deleted)."""
     try:
-        existing = cluster.partitions_of(validate_topic_name(topic))
+        existing = groups.replicas.partitions_of(validate_topic_name(topic))
     except TopicNotFoundError:
         existing = sorted(p for t, p in leftovers if t == topic)
         if not existing:
@@ -256,18 +253,18 @@ def _select(
 
 
 def delete_group_offsets(
-    cluster: "Cluster", group_id: str, topic: str | Mapping[str, Iterable[int] | None], partitions: Iterable[int] | None = None
+    groups: GroupCoordinator, group_id: str, topic: str | Mapping[str, Iterable[int] | None], partitions: Iterable[int] | None = None
 ) -> list[TopicPartition]:
     """Delete the committed offsets of ``topic`` (all its partitions, or ``partitions``) for an
     inactive group; ``topic`` may also map several topics to partitions (None: all). Returns
     the partitions handled (Kafka reports each as successful)."""
     validate_group_id(group_id)
     selection = {topic: partitions} if isinstance(topic, str) else dict(topic)
-    committed = _committed(cluster, group_id)
-    if not _exists(cluster, group_id, committed):
+    committed = _committed(groups, group_id)
+    if not _exists(groups, group_id, committed):
         raise GroupIdNotFoundError(f"Offsets of group '{group_id}' cannot be deleted: consumer group '{group_id}' does not exist.")
-    targets = sorted(tp for t, wanted in selection.items() for tp in _select(cluster, group_id, t, wanted, committed))
-    snap = cluster.groups.registry.snapshot(group_id)
+    targets = sorted(tp for t, wanted in selection.items() for tp in _select(groups, group_id, t, wanted, committed))
+    snap = groups.registry.snapshot(group_id)
     if snap.active:
         subscribed = sorted({t for t, _ in targets if any(_subscribes(m, t) for m in _members(snap))})
         reason = f"GROUP_SUBSCRIBED_TO_TOPIC (it is subscribed to {', '.join(subscribed)})" if subscribed else "NON_EMPTY_GROUP"
@@ -277,13 +274,13 @@ def delete_group_offsets(
         )
     doomed = {tp: None for tp in targets if tp in committed}
     if doomed:
-        cluster.groups.reset(group_id, doomed)
+        groups.reset(group_id, doomed)
     return targets
 
 
 # -- reset: I/O --------------------------------------------------------------------------------
 def _scope(
-    cluster: "Cluster", group_id: str, scenario: ResetScenario, committed: Mapping[TopicPartition, int],
+    groups: GroupCoordinator, group_id: str, scenario: ResetScenario, committed: Mapping[TopicPartition, int],
     topics: Sequence[str], partitions: Iterable[TopicPartition], all_topics: bool,
 ) -> list[TopicPartition]:  # fmt: skip
     """The partitions to reset, each checked to exist (Kafka's reset scopes)."""
@@ -300,48 +297,48 @@ def _scope(
     for topic, partition in chosen:
         if wanted.setdefault(topic, set()) is not None:
             wanted[topic].add(partition)  # type: ignore[union-attr]
-    return sorted({tp for t, ps in wanted.items() for tp in _select(cluster, group_id, t, ps, {})})
+    return sorted({tp for t, ps in wanted.items() for tp in _select(groups, group_id, t, ps, {})})
 
 
 def plan_group_reset(
-    cluster: "Cluster", group_id: str, scenario: ResetScenario, *, topics: Sequence[str] = (),
+    groups: GroupCoordinator, group_id: str, scenario: ResetScenario, *, topics: Sequence[str] = (),
     partitions: Iterable[TopicPartition] = (), all_topics: bool = False,
 ) -> dict[TopicPartition, int]:  # fmt: skip
     """Validate everything and compute the new offsets of ``group_id``; writes nothing."""
-    snap = cluster.groups.registry.snapshot(validate_group_id(group_id))
+    snap = groups.registry.snapshot(validate_group_id(group_id))
     if snap.active:
         raise GroupNotEmptyError(
             f"Assignments can only be reset if the group '{group_id}' is inactive, but the current state is "
             f"{snap.state}. Stop its {len(_members(snap))} active member(s) and retry."
         )
-    committed = _committed(cluster, group_id)
-    scope = _scope(cluster, group_id, scenario, committed, topics, partitions, all_topics)
+    committed = _committed(groups, group_id)
+    scope = _scope(groups, group_id, scenario, committed, topics, partitions, all_topics)
     bounds: dict[TopicPartition, Bounds] = {}
     by_time: dict[TopicPartition, int | None] = {}
     for topic in sorted({t for t, _ in scope}):
-        bounds.update({(topic, p): (o.log_start, o.high_watermark) for p, o in cluster.partition_offsets(topic).items()})
+        bounds.update({(topic, p): (o.log_start, o.high_watermark) for p, o in groups.replicas.offsets(topic).items()})
         if scenario.timestamp_ms is not None:
-            found = cluster.list_offsets(topic, max(0, scenario.timestamp_ms))
+            found = log_access.list_offsets(groups.replicas, topic, max(0, scenario.timestamp_ms))
             by_time.update({(topic, p): o for p, o in found.items()})
     return plan_reset(scenario, group_id, scope, committed, bounds, by_time)
 
 
-def apply_reset(cluster: "Cluster", group_id: str, plan: Mapping[TopicPartition, int]) -> None:
+def apply_reset(groups: GroupCoordinator, group_id: str, plan: Mapping[TopicPartition, int]) -> None:
     """Commit ``plan`` (the group must still be inactive: the coordinator checks again)."""
     if plan:
-        cluster.groups.registry.ensure_group(group_id)  # a group reset into being is listed too
-        cluster.groups.reset(group_id, dict(plan))
+        groups.registry.ensure_group(group_id)  # a group reset into being is listed too
+        groups.reset(group_id, dict(plan))
 
 
 def reset_group_offsets(
-    cluster: "Cluster", group_id: str, scenario: str | ResetScenario, value: object = None, *,
+    groups: GroupCoordinator, group_id: str, scenario: str | ResetScenario, value: object = None, *,
     topics: Sequence[str] = (), partitions: Iterable[TopicPartition] = (), all_topics: bool = False,
     execute: bool = False,
 ) -> list[tuple[str, int, int]]:  # fmt: skip
     """Kafka's ``--reset-offsets``: a dry run unless ``execute``; returns ``(topic, partition, new offset)``."""
     if isinstance(scenario, str):
         scenario = reset_scenario(scenario, value, group_ids=[group_id])
-    plan = plan_group_reset(cluster, group_id, scenario, topics=topics, partitions=partitions, all_topics=all_topics)
+    plan = plan_group_reset(groups, group_id, scenario, topics=topics, partitions=partitions, all_topics=all_topics)
     if execute:
-        apply_reset(cluster, group_id, plan)
+        apply_reset(groups, group_id, plan)
     return [(t, p, o) for (t, p), o in sorted(plan.items())]

@@ -12,15 +12,15 @@ and ``kafka-reassign-partitions``), as requests the controller executes.
 Invariants: a request is validated completely before anything is written (unknown topics
 and partitions, unknown or duplicate brokers, an empty replica list: clear errors, nothing
 changed); only one request of a kind at a time. Needs a live controller (an agent started
-with ``sparklog broker start``). Callers: :class:`sparklog.cluster.Cluster` users and the CLI.
+with ``sparklog broker start``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
+from sparklog.server.controller.admin_requests import split_key
 from sparklog.server.controller.placement import validate_replica_assignment
 from sparklog.server.controller.policy import generate_reassignment as plan_reassignment
 from sparklog.metadata import zkdata
@@ -28,13 +28,11 @@ from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.controller_election import current_controller
 from sparklog.metadata.zkdata import ElectionRequestRecord, ReassignmentRecord
 from sparklog.errors import CoordinationError, UnknownPartitionError
-
-if TYPE_CHECKING:
-    from sparklog.cluster import Cluster
+from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = [
     "elect_preferred_leaders", "generate_reassignment", "execute_reassignment", "verify_reassignment",
-    "current_assignment",
+    "current_assignment", "pending_reassignments",
 ]  # fmt: skip
 
 TopicPartition = tuple[str, int]
@@ -44,50 +42,50 @@ def _key(tp: TopicPartition) -> str:
     return f"{tp[0]}/{tp[1]}"
 
 
-def _require_controller(cluster: "Cluster") -> None:
-    if current_controller(cluster.zk) is None:
+def _require_controller(replicas: ReplicaManager) -> None:
+    if current_controller(replicas.zk) is None:
         raise CoordinationError(
-            f"No controller is running in {cluster.zk.connect_string}: start broker agents with "
+            f"No controller is running in {replicas.zk.connect_string}: start broker agents with "
             "`sparklog broker start --id N --log-dir DIR`; admin requests are executed by the controller"
         )
 
 
-def _check_partitions(cluster: "Cluster", partitions: Iterable[TopicPartition]) -> None:
+def _check_partitions(replicas: ReplicaManager, partitions: Iterable[TopicPartition]) -> None:
     for topic, partition in partitions:
-        if partition not in cluster.partitions_of(topic):
+        if partition not in replicas.partitions_of(topic):
             raise UnknownPartitionError(f"Topic {topic} has no partition {partition}")
 
 
-def current_assignment(cluster: "Cluster", topics: Iterable[str] | None = None) -> dict[TopicPartition, list[int]]:
-    selected = cluster.list_topics() if topics is None else list(topics)
+def current_assignment(replicas: ReplicaManager, topics: Iterable[str] | None = None) -> dict[TopicPartition, list[int]]:
+    selected = replicas.list_topics() if topics is None else list(topics)
     result: dict[TopicPartition, list[int]] = {}
     for topic in selected:
-        assignment, _ = cluster.metadata.assignment(topic)
+        assignment, _ = replicas.metadata.assignment(topic)
         result.update({(topic, int(p)): list(r) for p, r in assignment.partitions.items()})
     return dict(sorted(result.items()))
 
 
 def elect_preferred_leaders(
-    cluster: "Cluster", partitions: Iterable[TopicPartition] | None = None, timeout_s: float = 30.0
+    replicas: ReplicaManager, partitions: Iterable[TopicPartition] | None = None, timeout_s: float = 30.0
 ) -> dict[TopicPartition, str]:
     """Ask the controller to make each partition's preferred replica its leader; returns per
     partition ``elected``, ``already`` or the reason it could not be."""
-    wanted = sorted(partitions) if partitions is not None else sorted(current_assignment(cluster))
-    _check_partitions(cluster, wanted)
-    _require_controller(cluster)
-    before = {tp: cluster.replicas.states(tp[0], [tp[1]])[tp[1]] for tp in wanted}
-    cluster.metadata.create_admin_request(
+    wanted = sorted(partitions) if partitions is not None else sorted(current_assignment(replicas))
+    _check_partitions(replicas, wanted)
+    _require_controller(replicas)
+    before = {tp: replicas.states(tp[0], [tp[1]])[tp[1]] for tp in wanted}
+    replicas.metadata.create_admin_request(
         zkdata.ADMIN_PREFERRED_ELECTION, ElectionRequestRecord(partitions=[_key(tp) for tp in wanted]), "preferred leader election"
     )
-    _await_taken(lambda: cluster.metadata.preferred_election_request() is None, timeout_s, "preferred leader election")
-    assignment = current_assignment(cluster, {t for t, _ in wanted})
-    live = set(live_broker_ids(cluster.zk))
-    led = lambda tp: cluster.replicas.states(tp[0], [tp[1]])[tp[1]].leader == assignment[tp][0]  # noqa: E731
+    _await_taken(lambda: replicas.metadata.preferred_election_request() is None, timeout_s, "preferred leader election")
+    assignment = current_assignment(replicas, {t for t, _ in wanted})
+    live = set(live_broker_ids(replicas.zk))
+    led = lambda tp: replicas.states(tp[0], [tp[1]])[tp[1]].leader == assignment[tp][0]  # noqa: E731
     _await_taken(lambda: all(led(tp) for tp in wanted), 2.0, "", raise_on_timeout=False)  # the watch delivers
     outcome: dict[TopicPartition, str] = {}
     for tp in wanted:
         preferred = assignment[tp][0]
-        state = cluster.replicas.states(tp[0], [tp[1]])[tp[1]]
+        state = replicas.states(tp[0], [tp[1]])[tp[1]]
         if before[tp].leader == preferred:
             outcome[tp] = "already"
         elif state.leader == preferred:
@@ -100,11 +98,11 @@ def elect_preferred_leaders(
 
 
 def generate_reassignment(
-    cluster: "Cluster", topics: Sequence[str], broker_ids: Sequence[int]
+    replicas: ReplicaManager, topics: Sequence[str], broker_ids: Sequence[int]
 ) -> tuple[dict[TopicPartition, list[int]], dict[TopicPartition, list[int]]]:
     """(current, proposed) assignments of ``topics`` over ``broker_ids`` (nothing is written)."""
-    current = current_assignment(cluster, topics)
-    registry = cluster.metadata.brokers()
+    current = current_assignment(replicas, topics)
+    registry = replicas.metadata.brokers()
     unknown = sorted(set(broker_ids) - set(registry))
     if unknown:
         raise CoordinationError(f"Unknown broker id(s) {unknown}; registered brokers: {sorted(registry)}")
@@ -113,30 +111,35 @@ def generate_reassignment(
     return current, dict(sorted(proposed.items()))
 
 
-def execute_reassignment(cluster: "Cluster", target: Mapping[TopicPartition, Sequence[int]]) -> dict[TopicPartition, list[int]]:
+def execute_reassignment(replicas: ReplicaManager, target: Mapping[TopicPartition, Sequence[int]]) -> dict[TopicPartition, list[int]]:
     """Validate ``target`` and hand it to the controller; returns the current assignment
     (save it to roll back)."""
     if not target:
         raise CoordinationError("The reassignment names no partitions")
-    _check_partitions(cluster, target)
-    usable = set(cluster.placement_brokers())
+    _check_partitions(replicas, target)
+    usable = set(replicas.placement_brokers())
     for (topic, partition), replicas in target.items():
         # Live brokers only (as Kafka): a replica on a down broker could never catch up, and
         # the unfinished reassignment would block every later one.
         validate_replica_assignment({partition: list(replicas)}, usable, start_partition=partition)
-    _require_controller(cluster)
-    current = current_assignment(cluster, {t for t, _ in target})
-    cluster.metadata.create_admin_request(
+    _require_controller(replicas)
+    current = current_assignment(replicas, {t for t, _ in target})
+    replicas.metadata.create_admin_request(
         zkdata.ADMIN_REASSIGN, ReassignmentRecord(partitions={_key(tp): list(r) for tp, r in sorted(target.items())}),
         "partition reassignment",
     )  # fmt: skip
     return {tp: current[tp] for tp in sorted(target)}
 
 
-def verify_reassignment(cluster: "Cluster", target: Mapping[TopicPartition, Sequence[int]]) -> dict[TopicPartition, bool]:
+def pending_reassignments(replicas: ReplicaManager) -> set[TopicPartition]:
+    """Partitions whose reassignment the controller has not finished yet."""
+    return {split_key(key) for key in replicas.metadata.reassignment_request() or {}}
+
+
+def verify_reassignment(replicas: ReplicaManager, target: Mapping[TopicPartition, Sequence[int]]) -> dict[TopicPartition, bool]:
     """Per partition: has its assignment reached the target (and the controller finished it)?"""
-    pending = cluster.metadata.reassignment_request() or {}
-    current = current_assignment(cluster, {t for t, _ in target})
+    pending = replicas.metadata.reassignment_request() or {}
+    current = current_assignment(replicas, {t for t, _ in target})
     return {tp: current.get(tp) == list(r) and _key(tp) not in pending for tp, r in sorted(target.items())}
 
 

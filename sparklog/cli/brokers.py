@@ -40,9 +40,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 def _start(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from sparklog.server.broker import BrokerAgent, BrokerSettings
-    from sparklog.server.controller.controller import ControllerSettings
     from sparklog.errors import ConfigError
+    from sparklog.server.broker import BrokerAgent, BrokerSettings, ControllerSettings
 
     if args.broker_id < 0:
         raise ConfigError(f"--id must be >= 0, got {args.broker_id}")
@@ -69,18 +68,15 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from sparklog.metadata.broker_registration import live_broker_ids
-    from sparklog.metadata.controller_election import current_controller
+    from sparklog.admin.brokers import describe_brokers
 
     with connect(args) as cluster:
-        registry = cluster.metadata.brokers()
-        live = set(live_broker_ids(cluster.zk))
-        controller = current_controller(cluster.zk)
+        brokers = describe_brokers(cluster.replicas)
     rows = [
-        {"id": b, "host": r.host, "rack": r.rack, "log_dir": r.log_dir, "state": "live" if b in live else "down",
-         "controller": controller is not None and controller.broker_id == b}
-        for b, r in sorted(registry.items())
-    ]  # fmt: skip
+        {"id": b.broker_id, "host": b.host, "rack": b.rack, "log_dir": b.log_dir, "state": "live" if b.live else "down",
+         "controller": b.controller}
+        for b in brokers
+    ]
     if args.output == "json":
         write_json(rows)
         return 0

@@ -128,7 +128,7 @@ def _selected_groups(cluster: "Cluster", args: argparse.Namespace) -> list[str]:
     from sparklog.admin.groups import list_groups
 
     if args.all_groups:
-        return [listing.group_id for listing in list_groups(cluster)]
+        return [listing.group_id for listing in list_groups(cluster.groups)]
     return list(dict.fromkeys(args.group))
 
 
@@ -195,7 +195,7 @@ def reset_lines(plans: dict[str, list[tuple[str, int, int]]]) -> list[str]:
 
 
 def _state_note(d: "GroupDescription") -> str | None:
-    from sparklog.metadata.group_registry import COMPLETING, EMPTY, PREPARING
+    from sparklog.admin.groups import COMPLETING, EMPTY, PREPARING
 
     if d.state == EMPTY:
         return f"\nConsumer group '{d.group_id}' has no active members."
@@ -209,7 +209,7 @@ def _list(args: argparse.Namespace) -> int:
     from sparklog.admin.groups import list_groups
 
     with connect(args) as cluster:
-        listings = list_groups(cluster, args.state or None)  # --state alone: every state
+        listings = list_groups(cluster.groups, args.state or None)  # --state alone: every state
     if args.output == "json":
         write_json([{"group": g.group_id, "state": g.state} for g in listings])
     elif args.state is None:
@@ -224,7 +224,7 @@ def _describe(args: argparse.Namespace) -> int:
     from sparklog.admin.groups import describe_group
 
     with connect(args) as cluster:
-        descriptions = [describe_group(cluster, g) for g in sorted(_selected_groups(cluster, args))]
+        descriptions = [describe_group(cluster.groups, g) for g in sorted(_selected_groups(cluster, args))]
     if args.output == "json":
         write_json([asdict(d) for d in descriptions])
         return 0
@@ -242,7 +242,7 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _reset(args: argparse.Namespace) -> int:
-    from sparklog.group import admin
+    from sparklog.admin import groups as admin
 
     if args.export and args.output == "json":
         raise UsageError("--export prints CSV; it cannot be combined with --output json")
@@ -257,12 +257,12 @@ def _reset(args: argparse.Namespace) -> int:
         groups = _selected_groups(cluster, args)
         scenario = admin.reset_scenario(kind, value, group_ids=groups)
         plans = {
-            g: admin.plan_group_reset(cluster, g, scenario, topics=topics, partitions=partitions, all_topics=args.all_topics)
+            g: admin.plan_group_reset(cluster.groups, g, scenario, topics=topics, partitions=partitions, all_topics=args.all_topics)
             for g in groups
         }  # every group is checked and planned before the first write
         if args.execute:
             for group_id, plan in plans.items():
-                admin.apply_reset(cluster, group_id, plan)
+                admin.apply_reset(cluster.groups, group_id, plan)
     if not (args.execute or args.dry_run):
         print_stderr("WARN: No action will be performed as the --execute option is missing. "
                      "Add --dry-run to say so explicitly, or --execute to commit the new offsets.")  # fmt: skip
@@ -282,7 +282,7 @@ def _delete(args: argparse.Namespace) -> int:
     from sparklog.admin.groups import delete_groups
 
     with connect(args) as cluster:
-        deleted = delete_groups(cluster, _selected_groups(cluster, args))
+        deleted = delete_groups(cluster.groups, _selected_groups(cluster, args))
     names = ", ".join(f"'{g}'" for g in deleted)
     write_lines([f"Deletion of requested consumer groups ({names}) was successful."])
     return 0
@@ -296,7 +296,7 @@ def _delete_offsets(args: argparse.Namespace) -> int:
         known = selection.get(topic, set())
         selection[topic] = None if partitions is None or known is None else known | partitions
     with connect(args) as cluster:
-        done = delete_group_offsets(cluster, args.group, selection)
+        done = delete_group_offsets(cluster.groups, args.group, selection)
     if args.output == "json":
         write_json([{"topic": t, "partition": p, "status": "Successful"} for t, p in done])
         return 0

@@ -127,7 +127,7 @@ def _optimize(args: argparse.Namespace) -> int:
     from sparklog.maintenance.runner import run_optimize
 
     with connect(args) as cluster:
-        results, checkpoints = run_optimize(cluster, args.topic, dry_run=args.dry_run, progress=print_stderr)
+        results, checkpoints = run_optimize(cluster.replicas, args.topic, dry_run=args.dry_run, progress=print_stderr)
     if args.output == "json":
         write_json({"partitions": [asdict(r) for r in results], "checkpoints": [asdict(c) for c in checkpoints]})
         return 0
@@ -145,7 +145,7 @@ def _vacuum(args: argparse.Namespace) -> int:
     from sparklog.maintenance.runner import run_vacuum
 
     with connect(args) as cluster:
-        results = run_vacuum(cluster, args.topic, dry_run=args.dry_run, progress=print_stderr)
+        results = run_vacuum(cluster.replicas, args.topic, dry_run=args.dry_run, progress=print_stderr)
     if args.output == "json":
         write_json([{**asdict(r), "candidates": list(r.candidates), "by_directory": {
             d: {"files": f, "bytes": b} for d, (f, b) in r.by_directory.items()}} for r in results])  # fmt: skip
@@ -160,11 +160,10 @@ def _vacuum(args: argparse.Namespace) -> int:
 
 # -- history ---------------------------------------------------------------------------------
 def _history(args: argparse.Namespace) -> int:
-    from sparklog.log.history import HISTORY_COLUMNS, topic_history
+    from sparklog.admin.topics import HISTORY_COLUMNS, topic_history
 
     with connect(args) as cluster:
-        cluster.partitions_of(args.topic)  # TopicNotFoundError for an unknown topic
-        rows = topic_history(cluster.table(args.topic), args.limit)
+        rows = topic_history(cluster.replicas, args.topic, args.limit)
     if args.output == "json":
         write_json([{k: _json_value(v) for k, v in row.items()} for row in rows])
         return 0

@@ -357,7 +357,7 @@ def _elect(args: argparse.Namespace) -> int:
             partitions = [(args.topic, p) for p in chosen]
         if partitions == []:
             return 0  # an empty list in the file: nothing to elect
-        outcome = elect_preferred_leaders(cluster, partitions)
+        outcome = elect_preferred_leaders(cluster.replicas, partitions)
     write_lines(election_lines(election_type, outcome, report_already=not args.all_topic_partitions))
     failed = sum(1 for result in outcome.values() if result not in ("elected", "already"))
     if failed:
@@ -393,7 +393,7 @@ def _generate(args: argparse.Namespace, topics: list[str]) -> int:
     from sparklog.admin.partitions import generate_reassignment
 
     with connect(args) as cluster:
-        current, proposed = generate_reassignment(cluster, topics, args.broker_list)
+        current, proposed = generate_reassignment(cluster.replicas, topics, args.broker_list)
     write_lines([
         "Current partition replica assignment", format_reassignment_json(current), "",
         "Proposed partition reassignment configuration", format_reassignment_json(proposed),
@@ -405,7 +405,7 @@ def _execute(args: argparse.Namespace, target: dict[TopicPartition, list[int]]) 
     from sparklog.admin.partitions import execute_reassignment
 
     with connect(args) as cluster:
-        previous = execute_reassignment(cluster, target)
+        previous = execute_reassignment(cluster.replicas, target)
     plural = "" if len(target) == 1 else "s"
     write_lines([
         "Current partition replica assignment", "", format_reassignment_json(previous), "",
@@ -416,13 +416,12 @@ def _execute(args: argparse.Namespace, target: dict[TopicPartition, list[int]]) 
 
 
 def _verify(args: argparse.Namespace, target: dict[TopicPartition, list[int]]) -> int:
-    from sparklog.server.controller.admin_requests import split_key
-    from sparklog.admin.partitions import current_assignment, verify_reassignment
+    from sparklog.admin.partitions import current_assignment, pending_reassignments, verify_reassignment
 
     with connect(args) as cluster:
-        done = verify_reassignment(cluster, target)
-        pending = {split_key(key) for key in cluster.metadata.reassignment_request() or {}}
-        current = current_assignment(cluster, {t for t, _ in target})
+        done = verify_reassignment(cluster.replicas, target)
+        pending = pending_reassignments(cluster.replicas)
+        current = current_assignment(cluster.replicas, {t for t, _ in target})
     write_lines(["Status of partition reassignment:", *_status_lines(target, done, pending, current)])
     return 0
 

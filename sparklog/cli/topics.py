@@ -147,7 +147,7 @@ def description_json(description: "TopicDescription", partition_filter: Partitio
 
 
 def _create(args: argparse.Namespace) -> int:
-    from sparklog.server.controller.placement import parse_replica_assignment
+    from sparklog.admin.topics import parse_replica_assignment
     from sparklog.errors import TopicExistsError
 
     assignment = None
@@ -199,9 +199,9 @@ def _partition_filter(cluster: "Cluster", args: argparse.Namespace) -> Partition
     if args.under_replicated_partitions:
         return lambda p: len(p.isr) < len(p.replicas)
     if args.unavailable_partitions:
-        from sparklog.metadata.broker_registration import live_broker_ids
+        from sparklog.admin.brokers import live_brokers
 
-        live = set(live_broker_ids(cluster.zk))
+        live = live_brokers(cluster.replicas)
         # No agent live at all: the agentless mode, where a recorded leader is served by its
         # clients (see the module docstring); otherwise Kafka's rule.
         return lambda p: p.leader < 0 or (bool(live) and p.leader not in live)

@@ -36,10 +36,9 @@ from sparklog.errors import (
 from sparklog.group.coordinator import NO_GENERATION, GroupCoordinator, OffsetCommit
 from sparklog.group.ids import new_member_id, validate_group_id, validate_instance_id
 from sparklog.log.reader import empty_read_table, offset_for_timestamp, read_ranges
-from sparklog.server.replica_manager import LeaderSnapshot
+from sparklog.server.replica_manager import LeaderSnapshot, ReplicaManager
 
 if TYPE_CHECKING:
-    from sparklog.cluster import Cluster
     from sparklog.metadata.group_member import GroupMember
 
 __all__ = ["Consumer", "ConsumerRecord", "GroupMetadata", "TopicPartition"]
@@ -75,14 +74,16 @@ class GroupMetadata:
 class Consumer:
     """Create with :meth:`sparklog.Cluster.consumer`."""
 
-    def __init__(self, cluster: "Cluster", group_id: str | None, configs: Mapping[str, Any]) -> None:
-        self.cluster = cluster
+    def __init__(
+        self, replicas: ReplicaManager, coordinator: GroupCoordinator, group_id: str | None, configs: Mapping[str, Any]
+    ) -> None:
+        self.replicas = replicas
         self.group_id = validate_group_id(group_id) if group_id is not None else None
         self.configs = with_defaults(configs, CONSUMER_CONFIGS)
         instance = self.configs["group.instance.id"]
         self.instance_id = validate_instance_id(instance) if instance else None
         self.client_id = str(self.configs["client.id"] or "consumer")
-        self.coordinator = GroupCoordinator(cluster)
+        self.coordinator = coordinator
         self._member: GroupMember | None = None
         self._zk: Any = None
         self._assigned: list[TopicPartition] = []
@@ -114,7 +115,7 @@ class Consumer:
         if pattern is not None:
             re.compile(pattern)
         for topic in topics or []:
-            self.cluster.partitions_of(topic)  # validates the name; the topic must exist
+            self.replicas.partitions_of(topic)  # validates the name; the topic must exist
         self._on_assign, self._on_revoke = on_assign, on_revoke
         if self._member is not None:
             self._member.update_subscription(topics or [], pattern)
@@ -133,7 +134,7 @@ class Consumer:
 
         assert self.group_id is not None
         session_timeout_ms = int(self.configs["session.timeout.ms"])
-        self._zk = ZkSession(self.cluster.zk.connect_string, session_timeout_ms, self.cluster.config.zookeeper_connection_timeout_ms).start()
+        self._zk = ZkSession(self.replicas.zk.connect_string, session_timeout_ms, self.replicas.config.zookeeper_connection_timeout_ms).start()
         return GroupMember(
             self._zk,
             self.group_id,
@@ -157,7 +158,7 @@ class Consumer:
             raise GroupError("Subscription to topics, partitions and pattern are mutually exclusive (subscribe() was used)")
         wanted = sorted({(str(t), int(p)) for t, p in partitions})
         for topic, partition in wanted:
-            if partition not in self.cluster.partitions_of(topic):
+            if partition not in self.replicas.partitions_of(topic):
                 raise UnknownPartitionError(f"Topic {topic} has no partition {partition}")
         self._manual = True
         self._set_assignment(wanted)
@@ -248,13 +249,13 @@ class Consumer:
         """Per partition, the earliest offset whose timestamp (ms) is >= the one given (None: none)."""
         result: dict[TopicPartition, int | None] = {}
         for (topic, partition), ts in timestamps.items():
-            table = self.cluster.table(topic, int(partition))
+            table = self.replicas.leader_table(topic, int(partition))
             found = offset_for_timestamp(table, table.snapshot(), int(partition), int(ts))
             result[(topic, int(partition))] = None if found is None else max(found, self._bounds((topic, int(partition)))[0])
         return result
 
     def _bounds(self, tp: TopicPartition) -> tuple[int, int]:
-        offsets = self.cluster.partition_offsets(tp[0])
+        offsets = self.replicas.offsets(tp[0])
         if tp[1] not in offsets:
             raise UnknownPartitionError(f"Topic {tp[0]} has no partition {tp[1]}")
         return offsets[tp[1]]
@@ -319,7 +320,7 @@ class Consumer:
                 break
             topic, partition = tp
             if topic not in views:
-                views[topic] = self.cluster.replicas.fetch_positions(
+                views[topic] = self.replicas.fetch_positions(
                     topic, [p for t, p in self._assigned if t == topic], skip_offline=True
                 )
             view = views[topic].get(partition)

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -40,8 +40,7 @@ from sparklog.model.batches import normalise_input
 from sparklog.server.produce_request import RequestSettings, TopicWriteSettings, produce_request
 from sparklog.model.records import RecordMetadata, partition_for_key, records_to_arrow, to_bytes
 
-if TYPE_CHECKING:
-    from sparklog.cluster import Cluster
+from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["Producer", "BatchMetadata", "record_size"]
 
@@ -111,8 +110,8 @@ class _TopicInfo:
 class Producer:
     """Create with :meth:`sparklog.Cluster.producer`."""
 
-    def __init__(self, cluster: "Cluster", configs: Mapping[str, Any]) -> None:
-        self._cluster = cluster
+    def __init__(self, replicas: ReplicaManager, configs: Mapping[str, Any]) -> None:
+        self._replicas = replicas
         self.config = with_defaults(configs, PRODUCER_CONFIGS)
         acks = str(self.config["acks"])
         self.acks = "all" if acks == "-1" else acks
@@ -246,9 +245,9 @@ class Producer:
     def _topic_info(self, topic: str) -> _TopicInfo:
         info = self._topics.get(topic)
         if info is None:
-            configs = self._cluster.topic_config(topic)
+            configs = self._replicas.topic_config(topic)
             info = _TopicInfo(
-                partitions=len(self._cluster.partitions_of(topic)),
+                partitions=len(self._replicas.partitions_of(topic)),
                 max_message_bytes=int(configs["max.message.bytes"]),
                 log_append_time=configs["message.timestamp.type"] == "LogAppendTime",
                 compression=parquet_compression(str(configs["compression.type"]), str(self.config["compression.type"])),
@@ -349,7 +348,7 @@ class Producer:
         lease = self._leases.get((topic, partition))
         if lease is None:
             lease = WriterLease(
-                self._cluster.zk, topic, partition, f"producer-{self.producer_id}", int(self.config["writer.lease.ms"])
+                self._replicas.zk, topic, partition, f"producer-{self.producer_id}", int(self.config["writer.lease.ms"])
             )
             self._leases[(topic, partition)] = lease
         return lease
@@ -373,12 +372,12 @@ class Producer:
             )
             try:
                 return produce_request(
-                    self._cluster, topic, batches, topic_settings, request, functools.partial(self._lease, topic)
+                    self._replicas, topic, batches, topic_settings, request, functools.partial(self._lease, topic)
                 )
             except (StorageError, TopicNotFoundError):
                 # Maybe deleted (and re-created): re-read metadata and re-open the tables next time.
                 self._topics.pop(topic, None)
-                self._cluster.forget_tables(topic)
+                self._replicas.forget_tables(topic)
                 raise
 
 

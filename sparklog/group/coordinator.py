@@ -9,25 +9,21 @@ generation fence) as the shared state. Invariants (DESIGN §5.6, §5.7):
   a standalone client while the group has no live members;
 * committed offsets never move backwards except through :meth:`GroupCoordinator.reset`
   (which requires an inactive group, like Kafka's ``--reset-offsets``).
-
-Callers: the light consumer, the Spark consumer, the streaming source and the admin layer.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
-from sparklog.metadata.group_registry import GroupRegistry
+from sparklog.admin.topics import create_topic
 from sparklog.errors import OffsetCommitError, StorageError, TopicExistsError
 from sparklog.group.ids import validate_group_id
 from sparklog.log import group_offsets
 from sparklog.log.group_offsets import NO_GENERATION, OffsetCommit
 from sparklog.log.table import TopicTable
-
-if TYPE_CHECKING:
-    from sparklog.cluster import Cluster
+from sparklog.metadata.group_registry import GroupRegistry
+from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["GroupCoordinator", "OFFSETS_TOPIC", "OffsetCommit", "java_string_hash", "NO_GENERATION"]
 
@@ -53,26 +49,27 @@ def offsets_partition_for(group_id: str, num_partitions: int) -> int:
 class GroupCoordinator:
     """Offsets and membership checks of the groups of one cluster. Thread-safe."""
 
-    def __init__(self, cluster: "Cluster") -> None:
-        self.cluster = cluster
-        self.registry = GroupRegistry(cluster.zk)
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self.replicas = replicas
+        self.registry = GroupRegistry(replicas.zk)
         self._table: TopicTable | None = None
         self._num_partitions = 0
 
     # -- the internal topic ----------------------------------------------------------------
     def offsets_table(self) -> TopicTable:
         if self._table is None:
-            if OFFSETS_TOPIC not in self.cluster.metadata.list_topics():
+            if OFFSETS_TOPIC not in self.replicas.metadata.list_topics():
                 try:
-                    self.cluster.create_topic(
+                    create_topic(
+                        self.replicas,
                         OFFSETS_TOPIC,
-                        self.cluster.config.offsets_topic_num_partitions,
+                        self.replicas.config.offsets_topic_num_partitions,
                         config={"cleanup.policy": "compact", "segment.bytes": 104_857_600},
                     )
                 except TopicExistsError:
                     pass  # another client created it first
-            self._num_partitions = len(self.cluster.partitions_of(OFFSETS_TOPIC))
-            table = self.cluster.table(OFFSETS_TOPIC)
+            self._num_partitions = len(self.replicas.partitions_of(OFFSETS_TOPIC))
+            table = self.replicas.leader_table(OFFSETS_TOPIC)
             # Another client may be between creating the znodes and the table: give it time.
             deadline = time.monotonic() + 30
             while not table.exists():
@@ -140,14 +137,14 @@ class GroupCoordinator:
     # -- reads -----------------------------------------------------------------------------
     def committed(self, group_id: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         validate_group_id(group_id)
-        if OFFSETS_TOPIC not in self.cluster.metadata.list_topics():
+        if OFFSETS_TOPIC not in self.replicas.metadata.list_topics():
             return {}
         return group_offsets.committed_offsets(self.offsets_table(), group_id, sorted(set(partitions)))
 
     def committed_all(self, group_id: str) -> dict[TopicPartition, OffsetCommit]:
         """Every (topic, partition) the group has a live committed offset for, with metadata."""
         validate_group_id(group_id)
-        if OFFSETS_TOPIC not in self.cluster.metadata.list_topics():
+        if OFFSETS_TOPIC not in self.replicas.metadata.list_topics():
             return {}
         table = self.offsets_table()
         records = group_offsets.offset_records(table, self.log_partition(group_id), group_id)

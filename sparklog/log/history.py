@@ -33,7 +33,7 @@ from typing import Any
 
 from deltalake.exceptions import DeltaError
 
-from sparklog.errors import StorageError
+from sparklog.errors import ConfigError, StorageError
 from sparklog.log.table import TopicTable
 
 __all__ = ["HISTORY_COLUMNS", "topic_history"]
@@ -49,7 +49,7 @@ _STANDARD_KEYS = frozenset(HISTORY_COLUMNS) | {"clientVersion", "txnId", "inComm
 def topic_history(table: TopicTable, limit: int | None = None) -> list[dict[str, Any]]:
     """The newest ``limit`` (default: all remaining) versions of ``table``, newest first."""
     if limit is not None and limit < 1:
-        raise ValueError(f"history limit must be >= 1, got {limit}")
+        raise ConfigError(f"history limit must be >= 1, got {limit}")
     try:
         entries = table.snapshot().history(limit)
     except (DeltaError, OSError) as exc:

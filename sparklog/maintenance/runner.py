@@ -8,7 +8,7 @@ layer: ``delete`` → :mod:`sparklog.log.retention` (metadata-only commits), ``c
 :func:`run_optimize` (small files merged, the table's log properties synced with
 ``history.retention.ms``, a checkpoint, expired log files deleted) and :func:`run_vacuum`
 (files removed longer than ``file.delete.delay.ms`` ago deleted). Callers:
-:class:`sparklog.cluster.Cluster`, ``jobs/retention.py`` and the CLI.
+``jobs/retention.py`` and the CLI.
 
 Invariants: a dry run changes nothing; a topic whose policy lacks ``delete`` is untouched by
 delete retention, one whose policy lacks ``compact`` is never compacted. Internal topics
@@ -32,8 +32,9 @@ from sparklog.log.segment import parquet_compression
 from sparklog.log.vacuum import VacuumResult, vacuum_topic
 from sparklog.model.topic import is_internal
 
+from sparklog.server.replica_manager import ReplicaManager
+
 if TYPE_CHECKING:
-    from sparklog.cluster import Cluster
     from sparklog.log.table import TopicTable
 
 __all__ = [
@@ -74,22 +75,22 @@ def _policies(configs: dict[str, Any]) -> set[str]:
     return set(str(configs["cleanup.policy"]).split(","))
 
 
-def leader_tables(cluster: "Cluster", topic: str) -> list[tuple["TopicTable", list[int]]]:
+def leader_tables(replicas: ReplicaManager, topic: str) -> list[tuple["TopicTable", list[int]]]:
     """The topic's tables (one per leader replica) with the partitions each one leads."""
-    return cluster.replicas.leader_tables(topic)
+    return replicas.leader_tables(topic)
 
 
 def run_retention(
-    cluster: "Cluster", topics: Iterable[str] | None = None, dry_run: bool = False, now_ms: int | None = None
+    replicas: ReplicaManager, topics: Iterable[str] | None = None, dry_run: bool = False, now_ms: int | None = None
 ) -> list[RetentionResult]:
     """Apply the delete policy of ``topics`` (default: every topic whose policy has ``delete``)."""
     now = _now(now_ms)
-    selected = list(topics) if topics is not None else cluster.list_topics()
+    selected = list(topics) if topics is not None else replicas.list_topics()
     results: list[RetentionResult] = []
     for topic in selected:
-        configs = cluster.topic_config(topic)
+        configs = replicas.topic_config(topic)
         if "delete" in _policies(configs):
-            results += _retain_topic(cluster, topic, configs, now, dry_run)
+            results += _retain_topic(replicas, topic, configs, now, dry_run)
     return results
 
 
@@ -102,29 +103,29 @@ def _runner(spark: Any) -> tuple[TaskRunner, int]:
     return runner, runner.wave_size
 
 
-def _compact_topic(cluster: "Cluster", topic: str, configs: dict[str, Any], runner: tuple[TaskRunner, int],
+def _compact_topic(replicas: ReplicaManager, topic: str, configs: dict[str, Any], runner: tuple[TaskRunner, int],
                    dry_run: bool, now: int, progress: Progress | None) -> list[CompactionResult]:  # fmt: skip
     report = None if progress is None else (lambda r: progress(r.line()))
     run_tasks, wave_size = runner
     return [
         result
-        for table, partitions in leader_tables(cluster, topic)
+        for table, partitions in leader_tables(replicas, topic)
         for result in compact_partitions(
             table, partitions, configs, now, run_tasks, dry_run=dry_run, wave_size=wave_size, progress=report
         )
     ]
 
 
-def _retain_topic(cluster: "Cluster", topic: str, configs: dict[str, Any], now: int, dry_run: bool) -> list[RetentionResult]:
+def _retain_topic(replicas: ReplicaManager, topic: str, configs: dict[str, Any], now: int, dry_run: bool) -> list[RetentionResult]:
     return [
         result
-        for table, partitions in leader_tables(cluster, topic)
+        for table, partitions in leader_tables(replicas, topic)
         for result in apply_delete_policy(table, partitions, configs, now, dry_run)
     ]
 
 
 def run_compaction(
-    cluster: "Cluster",
+    replicas: ReplicaManager,
     spark: Any,
     topics: Iterable[str] | None = None,
     dry_run: bool = False,
@@ -139,37 +140,37 @@ def run_compaction(
     ``min.compaction.lag.ms`` and ``delete.retention.ms`` are measured from.
     """
     now = _now(now_ms)
-    selected = list(topics) if topics is not None else [t for t in cluster.list_topics() if not is_internal(t)]
+    selected = list(topics) if topics is not None else [t for t in replicas.list_topics() if not is_internal(t)]
     runner = _runner(spark)
     results: list[CompactionResult] = []
     for topic in selected:
-        configs = cluster.topic_config(topic)
+        configs = replicas.topic_config(topic)
         if "compact" in _policies(configs):
-            results += _compact_topic(cluster, topic, configs, runner, dry_run, now, progress)
+            results += _compact_topic(replicas, topic, configs, runner, dry_run, now, progress)
     return results
 
 
 def run_optimize(
-    cluster: "Cluster", topics: Iterable[str] | None = None, dry_run: bool = False, progress: Progress | None = None
+    replicas: ReplicaManager, topics: Iterable[str] | None = None, dry_run: bool = False, progress: Progress | None = None
 ) -> tuple[list[OptimizeResult], list[LogCheckpoint]]:
     """Merge small files of ``topics`` (default: every topic), then per table
     sync its log properties with ``history.retention.ms``, checkpoint and clean the log."""
     results: list[OptimizeResult] = []
     checkpoints: list[LogCheckpoint] = []
-    for topic in list(topics) if topics is not None else cluster.list_topics():
-        done, logs = _optimize_topic(cluster, topic, cluster.topic_config(topic), dry_run, progress)
+    for topic in list(topics) if topics is not None else replicas.list_topics():
+        done, logs = _optimize_topic(replicas, topic, replicas.topic_config(topic), dry_run, progress)
         results += done
         checkpoints += logs
     return results, checkpoints
 
 
-def _optimize_topic(cluster: "Cluster", topic: str, configs: dict[str, Any], dry_run: bool,
+def _optimize_topic(replicas: ReplicaManager, topic: str, configs: dict[str, Any], dry_run: bool,
                     progress: Progress | None) -> tuple[list[OptimizeResult], list[LogCheckpoint]]:  # fmt: skip
     report = None if progress is None else (lambda r: progress(_optimize_line(r)))
     results: list[OptimizeResult] = []
     checkpoints: list[LogCheckpoint] = []
     # Every replica, followers too: their fetches add small files and log entries as well.
-    for table, partitions in cluster.replicas.replica_tables(topic):
+    for table, partitions in replicas.replica_tables(topic):
         results += optimize_topic(
             table, partitions, int(configs["segment.bytes"]), dry_run=dry_run,
             compression=parquet_compression(str(configs["compression.type"])), checkpoint=False, progress=report,
@@ -184,7 +185,7 @@ def _optimize_topic(cluster: "Cluster", topic: str, configs: dict[str, Any], dry
 
 
 def run_vacuum(
-    cluster: "Cluster",
+    replicas: ReplicaManager,
     topics: Iterable[str] | None = None,
     dry_run: bool = False,
     now_ms: int | None = None,
@@ -193,12 +194,12 @@ def run_vacuum(
     """Delete the files of ``topics`` (default: every topic) removed (or
     orphaned) more than the topic's ``file.delete.delay.ms`` ago; one result per table."""
     results: list[VacuumResult] = []
-    for topic in list(topics) if topics is not None else cluster.list_topics():
-        results += _vacuum_topic(cluster, topic, cluster.topic_config(topic), dry_run, _now(now_ms), progress)
+    for topic in list(topics) if topics is not None else replicas.list_topics():
+        results += _vacuum_topic(replicas, topic, replicas.topic_config(topic), dry_run, _now(now_ms), progress)
     return results
 
 
-def _vacuum_topic(cluster: "Cluster", topic: str, configs: dict[str, Any], dry_run: bool, now: int,
+def _vacuum_topic(replicas: ReplicaManager, topic: str, configs: dict[str, Any], dry_run: bool, now: int,
                   progress: Progress | None) -> list[VacuumResult]:  # fmt: skip
     verb = "would delete" if dry_run else "deleted"
 
@@ -209,12 +210,12 @@ def _vacuum_topic(cluster: "Cluster", topic: str, configs: dict[str, Any], dry_r
     delay_ms = int(configs["file.delete.delay.ms"])
     return [
         vacuum_topic(table, delay_ms, now_ms=now, dry_run=dry_run, progress=report)
-        for table, _partitions in cluster.replicas.replica_tables(topic)
+        for table, _partitions in replicas.replica_tables(topic)
     ]
 
 
 def run_maintenance(
-    cluster: "Cluster",
+    replicas: ReplicaManager,
     spark: Any,
     topics: Iterable[str] | None = None,
     dry_run: bool = False,
@@ -228,21 +229,21 @@ def run_maintenance(
     now = _now(now_ms)
     runner = _runner(spark)
     report = MaintenanceReport()
-    for topic in list(topics) if topics is not None else cluster.list_topics():
-        configs = cluster.topic_config(topic)
+    for topic in list(topics) if topics is not None else replicas.list_topics():
+        configs = replicas.topic_config(topic)
         # Internal topics compact themselves on write; they still need optimize and vacuum.
         policies = _policies(configs) if topics is not None or not is_internal(topic) else set()
         if "delete" in policies:
-            done = _retain_topic(cluster, topic, configs, now, dry_run)
+            done = _retain_topic(replicas, topic, configs, now, dry_run)
             report.retention.extend(done)
             for r in done if progress is not None else ():
                 progress(_retention_line(r))
         if "compact" in policies:
-            report.compaction.extend(_compact_topic(cluster, topic, configs, runner, dry_run, now, progress))
-        optimized, checkpoints = _optimize_topic(cluster, topic, configs, dry_run, progress)
+            report.compaction.extend(_compact_topic(replicas, topic, configs, runner, dry_run, now, progress))
+        optimized, checkpoints = _optimize_topic(replicas, topic, configs, dry_run, progress)
         report.optimize.extend(optimized)
         report.checkpoints.extend(checkpoints)
-        report.vacuum.extend(_vacuum_topic(cluster, topic, configs, dry_run, now, progress))
+        report.vacuum.extend(_vacuum_topic(replicas, topic, configs, dry_run, now, progress))
     return report
 
 

@@ -27,7 +27,6 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
-from sparklog.cluster import Cluster
 from sparklog.config import ClusterConfig
 from sparklog.server.controller.controller import Controller, ControllerSettings
 from sparklog.metadata.broker_registration import BrokerRegistration
@@ -35,8 +34,9 @@ from sparklog.metadata.controller_election import ControllerElection
 from sparklog.metadata.zkdata import BrokerRecord
 from sparklog.log.segment import fsync_path
 from sparklog.server.replica_fetcher import ReplicaFetcher
+from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["BrokerAgent", "BrokerSettings", "probe_storage"]
+__all__ = ["BrokerAgent", "BrokerSettings", "ControllerSettings", "probe_storage"]
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,8 @@ class BrokerAgent:
         self.config = config
         self.broker_id = config.broker_id
         self.settings = settings or BrokerSettings()
-        self.cluster = Cluster(config)
-        self.controller = Controller(self.cluster, self.broker_id, self.settings.controller)
+        self.replicas = ReplicaManager.connect(config)
+        self.controller = Controller(self.replicas, self.broker_id, self.settings.controller)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._registration: BrokerRegistration | None = None
@@ -81,18 +81,18 @@ class BrokerAgent:
 
     def start(self) -> "BrokerAgent":
         # The persistent registry says where this broker's storage is, also while it is down.
-        self.cluster.metadata.register_broker(self.broker_id, self.config.log_dir, self.config.broker_rack)
+        self.replicas.metadata.register_broker(self.broker_id, self.config.log_dir, self.config.broker_rack)
         record = BrokerRecord(log_dir=self.config.log_dir, rack=self.config.broker_rack, host=socket.gethostname())
-        self._registration = BrokerRegistration(self.cluster.zk, self.broker_id, record)
+        self._registration = BrokerRegistration(self.replicas.zk, self.broker_id, record)
         self._probe_once()
-        fetcher = ReplicaFetcher(self.cluster, self.broker_id)
+        fetcher = ReplicaFetcher(self.replicas, self.broker_id)
         self._threads = [
             threading.Thread(target=self._probe_loop, name=f"broker-{self.broker_id}-probe", daemon=True),
             threading.Thread(target=self._fetch_loop, args=(fetcher,), name=f"broker-{self.broker_id}-fetcher", daemon=True),
         ]
         for thread in self._threads:
             thread.start()
-        self._election = ControllerElection(self.cluster.zk, self.broker_id, self.controller.activate, self.controller.deactivate)
+        self._election = ControllerElection(self.replicas.zk, self.broker_id, self.controller.activate, self.controller.deactivate)
         self._election.start()
         log.info("broker %d started (log dir %s)", self.broker_id, self.config.log_dir)
         return self
@@ -109,7 +109,7 @@ class BrokerAgent:
             thread.join(10)
         if self._registration is not None:
             self._registration.close()
-        self.cluster.close()
+        self.replicas.close()
         log.info("broker %d stopped", self.broker_id)
 
     def wait(self) -> None:

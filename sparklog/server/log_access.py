@@ -1,44 +1,39 @@
 """Client access to partition logs: list offsets, read records, delete records (DeleteRecords).
 
-Each call resolves the partitions' leader tables and offsets through
-:class:`sparklog.server.replica_manager.ReplicaView` (log-start of the leader, high watermark over the
-ISR), so nothing above the high watermark or below log-start is ever returned, and offsets
-outside ``[log_start, high_watermark]`` raise ``OffsetOutOfRangeError`` naming the valid
-range. Callers: :class:`sparklog.cluster.Cluster` (its ``list_offsets``, ``read`` and
-``delete_records`` delegate here) and through it the CLI and notebooks.
+Each call resolves the partitions' leader tables and offsets through the
+:class:`~sparklog.server.replica_manager.ReplicaManager` (log-start of the leader, high
+watermark over the ISR), so nothing above the high watermark or below log-start is ever
+returned (invariants 5 and 8), and offsets outside ``[log_start, high_watermark]`` raise
+``OffsetOutOfRangeError`` naming the valid range.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
-
 import pyarrow as pa
 
 from sparklog.errors import OffsetOutOfRangeError
 from sparklog.log.reader import offset_for_timestamp, read_ranges
 from sparklog.model.offsets import OffsetSpec, parse_offset_spec
 from sparklog.model.topic import validate_topic_name
-
-if TYPE_CHECKING:
-    from sparklog.cluster import Cluster
+from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["list_offsets", "delete_records", "read"]
 
 
-def list_offsets(cluster: "Cluster", topic: str, spec: OffsetSpec | str = "latest") -> dict[int, int]:
+def list_offsets(replicas: ReplicaManager, topic: str, spec: OffsetSpec | str = "latest") -> dict[int, int]:
     """Per partition: earliest, latest, or the first offset with timestamp >= ``spec`` ms.
 
     For a timestamp after every record the answer is -1 (Kafka's "no such offset").
     """
     parsed = parse_offset_spec(spec)
     if parsed == "latest":
-        return cluster.high_watermarks(topic)
-    offsets = cluster.partition_offsets(topic)
+        return replicas.high_watermarks(topic)
+    offsets = replicas.offsets(topic)
     if parsed == "earliest":
         return {p: o.log_start for p, o in offsets.items()}
     result = {}
-    for table, parts in cluster.replicas.leader_tables(topic):
+    for table, parts in replicas.leader_tables(topic):
         dt = table.snapshot()
         for p in parts:
             found = offset_for_timestamp(table, dt, p, int(parsed))
@@ -46,20 +41,20 @@ def list_offsets(cluster: "Cluster", topic: str, spec: OffsetSpec | str = "lates
     return dict(sorted(result.items()))
 
 
-def delete_records(cluster: "Cluster", topic: str, before: Mapping[int, int]) -> dict[int, int]:
+def delete_records(replicas: ReplicaManager, topic: str, before: Mapping[int, int]) -> dict[int, int]:
     """Kafka's ``deleteRecords``: per partition, records below the offset given disappear
     (log-start moves there; files wholly below are removed from the table, metadata only);
     returns the new log-start offsets. An offset above the high watermark is an error."""
     from sparklog.log.plans import delete_records_plan
 
-    partitions = cluster.partitions_of(topic)
+    partitions = replicas.partitions_of(topic)
     for partition in before:
-        cluster.check_partition(topic, partition, partitions)
+        replicas.check_partition(topic, partition, partitions)
     for partition, offset in sorted(before.items()):
-        table = cluster.table(topic, partition)
+        table = replicas.leader_table(topic, partition)
         for _attempt in range(50):
             dt = table.snapshot()
-            end = min(table.log_end(dt, partition), cluster.replicas.high_watermarks(topic, [partition])[partition])
+            end = min(table.log_end(dt, partition), replicas.high_watermarks(topic, [partition])[partition])
             start = table.log_starts(dt).get(partition, end)
             if offset < 0 or offset > end:
                 raise OffsetOutOfRangeError(
@@ -73,12 +68,12 @@ def delete_records(cluster: "Cluster", topic: str, before: Mapping[int, int]) ->
                 break
             if table.advance_log_starts({partition: plan.new_log_start}, list(plan.removed), "DELETE RECORDS"):
                 break
-    after = cluster.partition_offsets(topic)
+    after = replicas.offsets(topic)
     return {p: after[p].log_start for p in before}
 
 
 def read(
-    cluster: "Cluster",
+    replicas: ReplicaManager,
     topic: str,
     partition: int | None = None,
     start_offset: int | None = None,
@@ -91,12 +86,12 @@ def read(
     ``[log_start, high_watermark]`` raises ``OffsetOutOfRangeError``.
     """
     validate_topic_name(topic)
-    partitions = cluster.partitions_of(topic)
+    partitions = replicas.partitions_of(topic)
     if partition is not None:
-        cluster.check_partition(topic, partition, partitions)
+        replicas.check_partition(topic, partition, partitions)
         partitions = [partition]
     ranges: dict[int, tuple[int, int]] = {}
-    for p, (start, end) in cluster.replicas.offsets(topic, partitions).items():
+    for p, (start, end) in replicas.offsets(topic, partitions).items():
         lo = start if start_offset is None else start_offset
         if lo < start or lo > end:
             raise OffsetOutOfRangeError(
@@ -107,7 +102,7 @@ def read(
         ranges[p] = (lo, hi)
     pieces = [
         read_ranges(table, table.snapshot(), {p: ranges[p] for p in parts}, include_headers)
-        for table, parts in cluster.replicas.leader_tables(topic, partitions)
+        for table, parts in replicas.leader_tables(topic, partitions)
     ]
     if len(pieces) == 1:
         return pieces[0]

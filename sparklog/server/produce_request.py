@@ -1,7 +1,7 @@
 """One produce request of the light producer: leaders, write leases, appends, acknowledgement.
 
 A request carries records for some partitions of one topic. Its partitions are grouped by
-their leader replica's table (``Cluster.replicas``); per table: take the partitions' write
+their leader replica's table (:class:`~sparklog.server.replica_manager.ReplicaManager`); per table: take the partitions' write
 leases, append under both the lease epochs and the leader epochs (one Delta commit per
 table, :func:`sparklog.log.append.append`), release the leases. Then, by ``acks``:
 
@@ -39,6 +39,7 @@ from sparklog.errors import (
 )
 from sparklog.log.append import AppendResult, append
 from sparklog.log.table import TopicTable
+from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["TopicWriteSettings", "RequestSettings", "produce_request"]
 
@@ -69,7 +70,7 @@ class RequestSettings:
 
 
 def produce_request(
-    cluster: object,
+    replicas: ReplicaManager,
     topic: str,
     batches: Mapping[int, pa.Table],
     topic_settings: TopicWriteSettings,
@@ -77,7 +78,6 @@ def produce_request(
     lease_for: Callable[[int], WriterLease],
 ) -> AppendResult:
     """Append ``batches`` (partition -> records) and wait as ``acks`` says; see the module doc."""
-    replicas = cluster.replicas  # type: ignore[attr-defined]
     deadline = time.monotonic() + request.delivery_timeout_ms / 1000
     remaining = dict(batches)
     offsets: dict[int, int] = {}
@@ -93,11 +93,11 @@ def produce_request(
                 # acks=all: write the new files into the in-sync followers' directories too, so
                 # their fetch only has to commit them (one encoding, no copy after the commit).
                 followers = sorted({b for p in partitions for b in states[p].isr} - {states[partitions[0]].leader})
-                stage_roots = [cluster.replica_table(topic, b).root for b in followers] if request.acks == "all" else []  # type: ignore[attr-defined]
+                stage_roots = [replicas.replica_table(topic, b).root for b in followers] if request.acks == "all" else []
                 result = _append_to_leader(
                     table, {p: remaining[p] for p in partitions}, {p: states[p].leader_epoch for p in partitions},
                     topic_settings, request, lease_for, first_try=attempt == 0, stage_roots=stage_roots,
-                    hard_links=cluster.config.replica_hard_links_enable,  # type: ignore[attr-defined]
+                    hard_links=replicas.config.replica_hard_links_enable,
                 )  # fmt: skip
                 if request.acks == "all":
                     _await_in_sync_replicas(replicas, topic, table, partitions, states, topic_settings, deadline)

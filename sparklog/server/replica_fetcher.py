@@ -21,14 +21,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sparklog.server.controller.policy import truncation_offset
 from sparklog.errors import SparklogError
 from sparklog.log.replica_fetch import CopyResult, copy_from_leader, follower_position, truncate
-
-if TYPE_CHECKING:
-    from sparklog.cluster import Cluster
+from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["ReplicaFetcher", "FetchRound"]
 
@@ -53,8 +50,8 @@ class FetchRound:
 class ReplicaFetcher:
     """Copies from leaders into broker ``broker_id``'s replicas. One thread at a time."""
 
-    def __init__(self, cluster: "Cluster", broker_id: int, *, fsync: bool = False, topics: list[str] | None = None) -> None:
-        self.cluster = cluster
+    def __init__(self, replicas: ReplicaManager, broker_id: int, *, fsync: bool = False, topics: list[str] | None = None) -> None:
+        self.replicas = replicas
         self.broker_id = broker_id
         self.fsync = fsync
         self.topics = topics  # None: every topic
@@ -66,9 +63,9 @@ class ReplicaFetcher:
         """``(topic, partition)`` assigned to this broker (cached for :data:`ASSIGNMENT_REFRESH_S`)."""
         if time.monotonic() - self._refreshed_at >= ASSIGNMENT_REFRESH_S:
             followed = []
-            for topic in self.cluster.metadata.list_topics() if self.topics is None else self.topics:
+            for topic in self.replicas.metadata.list_topics() if self.topics is None else self.topics:
                 try:
-                    assignment, _ = self.cluster.metadata.assignment(topic)
+                    assignment, _ = self.replicas.metadata.assignment(topic)
                 except SparklogError:
                     continue  # deleted meanwhile
                 followed += [(topic, int(p)) for p, replicas in assignment.partitions.items() if self.broker_id in replicas]
@@ -83,12 +80,12 @@ class ReplicaFetcher:
 
         def version(topic: str, broker: int) -> int:
             if (topic, broker) not in versions:
-                versions[(topic, broker)] = self.cluster.replica_table(topic, broker).snapshot().version()
+                versions[(topic, broker)] = self.replicas.replica_table(topic, broker).snapshot().version()
             return versions[(topic, broker)]
 
         for topic, partition in self.followed_partitions():
             try:
-                [state] = self.cluster.replicas.states(topic, [partition]).values()
+                [state] = self.replicas.states(topic, [partition]).values()
                 if state.leader < 0 or state.leader == self.broker_id:
                     continue
                 # Neither table changed since this partition was last in step: nothing to do
@@ -96,7 +93,7 @@ class ReplicaFetcher:
                 seen = (state.leader, state.leader_epoch, version(topic, state.leader), version(topic, self.broker_id))
                 if self._in_step.get((topic, partition)) == seen:
                     continue
-                follower = self.cluster.replica_table(topic, self.broker_id)
+                follower = self.replicas.replica_table(topic, self.broker_id)
                 position = follower_position(follower, partition)
                 if position.leader_epoch < state.leader_epoch:
                     history = [(int(e), int(o)) for e, o in state.epochs]
@@ -108,10 +105,10 @@ class ReplicaFetcher:
                             "%s-%d on broker %d: truncated to offset %d (log end was %d) to follow leader %d at epoch %d",
                             topic, partition, self.broker_id, offset, position.log_end, state.leader, state.leader_epoch,
                         )  # fmt: skip
-                leader = self.cluster.replica_table(topic, state.leader)
+                leader = self.replicas.replica_table(topic, state.leader)
                 result = copy_from_leader(
                     leader, follower, partition, state.leader_epoch, fsync=self.fsync,
-                    hard_links=self.cluster.config.replica_hard_links_enable,
+                    hard_links=self.replicas.config.replica_hard_links_enable,
                 )  # fmt: skip
                 if result.files:
                     copied.append((topic, result))

@@ -1,34 +1,42 @@
-"""Where a topic's replicas live, which one leads each partition, and the offsets readers may see.
+"""The replica manager: where a topic's replicas live, who leads each partition, what readers see.
 
-Kafka's metadata cache and the read side of its replica manager, over ZooKeeper partition
-states (:class:`~sparklog.metadata.partition_states.PartitionStateCache`) and the
-replicas' Delta tables:
+Kafka's metadata cache and replica manager at sparklog's scale. Every server component (the
+produce path, the replica fetcher, the controller, the broker, maintenance, group
+coordination) and every client (producer, consumer, Spark jobs, admin) receives one
+``ReplicaManager`` instead of reaching back into :class:`sparklog.cluster.Cluster`. It owns:
 
-* a partition's **leader table** is the topic's table on its leader broker's log dir
-  (``leader = -1``: offline, ``LeaderNotAvailableError``);
-* its **log-start** is the leader's; its **high watermark** is the minimum log end over the
-  in-sync replicas' tables (DESIGN §2), each table read once per call (``sparklog.end.<p>``
-  application transactions: O(1)). With one replica that is the leader's log end.
+* the ZooKeeper session and the metadata store (brokers, topics, configs), and the
+  **partition-state cache** (leader, leader epoch, ISR; kept current by watches);
+* the **replica tables**: the topic's Delta table on each broker's log dir, one cached
+  :class:`~sparklog.log.table.TopicTable` per (log dir, topic);
+* a partition's **leader table** (``leader = -1``: offline, ``LeaderNotAvailableError``), its
+  **log-start** (the leader's) and its **high watermark**: the minimum log end over the
+  in-sync replicas (DESIGN §2, :func:`sparklog.server.controller.policy.high_watermark`),
+  each table read once per call.
 
-Invariants: nothing here writes; every offset comes from Delta snapshots, ZooKeeper only
-says where to look. Callers: :class:`sparklog.cluster.Cluster` and the readers and writers
-it hands tables to.
+Invariants: nothing here writes records; every offset comes from Delta snapshots, ZooKeeper
+only says where to look (DESIGN §4). Thread-safe: one instance may serve many threads.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sparklog.metadata.zkdata import PartitionState
-from sparklog.errors import LeaderNotAvailableError
+from sparklog.config import TOPIC_CONFIGS, ClusterConfig, validate_configs, with_defaults
+from sparklog.errors import LeaderNotAvailableError, SparklogError, UnknownPartitionError
 from sparklog.log.table import TopicTable
+from sparklog.metadata.broker_registration import live_broker_ids
+from sparklog.metadata.partition_states import PartitionStateCache
+from sparklog.metadata.session import ZkSession
+from sparklog.metadata.store import MetadataStore
+from sparklog.metadata.zkdata import PartitionState
+from sparklog.model.topic import validate_topic_name
+from sparklog.server.controller.policy import high_watermark
 
-if TYPE_CHECKING:
-    from sparklog.cluster import Cluster
-
-__all__ = ["ReplicaView", "PartitionOffsets", "LeaderSnapshot"]
+__all__ = ["ReplicaManager", "PartitionOffsets", "LeaderSnapshot"]
 
 
 class PartitionOffsets(tuple[int, int]):
@@ -53,15 +61,120 @@ class LeaderSnapshot:
     log_end: int  # the leader's: above the high watermark until the ISR has copied it
 
 
-class ReplicaView:
-    """Leaders, replica tables and ISR offsets of a cluster's topics. Thread-safe."""
+class ReplicaManager:
+    """Metadata, partition states, replica tables and offsets of one cluster. Thread-safe.
 
-    def __init__(self, cluster: "Cluster") -> None:
-        self._cluster = cluster
+    States: *open* (the ZooKeeper session is started by whoever builds it) → *closed*
+    (:meth:`close`: the session ends, cached tables are dropped)."""
 
+    def __init__(self, config: ClusterConfig, zk: ZkSession) -> None:
+        self.config = config
+        self.zk = zk
+        self.metadata = MetadataStore(zk)
+        self.state_cache = PartitionStateCache(zk)
+        self._lock = threading.RLock()
+        self._tables: dict[tuple[str, str], TopicTable] = {}
+        self._log_dirs: dict[int, str] = {}
+
+    @classmethod
+    def connect(cls, config: ClusterConfig) -> "ReplicaManager":
+        """A replica manager on a new ZooKeeper session for ``config``."""
+        return cls(config, ZkSession.from_config(config).start())
+
+    def close(self) -> None:
+        self.zk.close()
+        with self._lock:
+            self._tables.clear()
+            self._log_dirs.clear()
+
+    def __enter__(self) -> "ReplicaManager":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- topics and configs --------------------------------------------------------------
+    def list_topics(self) -> list[str]:
+        return self.metadata.list_topics()
+
+    def partitions_of(self, topic: str) -> list[int]:
+        validate_topic_name(topic)
+        assignment, _ = self.metadata.assignment(topic)
+        return sorted(int(p) for p in assignment.partitions)
+
+    def check_partition(self, topic: str, partition: int, partitions: list[int] | None = None) -> None:
+        """``UnknownPartitionError`` unless ``partition`` is one of ``topic``'s."""
+        known = self.partitions_of(topic) if partitions is None else partitions
+        if partition not in known:
+            raise UnknownPartitionError(
+                f"Topic {topic} has partitions 0..{len(known) - 1}; partition {partition} does not exist"
+            )
+
+    def topic_config(self, topic: str) -> dict[str, Any]:
+        """Effective topic configs: defaults overridden by the topic's own settings."""
+        validate_topic_name(topic)
+        overrides, _ = self.metadata.topic_config(topic)
+        return with_defaults(validate_configs(overrides, TOPIC_CONFIGS, "topic"), TOPIC_CONFIGS)
+
+    # -- brokers and replica tables ------------------------------------------------------
+    def placement_brokers(self) -> dict[int, str | None]:
+        """Brokers new replicas may go to, with their racks: the live ones (agents running);
+        with no agent at all, every registered broker plus this client's own log dir (the
+        embedded one-broker default, which needs no agent)."""
+        registry = self.metadata.brokers()
+        live = live_broker_ids(self.zk)
+        if live:
+            return {b: registry[b].rack if b in registry else None for b in live}
+        racks = {b: record.rack for b, record in registry.items()}
+        racks.setdefault(self.config.broker_id, self.config.broker_rack)
+        return racks
+
+    def log_dir_of(self, broker_id: int) -> str:
+        """Where broker ``broker_id`` keeps its replicas, per the registry (cached)."""
+        with self._lock:
+            cached = self._log_dirs.get(broker_id)
+        if cached is not None:
+            return cached
+        brokers = self.metadata.brokers()
+        if broker_id in brokers:
+            log_dir = brokers[broker_id].log_dir
+        elif broker_id == self.config.broker_id:
+            log_dir = self.config.log_dir
+        else:
+            raise SparklogError(f"Broker {broker_id} is not registered in ZooKeeper {self.zk.connect_string}")
+        with self._lock:
+            self._log_dirs[broker_id] = log_dir
+        return log_dir
+
+    def replica_table(self, topic: str, broker_id: int) -> TopicTable:
+        """The table of ``topic``'s replicas on broker ``broker_id``'s log dir (cached)."""
+        validate_topic_name(topic)
+        log_dir = self.log_dir_of(broker_id)
+        with self._lock:
+            key = (log_dir, topic)
+            table = self._tables.get(key)
+            if table is None:
+                table = self._tables[key] = TopicTable(log_dir, topic)
+            return table
+
+    def forget_tables(self, topic: str) -> None:
+        """Drop cached snapshots of ``topic``'s tables (after a storage error or a re-creation)."""
+        with self._lock:
+            tables = [t for (_log_dir, name), t in self._tables.items() if name == topic]
+        for table in tables:
+            table.forget()
+
+    def drop_tables(self, topic: str) -> None:
+        """Forget ``topic``'s tables and partition states entirely (the topic was deleted)."""
+        self.state_cache.forget(topic)
+        with self._lock:
+            for key in [k for k in self._tables if k[1] == topic]:
+                del self._tables[key]
+
+    # -- leaders -------------------------------------------------------------------------
     def states(self, topic: str, partitions: Iterable[int] | None = None) -> dict[int, PartitionState]:
-        selected = self._cluster.partitions_of(topic) if partitions is None else list(partitions)
-        return self._cluster.state_cache.states(topic, selected)
+        selected = self.partitions_of(topic) if partitions is None else list(partitions)
+        return self.state_cache.states(topic, selected)
 
     def leader(self, topic: str, partition: int) -> PartitionState:
         state = self.states(topic, [partition])[partition]
@@ -72,30 +185,32 @@ class ReplicaView:
             )
         return state
 
-    def leader_table(self, topic: str, partition: int) -> TopicTable:
-        return self._cluster.replica_table(topic, self.leader(topic, partition).leader)
+    def leader_table(self, topic: str, partition: int = 0) -> TopicTable:
+        """The table of the replica leading ``topic``'s partition ``partition``."""
+        return self.replica_table(topic, self.leader(topic, partition).leader)
 
     def leader_tables(self, topic: str, partitions: Iterable[int] | None = None) -> list[tuple[TopicTable, list[int]]]:
         """The leader tables of ``partitions`` (default all), each with the partitions it leads."""
         grouped: dict[int, list[int]] = {}
-        selected = self._cluster.partitions_of(topic) if partitions is None else sorted(set(partitions))
+        selected = self.partitions_of(topic) if partitions is None else sorted(set(partitions))
         for partition in selected:
             grouped.setdefault(self.leader(topic, partition).leader, []).append(partition)
-        return [(self._cluster.replica_table(topic, broker), parts) for broker, parts in sorted(grouped.items())]
+        return [(self.replica_table(topic, broker), parts) for broker, parts in sorted(grouped.items())]
 
     def replica_tables(self, topic: str) -> list[tuple[TopicTable, list[int]]]:
         """Every replica table of ``topic`` (leaders and followers), each with the partitions
         it holds a replica of."""
-        assignment, _ = self._cluster.metadata.assignment(topic)
+        assignment, _ = self.metadata.assignment(topic)
         held: dict[int, list[int]] = {}
         for partition, brokers in assignment.partitions.items():
             for broker in brokers:
                 held.setdefault(int(broker), []).append(int(partition))
-        return [(self._cluster.replica_table(topic, b), sorted(parts)) for b, parts in sorted(held.items())]
+        return [(self.replica_table(topic, b), sorted(parts)) for b, parts in sorted(held.items())]
 
+    # -- offsets -------------------------------------------------------------------------
     def fetch_positions(
         self, topic: str, partitions: Iterable[int], *, skip_offline: bool = False
-    ) -> dict[int, "LeaderSnapshot"]:
+    ) -> dict[int, LeaderSnapshot]:
         """Per partition: its leader table, one snapshot of it and the high watermark (the
         minimum log end over the ISR), the leader's table refreshed once. A partition
         without a leader raises ``LeaderNotAvailableError``, or is left out (``skip_offline``)."""
@@ -103,7 +218,7 @@ class ReplicaView:
 
         def snapshot(broker: int) -> tuple[TopicTable, Any]:
             if broker not in snapshots:
-                table = self._cluster.replica_table(topic, broker)
+                table = self.replica_table(topic, broker)
                 snapshots[broker] = (table, table.snapshot())
             return snapshots[broker]
 
@@ -117,8 +232,9 @@ class ReplicaView:
             table, dt = snapshot(state.leader)
             end = table.log_end(dt, p)
             # Followers' log ends only: read without refreshing their snapshots.
-            followers = (self._cluster.replica_table(topic, b) for b in state.isr if b != state.leader)
-            result[p] = LeaderSnapshot(table, dt, min([end, *(t.current_log_end(p) for t in followers)]), end)
+            ends = {b: self.replica_table(topic, b).current_log_end(p) for b in state.isr if b != state.leader}
+            ends[state.leader] = end
+            result[p] = LeaderSnapshot(table, dt, high_watermark([state.leader, *state.isr], ends), end)
         return result
 
     def offsets(
@@ -127,7 +243,7 @@ class ReplicaView:
         """``partition -> (log_start, high_watermark)``: log-start of the leader, high watermark =
         minimum log end over the ISR, from one snapshot per replica table. Without
         ``with_log_start`` the first item is -1 (saves the file statistics)."""
-        selected = self._cluster.partitions_of(topic) if partitions is None else partitions
+        selected = self.partitions_of(topic) if partitions is None else partitions
         positions = self.fetch_positions(topic, selected)
         starts: dict[int, dict[int, int]] = {}
         result: dict[int, PartitionOffsets] = {}
@@ -142,4 +258,5 @@ class ReplicaView:
         return result
 
     def high_watermarks(self, topic: str, partitions: Iterable[int] | None = None) -> dict[int, int]:
+        """``partition -> high watermark`` only: no file listing, cheap enough to poll."""
         return {p: o.high_watermark for p, o in self.offsets(topic, partitions, with_log_start=False).items()}

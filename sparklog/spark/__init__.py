@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparklog.spark.options import cluster_options_from_conf
+from sparklog.spark.options import connect_replicas, session_options
 from sparklog.spark.session import get_or_create_session
 
 if TYPE_CHECKING:
@@ -41,33 +41,18 @@ class ProduceResult:
         return sum(end - start for start, end in self.ranges.values())
 
 
-def session_options(spark: "SparkSession", **options: Any) -> dict[str, str]:
-    """``spark.sparklog.*`` session conf overlaid with explicit options (explicit wins)."""
-    conf = {k: v for k, v in spark.conf.getAll.items()} if hasattr(spark.conf, "getAll") else {}
-    merged = cluster_options_from_conf(conf)
-    merged.update({_option_name(k): str(v) for k, v in options.items() if v is not None})
-    return merged
-
-
-def _option_name(key: str) -> str:
-    # Python kwargs can't hold dots: zookeeper_connect -> zookeeper.connect; Kafka-source
-    # options (startingOffsets, failOnDataLoss) and dotted keys pass through unchanged.
-    return key if "." in key or not key.islower() else key.replace("_", ".")
-
-
 def produce(df: "DataFrame", topic: str, **options: Any) -> ProduceResult:
     """Write ``df`` (Kafka sink columns) to ``topic`` as one produce, atomic per leader table
     (whole-job atomic when one broker leads every partition); return its offsets."""
-    from sparklog.cluster import connect
     from sparklog.spark.writer import JOB_ID_OPTION, committed_ranges
 
     opts = session_options(df.sparkSession, **options)
     job_id = uuid.uuid4().hex
     df.write.format("sparklog").options(**opts).option("topic", topic).option(JOB_ID_OPTION, job_id).mode("append").save()
-    with connect(opts) as cluster:
+    with connect_replicas(opts) as replicas:
         # The commits ran in a Spark worker, one per leader table; their commitInfo records
         # the job's ranges. Every replica table is looked at: leadership may have moved since.
-        tables = [table for table, _partitions in cluster.replicas.replica_tables(topic)]
+        tables = [table for table, _partitions in replicas.replica_tables(topic)]
         ranges = committed_ranges(tables, f"spark-{job_id}")
     return ProduceResult(topic, ranges)
 
@@ -91,11 +76,11 @@ def consumer_lag(spark: "SparkSession", **options: Any) -> "DataFrame":
     """Every consumer group's lag per partition, as of this call: columns ``group, topic,
     partition, current_offset, log_end_offset, lag, consumer_id, host, client_id, state``
     (``kafka-consumer-groups --describe --all-groups`` as a table; nulls where Kafka shows -)."""
-    from sparklog.cluster import connect
+    from sparklog.group.coordinator import GroupCoordinator
     from sparklog.spark.native import lag_frame
 
-    with connect(session_options(spark, **options)) as cluster:
-        return lag_frame(spark, cluster)
+    with connect_replicas(session_options(spark, **options)) as replicas:
+        return lag_frame(spark, GroupCoordinator(replicas))
 
 
 def register_topics(spark: "SparkSession", native: bool = True, **options: Any) -> list[str]:
@@ -108,17 +93,18 @@ def register_topics(spark: "SparkSession", native: bool = True, **options: Any) 
     speed); ``native=False`` makes ``CREATE TEMPORARY VIEW ... USING sparklog`` views, which
     move rows through the Python data source.
     """
-    from sparklog.cluster import connect
+    from sparklog.group.coordinator import GroupCoordinator
+    from sparklog.model.topic import is_internal
     from sparklog.spark.native import LAG_VIEW, lag_frame, read_topics
 
     opts = session_options(spark, **options)
-    with connect(opts) as cluster:
-        topics = cluster.list_topics(include_internal=False)
+    with connect_replicas(opts) as replicas:
+        topics = [t for t in replicas.list_topics() if not is_internal(t)]
         if LAG_VIEW not in topics:
-            lag_frame(spark, cluster).createOrReplaceTempView(LAG_VIEW)
+            lag_frame(spark, GroupCoordinator(replicas)).createOrReplaceTempView(LAG_VIEW)
         for topic in topics:
             if native:
-                read_topics(spark, {**opts, "subscribe": topic}, cluster).createOrReplaceTempView(f"`{topic}`")
+                read_topics(spark, {**opts, "subscribe": topic}, replicas).createOrReplaceTempView(f"`{topic}`")
             else:
                 option_sql = "".join(f", `{k}` '{v}'" for k, v in opts.items())
                 spark.sql(

@@ -47,6 +47,7 @@ from sparklog.spark.group_batch import (
     Ranges,
     TopicPartition,
     advances,
+    commit_advances,
     connect_group,
     input_partitions,
     read_ranges_df,
@@ -59,7 +60,8 @@ from sparklog.spark.writer import committed_ranges, release_leases, task_id, wri
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from sparklog.cluster import Cluster
+    from sparklog.group.coordinator import GroupCoordinator
+    from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["consume_into", "ConsumeIntoResult"]
 
@@ -208,19 +210,19 @@ def consume_into(
     """
     if (output_topic is None) == (output_path is None):
         raise ConfigError("consume_into needs exactly one of output_topic= or output_path=")
-    opts, settings, cluster = connect_group(spark, options)
-    with cluster:
-        partitions = input_partitions(cluster, group_id, topics)
-        require_inactive_group(cluster, group_id)
+    opts, settings, groups = connect_group(spark, options)
+    with groups.replicas:
+        partitions = input_partitions(groups, group_id, topics)
+        require_inactive_group(groups, group_id)
         transform = transform or _default_transform(output_topic is not None, settings.include_headers)
-        probe = _apply(transform, read_ranges_df(spark, cluster, {}, settings)).schema  # validate before changing anything
+        probe = _apply(transform, read_ranges_df(spark, groups, {}, settings)).schema  # validate before changing anything
         run_id = f"consume-{group_id}-{uuid.uuid4().hex[:12]}"
-        output = _open_output(cluster, opts, group_id, run_id, partitions, probe, output_topic, output_path)
+        output = _open_output(groups.replicas, opts, group_id, run_id, partitions, probe, output_topic, output_path)
         try:
             ids = {tp: input_app_id(group_id, *tp) for tp in partitions}
             stored = output.stored(ids.values())
             lowest, highest = _stored_bounds(stored, ids)
-            ranges = resolve_ranges(cluster, group_id, partitions, settings, lowest)
+            ranges = resolve_ranges(groups, group_id, partitions, settings, lowest)
             completing = _completing_ranges(ranges, lowest, highest, stored, ids)
             if completing is not None:
                 log.warning("group %s: completing an earlier run that committed to only some leader tables of %s: %s",
@@ -232,8 +234,8 @@ def consume_into(
             if not any(end > start for start, end in ranges.values()):
                 if output.plan is not None:
                     release_leases(output.plan)
-                return ConsumeIntoResult(group_id, ranges, {}, None, _mirror(cluster, group_id, ranges))
-            df = _apply(transform, read_ranges_df(spark, cluster, ranges, settings))
+                return ConsumeIntoResult(group_id, ranges, {}, None, _mirror(groups, group_id, ranges))
+            df = _apply(transform, read_ranges_df(spark, groups, ranges, settings))
             output = replace(
                 output,
                 delta_schema=_file_schema(output, df.schema),
@@ -249,7 +251,7 @@ def consume_into(
                 release_leases(output.plan)  # no-op when the job released them already
             raise
         written, version = _outcome(output)
-        return ConsumeIntoResult(group_id, ranges, written, version, _mirror(cluster, group_id, ranges))
+        return ConsumeIntoResult(group_id, ranges, written, version, _mirror(groups, group_id, ranges))
 
 
 def _stored_bounds(
@@ -312,7 +314,7 @@ def _apply(transform: "Callable[[DataFrame], DataFrame]", df: "DataFrame") -> "D
     return out
 
 
-def _open_output(cluster: "Cluster", opts: Mapping[str, str], group_id: str, run_id: str, partitions: list[TopicPartition],
+def _open_output(replicas: "ReplicaManager", opts: Mapping[str, str], group_id: str, run_id: str, partitions: list[TopicPartition],
                  probe: StructType, output_topic: str | None, output_path: str | None) -> _Output:  # fmt: skip
     """Validate the output against the transform's schema; a topic's write leases are taken
     last (BEFORE the caller reads the stored input offsets)."""
@@ -322,7 +324,7 @@ def _open_output(cluster: "Cluster", opts: Mapping[str, str], group_id: str, run
         output = _Output(run_id, delta_root=sink.root)
         return replace(output, delta_schema=_file_schema(output, probe))
     topic = check_target({"topic": output_topic}, probe, False, "consume_into")
-    if topic not in cluster.list_topics():
+    if topic not in replicas.list_topics():
         raise TopicNotFoundError(f"Output topic {topic} does not exist; create it first")
     if topic in {t for t, _p in partitions}:
         raise ConfigError(f"consume_into: the output topic {topic} is also an input topic; choose another output")
@@ -348,13 +350,11 @@ def _outcome(output: _Output) -> tuple[dict[int, tuple[int, int]], int | None]:
     return {}, DeltaSink(output.delta_root).commit_version("sparklog.job", output.run_id)
 
 
-def _mirror(cluster: "Cluster", group_id: str, ranges: Ranges) -> bool:
+def _mirror(groups: "GroupCoordinator", group_id: str, ranges: Ranges) -> bool:
     """Copy the end offsets to ``__consumer_offsets`` (lag, describe). A failure here is
     harmless: the output holds the truth and the next run starts from the max of both."""
     try:
-        offsets = advances(ranges, cluster.groups.committed(group_id, list(ranges)))
-        if offsets:
-            cluster.commit_offsets(group_id, offsets)
+        commit_advances(groups, group_id, ranges)
         return True
     except GroupError as exc:
         log.warning("group %s: output committed, but mirroring to __consumer_offsets failed: %s", group_id, exc)

@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any
 from sparklog.config import CLUSTER_KEYS
 from sparklog.errors import ConfigError, GroupNotEmptyError, OffsetOutOfRangeError, TopicNotFoundError
 from sparklog.model.offsets import EARLIEST, LATEST, parse_offsets_json
-from sparklog.spark.options import cluster_config_from_options, option_flag
+from sparklog.spark.options import connect_replicas, option_flag, session_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from sparklog.cluster import Cluster
+    from sparklog.group.coordinator import GroupCoordinator
 
 __all__ = [
     "consume", "GroupBatch", "Ranges", "TopicPartition", "connect_group", "input_partitions", "require_inactive_group",
-    "resolve_ranges", "read_ranges_df", "advances",
+    "resolve_ranges", "read_ranges_df", "advances", "commit_advances",
 ]  # fmt: skip
 
 log = logging.getLogger("sparklog.spark")
@@ -86,7 +86,7 @@ def _positive(options: Mapping[str, str], key: str) -> int | None:
     return int(raw)
 
 
-def input_partitions(cluster: "Cluster", group_id: str, topics: str | Iterable[str]) -> list[TopicPartition]:
+def input_partitions(groups: "GroupCoordinator", group_id: str, topics: str | Iterable[str]) -> list[TopicPartition]:
     from sparklog.group.ids import validate_group_id
     from sparklog.model.topic import validate_topic_name
 
@@ -94,15 +94,15 @@ def input_partitions(cluster: "Cluster", group_id: str, topics: str | Iterable[s
     names = list(dict.fromkeys(t.strip() for t in (topics.split(",") if isinstance(topics, str) else topics) if t.strip()))
     if not names:
         raise ConfigError(f"Consuming with group {group_id}: no topics given")
-    existing = set(cluster.list_topics())
+    existing = set(groups.replicas.list_topics())
     for topic in names:
         if validate_topic_name(topic) not in existing:
             raise TopicNotFoundError(f"Topic {topic} does not exist (consuming with group {group_id}); create it or fix the name")
-    return [(t, p) for t in names for p in cluster.partitions_of(t)]
+    return [(t, p) for t in names for p in groups.replicas.partitions_of(t)]
 
 
-def require_inactive_group(cluster: "Cluster", group_id: str) -> None:
-    snapshot = cluster.groups.registry.snapshot(group_id)
+def require_inactive_group(groups: "GroupCoordinator", group_id: str) -> None:
+    snapshot = groups.registry.snapshot(group_id)
     if snapshot.active:
         raise GroupNotEmptyError(
             f"Group {group_id} has live members (state {snapshot.state}): Spark group consumption commits as a "
@@ -111,16 +111,16 @@ def require_inactive_group(cluster: "Cluster", group_id: str) -> None:
         )
 
 
-def resolve_ranges(cluster: "Cluster", group_id: str, partitions: list[TopicPartition], settings: _Settings,
+def resolve_ranges(groups: "GroupCoordinator", group_id: str, partitions: list[TopicPartition], settings: _Settings,
              floor: Mapping[TopicPartition, int | None]) -> Ranges:  # fmt: skip
     """Per partition ``[start, end)``: start = max(committed, ``floor``) or the reset policy,
     checked against log-start (``failOnDataLoss``); end = high watermark, then the caps."""
     from sparklog.spark.stream_reader import rate_limit
 
-    committed = cluster.groups.committed(group_id, partitions)
+    committed = groups.committed(group_id, partitions)
     ranges: Ranges = {}
     for topic in dict.fromkeys(t for t, _ in partitions):
-        for p, (log_start, hw) in sorted(cluster.partition_offsets(topic).items()):
+        for p, (log_start, hw) in sorted(groups.replicas.offsets(topic).items()):
             known = [v for v in (committed.get((topic, p)), floor.get((topic, p))) if v is not None]
             start = max(known) if known else _initial(group_id, topic, p, settings, log_start, hw)
             if start < log_start or start > hw:
@@ -165,7 +165,16 @@ def advances(ranges: Ranges, before: Mapping[TopicPartition, int | None]) -> dic
     return {tp: end for tp, (_s, end) in ranges.items() if before.get(tp) is None or end > before[tp]}  # type: ignore[operator]
 
 
-def read_ranges_df(spark: "SparkSession", cluster: "Cluster", ranges: Ranges, settings: _Settings) -> "DataFrame":
+def commit_advances(groups: "GroupCoordinator", group_id: str, ranges: Ranges) -> dict[TopicPartition, int]:
+    """Commit the ends of ``ranges`` that move the group's offsets forward (a standalone
+    commit, generation -1); returns what was committed."""
+    offsets = advances(ranges, groups.committed(group_id, list(ranges)))
+    if offsets:
+        groups.commit(group_id, dict(offsets))
+    return offsets
+
+
+def read_ranges_df(spark: "SparkSession", groups: "GroupCoordinator", ranges: Ranges, settings: _Settings) -> "DataFrame":
     from sparklog.model.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
     from sparklog.spark.native import read_topics
 
@@ -179,16 +188,17 @@ def read_ranges_df(spark: "SparkSession", cluster: "Cluster", ranges: Ranges, se
         bounds[0].setdefault(t, {})[str(p)], bounds[1].setdefault(t, {})[str(p)] = start, end
     options = {"assign": json.dumps(assign), "startingOffsets": json.dumps(bounds[0]), "endingOffsets": json.dumps(bounds[1]),
                "failOnDataLoss": str(settings.fail_on_data_loss).lower(), "includeHeaders": str(settings.include_headers).lower()}  # fmt: skip
-    return read_topics(spark, options, cluster)
+    return read_topics(spark, options, groups.replicas)
 
 
-def connect_group(spark: "SparkSession", options: Mapping[str, Any]) -> tuple[dict[str, str], _Settings, "Cluster"]:
-    from sparklog.cluster import Cluster
-    from sparklog.spark import session_options
+def connect_group(spark: "SparkSession", options: Mapping[str, Any]) -> tuple[dict[str, str], _Settings, "GroupCoordinator"]:
+    """The options, settings and a group coordinator on a new connection (close it with
+    ``groups.replicas.close()``, or use ``with groups.replicas``)."""
+    from sparklog.group.coordinator import GroupCoordinator
 
     opts = session_options(spark, **options)
     settings = _settings(opts)
-    return opts, settings, Cluster(cluster_config_from_options(opts))
+    return opts, settings, GroupCoordinator(connect_replicas(opts))
 
 
 # -- consume -------------------------------------------------------------------------------
@@ -209,13 +219,12 @@ class GroupBatch:
     def commit(self) -> dict[TopicPartition, int]:
         """Record the end offsets under the group (standalone commit to ``__consumer_offsets``);
         returns what was committed. Fails if the group got live members meanwhile."""
-        from sparklog.cluster import Cluster
+        from sparklog.group.coordinator import GroupCoordinator
 
-        with Cluster(cluster_config_from_options(self._options)) as cluster:
-            require_inactive_group(cluster, self.group_id)
-            offsets = advances(self.ranges, cluster.groups.committed(self.group_id, list(self.ranges)))
-            if offsets:
-                cluster.commit_offsets(self.group_id, offsets)
+        with connect_replicas(self._options) as replicas:
+            groups = GroupCoordinator(replicas)
+            require_inactive_group(groups, self.group_id)
+            offsets = commit_advances(groups, self.group_id, self.ranges)
         self.committed = True
         return offsets
 
@@ -228,10 +237,10 @@ def consume(spark: "SparkSession", group_id: str, topics: str | Iterable[str], *
     ``failOnDataLoss`` (default true), ``maxOffsetsPerTrigger`` (total cap, split across
     partitions by backlog), ``maxRecordsPerPartition``, ``includeHeaders``, cluster settings.
     """
-    opts, settings, cluster = connect_group(spark, options)
-    with cluster:
-        partitions = input_partitions(cluster, group_id, topics)
-        require_inactive_group(cluster, group_id)
-        ranges = resolve_ranges(cluster, group_id, partitions, settings, {})
-        df = read_ranges_df(spark, cluster, ranges, settings)
+    opts, settings, groups = connect_group(spark, options)
+    with groups.replicas:
+        partitions = input_partitions(groups, group_id, topics)
+        require_inactive_group(groups, group_id)
+        ranges = resolve_ranges(groups, group_id, partitions, settings, {})
+        df = read_ranges_df(spark, groups, ranges, settings)
     return GroupBatch(group_id, df, ranges, opts)

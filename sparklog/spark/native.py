@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from sparklog.cluster import Cluster
+    from sparklog.group.coordinator import GroupCoordinator
+    from sparklog.server.replica_manager import ReplicaManager
     from sparklog.log.table import FileEntry
 
 __all__ = ["read_topics", "lag_frame", "LAG_VIEW"]
@@ -45,29 +46,28 @@ def _range_predicate(ranges: Mapping[int, tuple[int, int]], files: list["FileEnt
     return " OR ".join(terms)
 
 
-def read_topics(spark: "SparkSession", options: Mapping[str, str], cluster: "Cluster | None" = None) -> "DataFrame":
+def read_topics(spark: "SparkSession", options: Mapping[str, str], replicas: "ReplicaManager | None" = None) -> "DataFrame":
     """Like ``spark.read.format("sparklog").options(**options).load()``, natively.
 
-    ``cluster`` lets a caller that reads many topics share one ZooKeeper session.
+    ``replicas`` lets a caller that reads many topics share one ZooKeeper session.
     """
     from pyspark.sql.datasource import CaseInsensitiveDict
 
-    from sparklog.cluster import Cluster as ClusterClient
     from sparklog.log.reader import files_for_ranges
     from sparklog.model.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
-    from sparklog.spark.options import cluster_config_from_options, option_flag
+    from sparklog.spark.options import connect_replicas, option_flag
     from sparklog.spark.reader import resolve_read_ranges
 
     opts = CaseInsensitiveDict(dict(options))
     include_headers = option_flag(opts, "includeHeaders", False)
     output_ddl = SPARK_READ_DDL_WITH_HEADERS if include_headers else SPARK_READ_DDL
     frames: list[DataFrame] = []
-    own = cluster is None
-    if cluster is None:
-        cluster = ClusterClient(cluster_config_from_options(opts))
+    own = replicas is None
+    if replicas is None:
+        replicas = connect_replicas(opts)
     try:
-        for topic, all_ranges in resolve_read_ranges(cluster, opts).items():
-            for table, parts in cluster.replicas.leader_tables(topic, all_ranges):
+        for topic, all_ranges in resolve_read_ranges(replicas, opts).items():
+            for table, parts in replicas.leader_tables(topic, all_ranges):
                 ranges = {p: all_ranges[p] for p in parts}
                 files = files_for_ranges(table, table.snapshot(), ranges)
                 if not files:
@@ -85,15 +85,15 @@ def read_topics(spark: "SparkSession", options: Mapping[str, str], cluster: "Clu
                 frames.append(df.selectExpr(*selected, *(["headers"] if include_headers else [])))
     finally:
         if own:
-            cluster.close()
+            replicas.close()
     if not frames:
         return spark.createDataFrame([], output_ddl)
     return reduce(lambda a, b: a.unionByName(b), frames)
 
 
-def lag_frame(spark: "SparkSession", cluster: "Cluster") -> "DataFrame":
+def lag_frame(spark: "SparkSession", groups: "GroupCoordinator") -> "DataFrame":
     """Every group's per-partition lag now (group, topic, partition, current_offset,
     log_end_offset, lag, consumer_id, host, client_id, state) as a small local DataFrame."""
     from sparklog.admin.groups import consumer_lag
 
-    return spark.createDataFrame(consumer_lag(cluster))
+    return spark.createDataFrame(consumer_lag(groups))

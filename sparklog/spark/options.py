@@ -12,12 +12,18 @@ session conf reaches them only through options or ``spark.executorEnv.SPARKLOG_*
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from typing import Any
 
 from sparklog.config import CLUSTER_KEYS, ClusterConfig, resolve_cluster_config
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from sparklog.server.replica_manager import ReplicaManager
 from sparklog.errors import ConfigError
 
-__all__ = ["cluster_config_from_options", "cluster_options_from_conf", "option_flag", "SESSION_CONF_PREFIX"]
+__all__ = ["connect_replicas", "session_options", "cluster_config_from_options", "cluster_options_from_conf", "option_flag", "SESSION_CONF_PREFIX"]
 
 SESSION_CONF_PREFIX = "spark.sparklog."
 
@@ -63,3 +69,24 @@ def option_flag(options: Mapping[str, Any], key: str, default: bool) -> bool:
     if lowered not in ("true", "false"):
         raise ConfigError(f"Option {key} must be true or false, got {raw!r}")
     return lowered == "true"
+
+
+def connect_replicas(options: Mapping[str, str]) -> "ReplicaManager":
+    """A replica manager for the cluster ``options`` name (close it, or use ``with``)."""
+    from sparklog.server.replica_manager import ReplicaManager
+
+    return ReplicaManager.connect(cluster_config_from_options(options))
+
+
+def session_options(spark: "SparkSession", **options: Any) -> dict[str, str]:
+    """``spark.sparklog.*`` session conf overlaid with explicit options (explicit wins)."""
+    conf = {k: v for k, v in spark.conf.getAll.items()} if hasattr(spark.conf, "getAll") else {}
+    merged = cluster_options_from_conf(conf)
+    merged.update({_option_name(k): str(v) for k, v in options.items() if v is not None})
+    return merged
+
+
+def _option_name(key: str) -> str:
+    # Python kwargs can't hold dots: zookeeper_connect -> zookeeper.connect; Kafka-source
+    # options (startingOffsets, failOnDataLoss) and dotted keys pass through unchanged.
+    return key if "." in key or not key.islower() else key.replace("_", ".")

@@ -13,12 +13,17 @@ import logging
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import CaseInsensitiveDict, DataSourceReader, InputPartition
 
 from sparklog.errors import ConfigError, InvalidOffsetSpecError, OffsetOutOfRangeError, TopicNotFoundError
 from sparklog.model.offsets import EARLIEST, LATEST, parse_assign_json, parse_offsets_json
-from sparklog.spark.options import cluster_config_from_options, option_flag
+from sparklog.model.topic import is_internal
+from sparklog.spark.options import connect_replicas, option_flag
+
+if TYPE_CHECKING:
+    from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["SparklogBatchReader", "SegmentSlice", "resolve_read_ranges", "subscribed_topics"]
 
@@ -44,7 +49,7 @@ class SegmentSlice(InputPartition):
         object.__setattr__(self, "value", None)
 
 
-def subscribed_topics(cluster: object, options: Mapping[str, str]) -> dict[str, list[int] | None]:
+def subscribed_topics(replicas: "ReplicaManager", options: Mapping[str, str]) -> dict[str, list[int] | None]:
     """topic -> explicit partitions (assign) or None (all), per subscribe/subscribePattern/assign."""
     given = [k for k in ("subscribe", "subscribePattern", "assign") if options.get(k)]
     if len(given) != 1:
@@ -56,7 +61,7 @@ def subscribed_topics(cluster: object, options: Mapping[str, str]) -> dict[str, 
     value = str(options[kind])
     if kind == "subscribe":
         topics = [t.strip() for t in value.split(",") if t.strip()]
-        existing = set(cluster.list_topics())  # type: ignore[attr-defined]
+        existing = set(replicas.list_topics())
         missing = [t for t in topics if t not in existing]
         if missing:
             raise TopicNotFoundError(f"Subscribed topic(s) {missing} do not exist")
@@ -66,22 +71,22 @@ def subscribed_topics(cluster: object, options: Mapping[str, str]) -> dict[str, 
             pattern = re.compile(value)
         except re.error as exc:
             raise ConfigError(f"subscribePattern {value!r} is not a valid regular expression: {exc}") from exc
-        return {t: None for t in cluster.list_topics(include_internal=False) if pattern.fullmatch(t)}  # type: ignore[attr-defined]
+        return {t: None for t in [t for t in replicas.list_topics() if not is_internal(t)] if pattern.fullmatch(t)}
     return dict(parse_assign_json(value))
 
 
-def _by_timestamp(cluster: object, topic: str, partitions: list[int], spec: Mapping[int, int]) -> dict[int, int | None]:
+def _by_timestamp(replicas: "ReplicaManager", topic: str, partitions: list[int], spec: Mapping[int, int]) -> dict[int, int | None]:
     from sparklog.log.reader import offset_for_timestamp
 
     result: dict[int, int | None] = {}
-    for table, parts in cluster.replicas.leader_tables(topic, [p for p in partitions if p in spec]):  # type: ignore[attr-defined]
+    for table, parts in replicas.leader_tables(topic, [p for p in partitions if p in spec]):
         dt = table.snapshot()
         result.update({p: offset_for_timestamp(table, dt, p, spec[p]) for p in parts})
     return result
 
 
 def _bound(
-    options: Mapping[str, str], side: str, cluster: object, topic: str, partitions: list[int]
+    options: Mapping[str, str], side: str, replicas: "ReplicaManager", topic: str, partitions: list[int]
 ) -> dict[int, int]:
     """Offsets per partition for ``starting``/``ending`` (-2 earliest, -1 latest)."""
     by_ts_json = options.get(f"{side}OffsetsByTimestamp")
@@ -95,7 +100,7 @@ def _bound(
                 spec = {p: int(str(global_ts)) for p in partitions}
             except ValueError:
                 raise InvalidOffsetSpecError(f"{side}Timestamp must be milliseconds since the epoch, got {global_ts!r}") from None
-        found = _by_timestamp(cluster, topic, partitions, spec)
+        found = _by_timestamp(replicas, topic, partitions, spec)
         result: dict[int, int] = {}
         strategy = str(options.get("startingOffsetsByTimestampStrategy", "error")).lower()
         for p in partitions:
@@ -129,18 +134,18 @@ def _bound(
     return dict(spec)
 
 
-def resolve_read_ranges(cluster: object, options: Mapping[str, str]) -> dict[str, dict[int, tuple[int, int]]]:
+def resolve_read_ranges(replicas: "ReplicaManager", options: Mapping[str, str]) -> dict[str, dict[int, tuple[int, int]]]:
     """topic -> partition -> [start, end) clamped to log-start and the high watermark."""
     fail_on_data_loss = option_flag(options, "failOnDataLoss", True)
     result: dict[str, dict[int, tuple[int, int]]] = {}
-    for topic, assigned in subscribed_topics(cluster, options).items():
-        offsets = cluster.partition_offsets(topic)  # type: ignore[attr-defined]
+    for topic, assigned in subscribed_topics(replicas, options).items():
+        offsets = replicas.offsets(topic)
         partitions = assigned if assigned is not None else sorted(offsets)
         unknown = [p for p in partitions if p not in offsets]
         if unknown:
             raise OffsetOutOfRangeError(f"Topic {topic} has no partition(s) {unknown}")
-        starts = _bound(options, "starting", cluster, topic, partitions)
-        ends = _bound(options, "ending", cluster, topic, partitions)
+        starts = _bound(options, "starting", replicas, topic, partitions)
+        ends = _bound(options, "ending", replicas, topic, partitions)
         ranges = {}
         for p in partitions:
             log_start, hw = offsets[p]
@@ -166,22 +171,18 @@ class SparklogBatchReader(DataSourceReader):
         self.include_headers = include_headers
 
     def partitions(self) -> list[SegmentSlice]:
-        from sparklog.cluster import Cluster
         from sparklog.log.reader import files_for_ranges
 
-        cluster = Cluster(cluster_config_from_options(self.options))
-        try:
+        with connect_replicas(self.options) as replicas:
             slices: list[SegmentSlice] = []
-            for topic, ranges in resolve_read_ranges(cluster, self.options).items():
-                for table, parts in cluster.replicas.leader_tables(topic, ranges):
+            for topic, ranges in resolve_read_ranges(replicas, self.options).items():
+                for table, parts in replicas.leader_tables(topic, ranges):
                     led = {p: ranges[p] for p in parts}
                     for entry in files_for_ranges(table, table.snapshot(), led):
                         lo, hi = max(led[entry.partition][0], entry.base_offset), min(led[entry.partition][1], entry.last_offset + 1)
                         slices.append(
                             SegmentSlice(table.full_path(entry.path), topic, entry.partition, lo, hi, self.include_headers)
                         )
-        finally:
-            cluster.close()
         return _split_for_min_partitions(slices, int(self.options.get("minPartitions", "0") or 0))
 
     def read(self, partition: SegmentSlice) -> Iterator[object]:  # type: ignore[override]

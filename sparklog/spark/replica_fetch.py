@@ -1,6 +1,6 @@
 """The replication job's Spark side: each follower broker's fetch runs as one Spark task.
 
-:func:`run_replication` ships one small task per broker (``parallelize(brokers,
+:func:`run_replica_fetch` ships one small task per broker (``parallelize(brokers,
 len(brokers))``); the task opens the cluster from the shipped settings and runs one round of
 :class:`sparklog.server.replica_fetcher.ReplicaFetcher` for that broker: reconcile after leader changes,
 then copy what its replicas lack (each partition one Delta commit on the follower's table,
@@ -21,38 +21,38 @@ from sparklog.spark.task_errors import reraise_sparklog_error
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from sparklog.cluster import Cluster
+    from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["ReplicationTask", "ReplicationReport", "run_replication", "replicate_task"]
+__all__ = ["ReplicaFetchTask", "ReplicaFetchReport", "run_replica_fetch", "replica_fetch_task"]
 
 
 @dataclass(frozen=True)
-class ReplicationTask:
+class ReplicaFetchTask:
     options: dict[str, str]  # the cluster settings (ClusterConfig.to_options)
     broker_id: int
     topics: list[str] | None
 
 
 @dataclass(frozen=True)
-class ReplicationReport:
+class ReplicaFetchReport:
     broker_id: int
     copied: list[tuple[str, int, int, int]]  # (topic, partition, records, new log end)
     truncated: list[tuple[str, int, int]]
     errors: list[tuple[str, int, str]]
 
 
-def replicate_task(task: ReplicationTask) -> ReplicationReport:
+def replica_fetch_task(task: ReplicaFetchTask) -> ReplicaFetchReport:
     """One fetch round for one broker (runs in a Spark task)."""
-    from sparklog.cluster import Cluster
     from sparklog.config import resolve_cluster_config
+    from sparklog.server.replica_manager import ReplicaManager
     from sparklog.server.replica_fetcher import ReplicaFetcher
 
-    cluster = Cluster(resolve_cluster_config(task.options))
+    replicas = ReplicaManager.connect(resolve_cluster_config(task.options))
     try:
-        done = ReplicaFetcher(cluster, task.broker_id, topics=task.topics).run_once()
+        done = ReplicaFetcher(replicas, task.broker_id, topics=task.topics).run_once()
     finally:
-        cluster.close()
-    return ReplicationReport(
+        replicas.close()
+    return ReplicaFetchReport(
         task.broker_id,
         [(topic, r.partition, r.records, r.log_end) for topic, r in done.copied],
         done.truncated,
@@ -60,20 +60,20 @@ def replicate_task(task: ReplicationTask) -> ReplicationReport:
     )
 
 
-def run_replication(
-    spark: "SparkSession", cluster: "Cluster", brokers: list[int] | None = None, topics: list[str] | None = None,
+def run_replica_fetch(
+    spark: "SparkSession", replicas: "ReplicaManager", brokers: list[int] | None = None, topics: list[str] | None = None,
     max_rounds: int = 100,
-) -> list[ReplicationReport]:  # fmt: skip
+) -> list[ReplicaFetchReport]:  # fmt: skip
     """Rounds of follower fetches for ``brokers`` (default: every registered broker) until
     nothing is left to copy; returns every round's reports."""
-    selected = sorted(cluster.metadata.brokers()) if brokers is None else sorted(set(brokers))
-    tasks = [ReplicationTask(cluster.config.to_options(), b, topics) for b in selected]
+    selected = sorted(replicas.metadata.brokers()) if brokers is None else sorted(set(brokers))
+    tasks = [ReplicaFetchTask(replicas.config.to_options(), b, topics) for b in selected]
     context = spark.sparkContext
-    reports: list[ReplicationReport] = []
+    reports: list[ReplicaFetchReport] = []
     for _round in range(max_rounds):
         context.setJobDescription(f"sparklog replication to brokers {selected}")
         try:
-            done = context.parallelize(tasks, len(tasks)).map(replicate_task).collect()
+            done = context.parallelize(tasks, len(tasks)).map(replica_fetch_task).collect()
         except Exception as exc:
             reraise_sparklog_error(exc)
             raise

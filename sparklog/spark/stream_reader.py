@@ -10,7 +10,7 @@ the connection options of the batch source and ``groupId``.
 Invariants:
 
 * a micro-batch never reads above the high watermark (ends come from the log-end app
-  transactions of a committed snapshot, via ``Cluster.high_watermarks``), and never more
+  transactions of a committed snapshot, via ``ReplicaManager.high_watermarks``), and never more
   than ``maxOffsetsPerTrigger`` records (:func:`rate_limit` splits the cap over the
   partitions in proportion to their backlog, and the total is exact);
 * a partition the query has not seen before (partition increase, a new topic matching
@@ -23,7 +23,7 @@ Invariants:
 
 Who calls what: Spark keeps one Python worker per query for ``initialOffset``,
 ``latestOffset``, ``partitions``, ``commit`` and ``stop`` (one instance, so it keeps a
-``Cluster`` open), and creates another instance whose pickled copies ``read`` in tasks;
+``ReplicaManager`` open), and creates another instance whose pickled copies ``read`` in tasks;
 ``__init__`` therefore only parses options.
 """
 
@@ -39,13 +39,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from sparklog.errors import ConfigError, OffsetOutOfRangeError
 from sparklog.model.offsets import EARLIEST, LATEST, parse_offsets_json
-from sparklog.spark.options import cluster_config_from_options, option_flag
+from sparklog.spark.options import connect_replicas, option_flag
 # ``subscribed_topics`` (subscribe/subscribePattern/assign -> topics) is the batch reader's; reused,
 # not copied, so both sources resolve a subscription alike.
 from sparklog.spark.reader import SparklogBatchReader, resolve_read_ranges, subscribed_topics
 
 if TYPE_CHECKING:
-    from sparklog.cluster import Cluster
+    from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["SparklogStreamReader", "Offsets", "rate_limit", "offsets_to_json", "offsets_from_json"]
 
@@ -117,19 +117,17 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.fail_on_data_loss = option_flag(self.options, "failOnDataLoss", True)
         self.max_offsets = _positive_int(self.options.get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger")
         self.group_id = self.options.get("groupId") or None
-        self._cluster: Cluster | None = None
+        self._replicas: ReplicaManager | None = None
         self._target: Offsets | None = None  # Trigger.AvailableNow: nothing beyond these ends
         self._group_committed: dict[tuple[str, int], int] = {}
 
-    def _connect(self) -> "Cluster":
-        from sparklog.cluster import Cluster
-
-        if self._cluster is None:
-            self._cluster = Cluster(cluster_config_from_options(self.options))
-        return self._cluster
+    def _connect(self) -> "ReplicaManager":
+        if self._replicas is None:
+            self._replicas = connect_replicas(self.options)
+        return self._replicas
 
     def __getstate__(self) -> dict[str, object]:
-        return {**self.__dict__, "_cluster": None}  # a connection stays in its process
+        return {**self.__dict__, "_replicas": None}  # a connection stays in its process
 
     # -- offsets -------------------------------------------------------------------------
     def initialOffset(self) -> dict[str, dict[str, int]]:
@@ -184,10 +182,10 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return start if ends == starts else offsets_to_json(ends)
 
     def _high_watermarks(self) -> Offsets:
-        cluster = self._connect()
+        replicas = self._connect()
         result: Offsets = {}
-        for topic, assigned in subscribed_topics(cluster, self.options).items():
-            hws = cluster.high_watermarks(topic)
+        for topic, assigned in subscribed_topics(replicas, self.options).items():
+            hws = replicas.high_watermarks(topic)
             if assigned is not None:
                 unknown = sorted(set(assigned) - set(hws))
                 if unknown:
@@ -241,13 +239,16 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends = offsets_from_json(processed, "stream offset")
         offsets = {(t, p): o for t, parts in ends.items() for p, o in parts.items()}
         if offsets and offsets != self._group_committed:
-            self._connect().commit_offsets(self.group_id, offsets, "spark structured streaming")
+            from sparklog.group.coordinator import GroupCoordinator, OffsetCommit
+
+            commits = {tp: OffsetCommit(offset, "spark structured streaming") for tp, offset in offsets.items()}
+            GroupCoordinator(self._connect()).commit(self.group_id, commits)
             self._group_committed = offsets
 
     def stop(self) -> None:
-        if self._cluster is not None:
-            self._cluster.close()
-            self._cluster = None
+        if self._replicas is not None:
+            self._replicas.close()
+            self._replicas = None
 
 
 def _positive_int(raw: object, key: str) -> int | None:

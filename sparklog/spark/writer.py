@@ -162,25 +162,25 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
     epoch markers where a stale lease was taken over, and seed each lease's offset counter
     with the partition's log end. ``adopt``: ``owner`` is a stable id, and leases a crashed
     earlier run of it left behind are taken over at once."""
-    from sparklog.cluster import Cluster
     from sparklog.metadata.lease import WriterLease
     from sparklog.metadata.session import resolve_connect
     from sparklog.log.segment import parquet_compression
+    from sparklog.server.replica_manager import ReplicaManager
 
     config = cluster_config_from_options(options)
-    cluster = Cluster(config)
+    replicas = ReplicaManager.connect(config)
     grants: list[LeaseGrant] = []
     try:
-        configs = cluster.topic_config(topic)
+        configs = replicas.topic_config(topic)
         leaders: dict[int, tuple[str, int]] = {}
         start_offsets: dict[int, int] = {}
         try:
-            for partition in cluster.partitions_of(topic):
+            for partition in replicas.partitions_of(topic):
                 # One state read gives leader and epoch together (an election in between
                 # can't pair one leader's table with another's epoch).
-                state = cluster.replicas.leader(topic, partition)
-                table = cluster.replica_table(topic, state.leader)
-                lease = WriterLease(cluster.zk, topic, partition, owner, config.spark_writer_lease_ms)
+                state = replicas.leader(topic, partition)
+                table = replicas.replica_table(topic, state.leader)
+                lease = WriterLease(replicas.zk, topic, partition, owner, config.spark_writer_lease_ms)
                 grant = lease.acquire(
                     config.spark_writer_lease_ms, table.fence_epoch(table.snapshot(), partition), adopt=adopt
                 )
@@ -193,7 +193,7 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
                 start_offsets[partition] = start
                 leaders[partition] = (os.path.dirname(os.path.dirname(table.root)), state.leader_epoch)
         except BaseException:
-            _release(cluster.zk, topic, owner, grants)
+            _release(replicas.zk, topic, owner, grants)
             raise
         return ProducePlan(
             topic=topic,
@@ -210,7 +210,7 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
             start_offsets=start_offsets,
         )
     finally:
-        cluster.close()
+        replicas.close()
 
 
 def write_task_segments(plan: ProducePlan, iterator: Iterator[object], task: int) -> list[dict[str, int | str]]:

@@ -33,9 +33,9 @@ def compaction_job(
 
     try:
         with sparklog.connect(options) as cluster:
-            cluster.table(topic).snapshot()  # open everything before the start line
+            cluster.replicas.leader_table(topic).snapshot()  # open everything before the start line
             go.wait(60)
-            done = run_compaction(cluster, None, [topic], now_ms=now_ms)
+            done = run_compaction(cluster.replicas, None, [topic], now_ms=now_ms)
             results.put([(r.partition, r.status) for r in done])
     except BaseException:  # noqa: BLE001 - everything goes back to the parent
         results.put(traceback.format_exc())
@@ -60,7 +60,7 @@ def maintenance_until_killed(
 
     progress("started")
     with sparklog.connect(options) as cluster:
-        run_maintenance(cluster, spark, [topic], now_ms=now_ms, progress=progress)
+        run_maintenance(cluster.replicas, spark, [topic], now_ms=now_ms, progress=progress)
     progress("finished")
     if spark is not None:
         spark.stop()

@@ -65,7 +65,7 @@ def snapshot_records(cluster: sparklog.Cluster, topic: str) -> dict[int, list[Re
 
 def one_run_reference(cluster: sparklog.Cluster, topic: str, now: int, tmp: Path) -> dict[int, list[Record]]:
     """What ONE compaction run makes of the current table: run it on a copy."""
-    source = cluster.table(topic)
+    source = cluster.replicas.leader_table(topic)
     shutil.copytree(source.root, tmp / "topics" / topic)
     copy = TopicTable(str(tmp), topic)
     partitions = cluster.partitions_of(topic)
@@ -175,11 +175,11 @@ def test_maintenance_beside_a_live_producer_and_consumer(cluster, cluster_option
         wait_for(lambda: (tmp_path / "ready").exists(), 60, "the producer to start")
         runs, compacted = 0, 0
         while producer.exitcode is None:
-            report = run_maintenance(cluster, spark, [TOPIC])
+            report = run_maintenance(cluster.replicas, spark, [TOPIC])
             runs += 1
             compacted += sum(1 for r in report.compaction if r.status == "compacted")
         assert producer.exitcode == 0, f"producer failed (exit {producer.exitcode})"
-        run_maintenance(cluster, spark, [TOPIC])  # and once more on the final log
+        run_maintenance(cluster.replicas, spark, [TOPIC])  # and once more on the final log
         stop_path.touch()
         consumer.join(120)
         assert consumer.exitcode == 0, f"consumer failed (exit {consumer.exitcode})"
@@ -221,7 +221,7 @@ def test_three_compaction_jobs_at_once_equal_one_run(cluster, cluster_options, s
                 processes.append(child)
             time.sleep(3)  # the children import sparklog and connect meanwhile
             go.set()
-            mine = run_compaction(cluster, spark, ["race"], now_ms=now)
+            mine = run_compaction(cluster.replicas, spark, ["race"], now_ms=now)
             theirs = [results.get(timeout=120) for _ in range(2)]
         assert all(isinstance(t, list) for t in theirs), f"a compaction child failed: {theirs}"
         statuses = [(r.partition, r.status) for r in mine] + [s for t in theirs for s in t]
@@ -229,8 +229,8 @@ def test_three_compaction_jobs_at_once_equal_one_run(cluster, cluster_options, s
         assert winners == {p: 1 for p in range(4)}, f"round {round_}: compactions per partition {winners}, {statuses}"
         assert {p for p, s in statuses if s not in ("compacted", "skipped")} == set()
         assert snapshot_records(cluster, "race") == expected, f"round {round_}: not what one run makes"
-        assert compaction_commits(cluster.table("race")) == {p: round_ + 1 for p in range(4)}
-        assert_no_stray_files(cluster.table("race"))
+        assert compaction_commits(cluster.replicas.leader_table("race")) == {p: round_ + 1 for p in range(4)}
+        assert_no_stray_files(cluster.replicas.leader_table("race"))
 
 
 # -- 3. kill -9 ------------------------------------------------------------------------------
@@ -283,7 +283,7 @@ def test_killed_maintenance_leaves_the_previous_state_and_a_rerun_completes(clus
     print(f"compacted partitions after each kill: {done_counts}")
     assert final.exitcode == 0 and progress_lines(tmp_path / "final.log")[-1] == "finished"
     assert snapshot_records(cluster, "kill") == after
-    assert compaction_commits(cluster.table("kill")) == {p: 1 for p in range(8)}, "one commit per partition in all"
+    assert compaction_commits(cluster.replicas.leader_table("kill")) == {p: 1 for p in range(8)}, "one commit per partition in all"
 
 
 @pytest.mark.slow
@@ -306,6 +306,6 @@ def test_killed_spark_maintenance_job_then_rerun(cluster, cluster_options, spark
             os.killpg(child.pid, signal.SIGKILL)
     done = assert_each_partition_before_or_after(cluster, "skill", before, after)
     assert 1 <= done < 6, f"{done} partitions compacted when killed: expected a run killed mid-way"
-    rerun = run_compaction(cluster, spark, ["skill"], now_ms=now)
+    rerun = run_compaction(cluster.replicas, spark, ["skill"], now_ms=now)
     assert sum(1 for r in rerun if r.status == "compacted") == 6 - done
     assert snapshot_records(cluster, "skill") == after

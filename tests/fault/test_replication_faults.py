@@ -84,7 +84,7 @@ def leader_of(cluster: sparklog.Cluster, partition: int = 0, topic: str = TOPIC)
 
 
 def replica_records(cluster: sparklog.Cluster, broker: int, partition: int, end: int, topic: str = TOPIC) -> list[tuple[int, bytes]]:
-    table = cluster.replica_table(topic, broker)
+    table = cluster.replicas.replica_table(topic, broker)
     got = read_ranges(table, table.snapshot(), {partition: (0, end)})
     return list(zip(got.column("offset").to_pylist(), got.column("value").to_pylist()))
 
@@ -148,7 +148,7 @@ def test_two_of_three_down_refuses_produces_until_one_returns(cluster, agents) -
     for broker in down:
         agents.kill(broker)
     agents.wait_for(lambda: cluster.replicas.states("two-down", [0])[0].isr == [leader], 30, "the ISR shrinking to the leader")
-    table = cluster.replica_table("two-down", leader)
+    table = cluster.replicas.replica_table("two-down", leader)
     end = table.log_end(table.snapshot(), 0)
     with cluster.producer(acks="all", linger_ms=0, delivery_timeout_ms=1_000) as producer:
         with pytest.raises(NotEnoughReplicasError, match="fewer than min.insync.replicas=2"):
@@ -169,7 +169,7 @@ def test_paused_leader_cannot_commit_under_its_old_epoch(cluster, agents) -> Non
     agents.pause(old_leader)
     agents.wait_for(lambda: leader_of(cluster, 0, "paused") not in (old_leader, -1), 30, "a new leader")
     agents.resume(old_leader)
-    table = cluster.replica_table("paused", old_leader)
+    table = cluster.replicas.replica_table("paused", old_leader)
     batch = records_to_arrow([None], [b"zombie"], [int(time.time() * 1000)], [None])
     with pytest.raises(NotLeaderError, match="leadership moved"):
         append(table, {0: 1_000}, {0: batch}, leader_epochs={0: old_epoch})

@@ -141,7 +141,7 @@ def test_consume_into_topic_survives_kill9(cluster, cluster_options, tmp_path):
     assert counts == Counter(values), (
         f"{sum(1 for n in counts.values() if n > 1)} values duplicated, {len(set(values) - set(counts))} missing"
     )
-    table = cluster.table("mirrored")
+    table = cluster.replicas.leader_table("mirrored")
     dt = table.snapshot()
     assert_offsets_stored(cluster, {input_app_id(GROUP, INPUT, p): table.app_version(dt, input_app_id(GROUP, INPUT, p))
                                     for p in range(PARTITIONS)})  # fmt: skip

@@ -30,7 +30,7 @@ def test_zombie_writer_is_fenced(
     cluster: sparklog.Cluster, cluster_options: dict[str, str], snapshot_before_pause: bool
 ) -> None:
     cluster.create_topic(TOPIC, partitions=2)
-    table = cluster.table(TOPIC)
+    table = cluster.replicas.leader_table(TOPIC)
     with cluster.producer() as producer:  # some history first, on both partitions
         for i in range(3):
             producer.send(TOPIC, b"early-%d" % i, partition=0)
@@ -48,9 +48,9 @@ def test_zombie_writer_is_fenced(
         assert ready.wait(60), "the zombie never got ready"
         os.kill(child.pid, signal.SIGSTOP)
         # Frozen: its session expires (its ephemeral znode goes) and its lease runs out.
-        wait_for(lambda: cluster.zk.client.exists(alive_path) is None, 15, "the zombie's ZooKeeper session to expire")
+        wait_for(lambda: cluster.replicas.zk.client.exists(alive_path) is None, 15, "the zombie's ZooKeeper session to expire")
 
-        successor = WriterLease(cluster.zk, TOPIC, 0, "successor", 10_000)
+        successor = WriterLease(cluster.replicas.zk, TOPIC, 0, "successor", 10_000)
         grant = successor.acquire(10_000, table.fence_epoch(table.snapshot(), 0))
         assert grant.takeover, "the zombie never released: the new writer must see a takeover"
         table.commit_epoch_marker(0, grant.epoch)

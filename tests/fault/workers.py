@@ -156,12 +156,12 @@ def zombie_writer(
     report: dict[str, Any] = {}
     try:
         cluster = sparklog.connect(options)
-        table = cluster.table(topic)
-        lease = WriterLease(cluster.zk, topic, 0, "zombie", lease_ms)
+        table = cluster.replicas.leader_table(topic)
+        lease = WriterLease(cluster.replicas.zk, topic, 0, "zombie", lease_ms)
         grant = lease.acquire(10_000, table.fence_epoch(table.snapshot(), 0))
         report["epoch"] = grant.epoch
         # An ephemeral znode of this session: the parent sees it vanish when the session expires.
-        cluster.zk.client.create(alive_path, b"", ephemeral=True, makepath=True)
+        cluster.replicas.zk.client.create(alive_path, b"", ephemeral=True, makepath=True)
         batch = segment_batch([b"zombie-%d" % i for i in range(5)])
         dt = segment = None
         if snapshot_before_pause:
@@ -198,7 +198,7 @@ def idempotent_appends(
 
     try:
         cluster = sparklog.connect(options)
-        table = cluster.table(topic)
+        table = cluster.replicas.leader_table(topic)
         table.snapshot()  # open the table before the race
         for r in range(1, rounds + 1):
             batch = segment_batch([b"r%d-%d" % (r, i) for i in range(3)])

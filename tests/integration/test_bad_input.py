@@ -250,4 +250,4 @@ def test_replication_factor_error_on_a_fresh_cluster_registers_no_broker(cluster
     fails_cleanly(
         cluster, sparklog_home, InvalidReplicationFactorError, lambda: cluster.create_topic("t", replication_factor=2)
     )
-    assert cluster.metadata.brokers() == {}, "a rejected create_topic must not register this client as a broker"
+    assert cluster.replicas.metadata.brokers() == {}, "a rejected create_topic must not register this client as a broker"

@@ -71,7 +71,7 @@ def expected_survivors(
 
 
 def live_files(cluster: sparklog.Cluster, topic: str, partition: int = 0) -> list[tuple[str, int, int, int]]:
-    table = cluster.table(topic)
+    table = cluster.replicas.leader_table(topic)
     return [(f.path, f.base_offset, f.last_offset, f.num_records) for f in table.files(table.snapshot(), {partition})]
 
 
@@ -89,7 +89,7 @@ def test_compact_keeps_the_newest_record_per_key_with_offsets_and_the_head(clust
         send_file(producer, "t", 0, [(b"a", b"a7", now), (b"c", b"c8", now)])  # the head
     head = live_files(cluster, "t")[-1]
     lines: list[str] = []
-    [result] = run_compaction(cluster, spark, ["t"], now_ms=now, progress=lines.append)
+    [result] = run_compaction(cluster.replicas, spark, ["t"], now_ms=now, progress=lines.append)
     assert records_of(cluster, "t", 0) == [
         (3, None, b"n3"), (4, b"c", b"c4"), (5, b"b", None), (6, b"a", b"a6"), (7, b"a", b"a7"), (8, b"c", b"c8"),
     ]
@@ -100,11 +100,11 @@ def test_compact_keeps_the_newest_record_per_key_with_offsets_and_the_head(clust
     assert files[-1] == head, "the active head is never rewritten"
     assert [(lo, hi, n) for _p, lo, hi, n in files] == [(0, 6, 4), (7, 8, 2)], "stats tile the offsets; numRecords exact"
     assert cluster.partition_offsets("t")[0] == (0, 9), "log-start and the high watermark do not move"
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     dt = table.snapshot()
     assert table.app_version(dt, cleaned_app_id(0)) == 7
     assert dt.history(1)[0]["sparklog.operation"] == "COMPACTION"
-    again = run_compaction(cluster, spark, ["t"], now_ms=now)
+    again = run_compaction(cluster.replicas, spark, ["t"], now_ms=now)
     assert again[0].status == "skipped" and "nothing to clean" in again[0].reason
 
 
@@ -118,7 +118,7 @@ def test_compact_delete_topic_runs_retention_then_compaction(cluster, spark) -> 
             send_file(producer, topic, 0, [(b"a", b"a0", old), (b"b", b"b1", old)])  # expired by retention.ms
             send_file(producer, topic, 0, [(b"a", b"a2", now), (b"b", b"b3", now), (b"a", b"a4", now)])
             send_file(producer, topic, 0, [(b"b", b"b5", now)])  # head
-    report = run_maintenance(cluster, spark, ["cd", "plain"], now_ms=now)
+    report = run_maintenance(cluster.replicas, spark, ["cd", "plain"], now_ms=now)
     assert [(r.topic, r.removed_files, r.new_log_start) for r in report.retention] == [("cd", 1, 2), ("plain", 1, 2)]
     assert [(r.topic, r.status, r.records_before, r.records_after) for r in report.compaction] == [("cd", "compacted", 3, 2)]
     assert records_of(cluster, "cd", 0) == [(3, b"b", b"b3"), (4, b"a", b"a4"), (5, b"b", b"b5")]
@@ -134,12 +134,12 @@ def test_tombstone_kept_until_delete_retention_ms_then_removed(cluster, spark) -
         send_file(producer, "t", 0, [(b"a", b"a0", now), (b"b", b"b1", now)])
         send_file(producer, "t", 0, [(b"a", None, now)])  # tombstone of a
         send_file(producer, "t", 0, [(b"c", b"c3", now)])  # head
-    run_compaction(cluster, spark, ["t"], now_ms=now + HOUR_MS - 1)
+    run_compaction(cluster.replicas, spark, ["t"], now_ms=now + HOUR_MS - 1)
     kept = [(1, b"b", b"b1"), (2, b"a", None), (3, b"c", b"c3")]
     assert records_of(cluster, "t", 0) == kept, "a tombstone younger than delete.retention.ms stays"
     with cluster.producer() as producer:
         send_file(producer, "t", 0, [(b"d", b"d4", now)])  # a new head: offset 3 becomes cleanable
-    [result] = run_compaction(cluster, spark, ["t"], now_ms=now + HOUR_MS + 1)
+    [result] = run_compaction(cluster.replicas, spark, ["t"], now_ms=now + HOUR_MS + 1)
     assert result.status == "compacted" and result.cleaned_up_to == 4
     assert records_of(cluster, "t", 0) == [(1, b"b", b"b1"), (3, b"c", b"c3"), (4, b"d", b"d4")], "expired tombstone removed"
 
@@ -151,7 +151,7 @@ def test_min_compaction_lag_keeps_recent_segments(cluster, spark) -> None:
         send_file(producer, "t", 0, [(b"a", b"a0", now - 2 * HOUR_MS), (b"a", b"a1", now - 2 * HOUR_MS)])
         send_file(producer, "t", 0, [(b"a", b"a2", now - 10_000), (b"a", b"a3", now - 10_000)])  # within the lag
         send_file(producer, "t", 0, [(b"a", b"a4", now)])
-    [result] = run_compaction(cluster, spark, ["t"], now_ms=now)
+    [result] = run_compaction(cluster.replicas, spark, ["t"], now_ms=now)
     assert (result.status, result.files_rewritten, result.cleaned_up_to) == ("compacted", 1, 2)
     assert [o for o, _k, _v in records_of(cluster, "t", 0)] == [1, 2, 3, 4], "only the segment older than the lag was cleaned"
 
@@ -163,19 +163,19 @@ def test_dirty_ratio_below_threshold_skips_the_partition(cluster, spark) -> None
         send_file(producer, "t", 0, [(b"k%d" % i, b"v" * 200, now) for i in range(50)])
         send_file(producer, "t", 0, [(b"k0", b"x", now)])
     unique = live_files(cluster, "t")
-    [first] = run_compaction(cluster, spark, ["t"], now_ms=now)
+    [first] = run_compaction(cluster.replicas, spark, ["t"], now_ms=now)
     assert (first.status, first.files_rewritten, first.records_before, first.records_after) == ("compacted", 0, 50, 50)
     assert live_files(cluster, "t") == unique, "nothing to drop: files kept, only cleaned_up_to recorded"
-    assert cluster.table("t").app_version(cluster.table("t").snapshot(), cleaned_app_id(0)) == 50
+    assert cluster.replicas.leader_table("t").app_version(cluster.replicas.leader_table("t").snapshot(), cleaned_app_id(0)) == 50
     with cluster.producer() as producer:
         send_file(producer, "t", 0, [(b"k1", b"y", now)])  # small dirty part behind a big clean one
     before = live_files(cluster, "t")
-    [result] = run_compaction(cluster, spark, ["t"], now_ms=now)
+    [result] = run_compaction(cluster.replicas, spark, ["t"], now_ms=now)
     assert result.status == "skipped" and "below min.cleanable.dirty.ratio 0.5" in result.reason
     assert result.dirty_ratio is not None and 0 < result.dirty_ratio < 0.5
     assert live_files(cluster, "t") == before
     cluster.alter_topic_config("t", set={"min.cleanable.dirty.ratio": "0.01"})
-    assert run_compaction(cluster, spark, ["t"], now_ms=now)[0].status == "compacted"
+    assert run_compaction(cluster.replicas, spark, ["t"], now_ms=now)[0].status == "compacted"
 
 
 # -- equivalence on random data ------------------------------------------------------------
@@ -198,7 +198,7 @@ def test_compaction_equals_the_reference_on_random_keyed_data(cluster, spark) ->
                 send_file(producer, "r", p, rows)
                 produced[p] += [(start + j, k, v, ts) for j, (k, v, ts) in enumerate(rows)]
     heads = {p: live_files(cluster, "r", p)[-1] for p in range(3)}
-    results = run_compaction(cluster, spark, ["r"], now_ms=now)
+    results = run_compaction(cluster.replicas, spark, ["r"], now_ms=now)
     assert [r.status for r in results] == ["compacted"] * 3
     for r in results:
         p = r.partition
@@ -216,7 +216,7 @@ def test_consumers_read_survivors_with_offset_gaps(cluster, spark) -> None:
     with cluster.producer() as producer:
         send_file(producer, "t", 0, [(b"k%d" % (i % 3), b"v%d" % i, now) for i in range(30)])
         send_file(producer, "t", 0, [(b"z", b"head", now)])
-    run_compaction(cluster, spark, ["t"], now_ms=now)
+    run_compaction(cluster.replicas, spark, ["t"], now_ms=now)
     survivors = [27, 28, 29, 30]
     with cluster.consumer(None, auto_offset_reset="earliest") as consumer:
         consumer.assign([("t", 0)])
@@ -236,7 +236,7 @@ def test_consumer_moves_past_a_gap_wider_than_max_records(cluster, spark) -> Non
     with cluster.producer() as producer:
         send_file(producer, "t", 0, [(b"same", b"v%d" % i, now) for i in range(30)])
         send_file(producer, "t", 0, [(b"z", b"head", now)])
-    run_compaction(cluster, spark, ["t"], now_ms=now)
+    run_compaction(cluster.replicas, spark, ["t"], now_ms=now)
     with cluster.consumer(None, auto_offset_reset="earliest") as consumer:
         consumer.assign([("t", 0)])
         seen = [r.offset for _ in range(5) for r in consumer.poll(200, max_records=10)]
@@ -249,7 +249,7 @@ def test_fully_compacted_prefix_keeps_log_start(cluster, spark) -> None:
     with cluster.producer() as producer:
         send_file(producer, "t", 0, [(b"a", None, now - 10), (b"b", None, now - 10)])  # only expired tombstones
         send_file(producer, "t", 0, [(b"c", b"c2", now)])
-    [result] = run_compaction(cluster, spark, ["t"], now_ms=now)
+    [result] = run_compaction(cluster.replicas, spark, ["t"], now_ms=now)
     assert (result.records_before, result.records_after, result.files_written) == (2, 0, 1)
     assert [(lo, hi, n) for _p, lo, hi, n in live_files(cluster, "t")] == [(0, 1, 0), (2, 2, 1)], "an empty placeholder"
     assert cluster.partition_offsets("t")[0] == (0, 3)
@@ -268,7 +268,7 @@ def test_records_below_log_start_are_not_resurrected(cluster, spark) -> None:
         send_file(producer, "t", 0, [(b"k%d" % i, b"v%d" % i, now) for i in range(10)])
         send_file(producer, "t", 0, [(b"z", b"head", now)])
     cluster.delete_records("t", {0: 6})  # log-start inside the first file
-    [result] = run_compaction(cluster, spark, ["t"], now_ms=now)
+    [result] = run_compaction(cluster.replicas, spark, ["t"], now_ms=now)
     assert (result.records_before, result.records_after) == (4, 4)
     assert [o for o, _k, _v in records_of(cluster, "t", 0)] == [6, 7, 8, 9, 10]
     assert cluster.partition_offsets("t")[0] == (6, 11)
@@ -285,7 +285,7 @@ def test_dry_run_changes_nothing(cluster, spark, sparklog_home) -> None:
             send_file(producer, "cd", p, [(b"a", b"x", now), (b"a", b"y", now)])
             send_file(producer, "cd", p, [(b"b", b"head", now)])
     with assert_unchanged(cluster, sparklog_home):
-        report = run_maintenance(cluster, spark, ["cd"], dry_run=True, now_ms=now)
+        report = run_maintenance(cluster.replicas, spark, ["cd"], dry_run=True, now_ms=now)
     assert [(r.partition, r.removed_files, r.dry_run) for r in report.retention] == [(0, 1, True), (1, 1, True)]
     assert [(r.status, r.files_rewritten, r.records_before, r.records_after, r.bytes_after) for r in report.compaction] == [
         ("dry-run", 2, 3, 1, None), ("dry-run", 2, 3, 1, None),
@@ -325,7 +325,7 @@ def test_losing_compaction_deletes_its_files_and_does_nothing(cluster) -> None:
     with cluster.producer() as producer:
         send_file(producer, "t", 0, [(b"a", b"1", now), (b"a", b"2", now)])
         send_file(producer, "t", 0, [(b"a", b"3", now)])
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     configs = cluster.topic_config("t")
     first, second = (plan_partition(table, 0, configs, now) for _ in range(2))
     out_first, out_second = compact_task(first.task), compact_task(second.task)  # type: ignore[union-attr]
@@ -345,7 +345,7 @@ def test_an_append_between_check_and_commit_costs_a_retry_not_a_rewrite(cluster,
     with cluster.producer() as producer:
         send_file(producer, "t", 0, [(b"a", b"1", now), (b"a", b"2", now)])
         send_file(producer, "t", 0, [(b"a", b"3", now)])
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     planned = plan_partition(table, 0, cluster.topic_config("t"), now)
     output = compact_task(planned.task)  # type: ignore[union-attr]
     attempts: list[str] = []
@@ -380,7 +380,7 @@ def test_delta_rs_conflict_facts(cluster) -> None:
     for n, (winner_data_change, loser_retries, loser_fails) in enumerate(cases):
         topic = f"x{n}"
         cluster.create_topic(topic, 1)
-        table = cluster.table(topic)
+        table = cluster.replicas.leader_table(topic)
         with cluster.producer() as producer:
             send_file(producer, topic, 0, [(b"a", b"1", 0)])
             send_file(producer, topic, 0, [(b"a", b"2", 0)])

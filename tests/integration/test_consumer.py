@@ -295,7 +295,7 @@ def test_offsets_topic_is_compacted_as_it_is_written(cluster) -> None:
     cluster.create_topic("t", 3)
     for i in range(1, 31):
         cluster.commit_offsets("g", {("t", i % 3): i})
-    offsets_table = cluster.table("__consumer_offsets")
+    offsets_table = cluster.replicas.leader_table("__consumer_offsets")
     partition = cluster.groups.log_partition("g")
     files = offsets_table.files(offsets_table.snapshot(), {partition})
     assert len(files) == 1, f"expected one live file in __consumer_offsets-{partition}, found {len(files)}"

@@ -16,7 +16,7 @@ from tests.helpers import assert_log_consistent, assert_values_unique, reaping, 
 @pytest.fixture
 def table(cluster: sparklog.Cluster) -> TopicTable:
     cluster.create_topic("idem", partitions=2)
-    return cluster.table("idem")
+    return cluster.replicas.leader_table("idem")
 
 
 def test_same_sequence_is_stored_once(cluster: sparklog.Cluster, table: TopicTable) -> None:

@@ -60,7 +60,7 @@ def commit_actions(table: TopicTable, version: int) -> list[dict]:
 
 
 def optimize(cluster: sparklog.Cluster, topic: str, table: TopicTable | None = None, **kwargs):
-    table = table or cluster.table(topic)
+    table = table or cluster.replicas.leader_table(topic)
     segment_bytes = kwargs.pop("segment_bytes", int(cluster.topic_config(topic)["segment.bytes"]))
     return optimize_topic(table, cluster.partitions_of(topic), segment_bytes, **kwargs)
 
@@ -69,7 +69,7 @@ def optimize(cluster: sparklog.Cluster, topic: str, table: TopicTable | None = N
 def test_optimize_merges_small_files_keeps_every_record_and_commits_data_change_false(cluster) -> None:
     cluster.create_topic("t", 2)
     produce_small_files(cluster, "t", 12, partitions=2)
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     before, offsets_before = cluster.read("t"), cluster.partition_offsets("t")
     assert len(live_files(table)) == 24
 
@@ -103,7 +103,7 @@ def test_optimize_merges_small_files_keeps_every_record_and_commits_data_change_
 def test_optimize_bounds_live_files_and_keeps_compaction_gaps(cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 20)
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     files = live_files(table, 0)
     # Simulate compaction: the first 4 files become one file holding every other record.
     records = read_files(table, files[:4])
@@ -128,7 +128,7 @@ def test_optimize_keeps_files_tiling_the_partition_across_compaction_gaps_and_pl
     rewrite never moves log-start and a group of empty placeholders stays one placeholder."""
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 6)
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     files = live_files(table, 0)
     # As compaction leaves them: offsets 0..9 with no survivor (two placeholders), 10..14 without 10.
     stamps = [files[0].min_timestamp_us or 0]
@@ -161,7 +161,7 @@ def test_history_retention_bounds_the_delta_log(cluster) -> None:
     cluster.create_topic("short", 1, config={"history.retention.ms": "0"})
     cluster.create_topic("long", 1)
     for topic, expected in (("short", "interval 0 milliseconds"), ("long", "interval 600000 milliseconds")):
-        configuration = cluster.table(topic).snapshot().metadata().configuration
+        configuration = cluster.replicas.leader_table(topic).snapshot().metadata().configuration
         assert configuration["delta.logRetentionDuration"] == expected and configuration["delta.checkpointInterval"] == "100"
         assert configuration["delta.enableExpiredLogCleanup"] == "false"
     for topic in ("short", "long"):
@@ -170,22 +170,22 @@ def test_history_retention_bounds_the_delta_log(cluster) -> None:
                 producer.send(topic, value=b"v%d" % i).result(timeout=30)
 
     def log_files(topic: str) -> int:
-        return len(glob.glob(os.path.join(cluster.table(topic).root, "_delta_log", "*.json")))
+        return len(glob.glob(os.path.join(cluster.replicas.leader_table(topic).root, "_delta_log", "*.json")))
 
     assert log_files("short") >= 230 and log_files("long") >= 230, "writers never delete log files"
-    assert glob.glob(os.path.join(cluster.table("short").root, "_delta_log", "*199.checkpoint.parquet"))
-    run_optimize(cluster, ["short", "long"])
+    assert glob.glob(os.path.join(cluster.replicas.leader_table("short").root, "_delta_log", "*199.checkpoint.parquet"))
+    run_optimize(cluster.replicas, ["short", "long"])
     assert log_files("short") <= 2 and log_files("long") >= 230, (log_files("short"), log_files("long"))
     assert cluster.read("short").num_rows == 230 and cluster.partition_offsets("short")[0] == (0, 230)
 
     # A changed config reaches the table at the next optimize (one metadata commit), then never again.
     cluster.alter_topic_config("long", set={"history.retention.ms": "0"})
-    version = cluster.table("long").snapshot().version()
-    _merged, [checkpoint] = run_optimize(cluster, ["long"])
-    assert cluster.table("long").snapshot().metadata().configuration["delta.logRetentionDuration"] == "interval 0 milliseconds"
+    version = cluster.replicas.leader_table("long").snapshot().version()
+    _merged, [checkpoint] = run_optimize(cluster.replicas, ["long"])
+    assert cluster.replicas.leader_table("long").snapshot().metadata().configuration["delta.logRetentionDuration"] == "interval 0 milliseconds"
     assert checkpoint.version == version + 1 and log_files("long") <= 2, log_files("long")
-    run_optimize(cluster, ["long"])
-    assert cluster.table("long").snapshot().version() == version + 1, "nothing to merge or sync, nothing committed"
+    run_optimize(cluster.replicas, ["long"])
+    assert cluster.replicas.leader_table("long").snapshot().version() == version + 1, "nothing to merge or sync, nothing committed"
     assert cluster.read("long").num_rows == 230
 
 
@@ -239,7 +239,7 @@ def test_optimize_concurrent_with_a_producer_loses_and_duplicates_nothing(cluste
 def test_two_optimize_runs_racing_agree_and_leave_no_orphans(cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 30)
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     before, originals = cluster.read("t"), {f.path for f in live_files(table)}
     log_dir = str(Path(table.root).parents[1])
     barrier = threading.Barrier(2)
@@ -284,7 +284,7 @@ def test_optimize_replans_when_a_merged_file_is_removed_concurrently(cluster, mo
     [result] = optimize(cluster, "t")
     assert (result.attempts, result.files_merged) == (2, 5)
     assert cluster.read("t").column("offset").to_pylist() == list(range(5, 30))
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     assert len(files_on_disk(table)) == 6 + 1, "the first attempt's merged file was deleted"
 
 
@@ -295,7 +295,7 @@ def test_delta_rs_conflict_rules_optimize_relies_on(cluster) -> None:
     commits touch one app id (hence ``sparklog.rewrite.<p>``)."""
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 8)
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     files = live_files(table)
 
     def stale() -> object:
@@ -324,7 +324,7 @@ def test_delta_rs_conflict_rules_optimize_relies_on(cluster) -> None:
 def test_vacuum_waits_the_grace_period_for_readers_of_older_snapshots(cluster) -> None:
     cluster.create_topic("t", 1, config={"retention.ms": str(2 * HOUR_MS + HOUR_MS // 2)})
     now = produce_batches(cluster, "t", [3 * HOUR_MS, 2 * HOUR_MS, 0])
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     old = table.snapshot(version=table.snapshot().version())  # a reader opened before retention
     [oldest, *_] = live_files(table)
     cluster.run_retention(["t"], now_ms=now)
@@ -346,7 +346,7 @@ def test_vacuum_waits_the_grace_period_for_readers_of_older_snapshots(cluster) -
 def test_vacuum_after_optimize_reads_tombstones_from_the_checkpoint(cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 8)
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     before = cluster.read("t")
     [result] = optimize(cluster, "t")  # checkpoints at the optimize commit: removes live in the checkpoint
     assert not any("remove" in a for v in range(result.version + 1, table.snapshot().version() + 1)
@@ -360,7 +360,7 @@ def test_vacuum_after_optimize_reads_tombstones_from_the_checkpoint(cluster) -> 
 def test_vacuum_reclaims_orphans_after_the_grace_never_live_or_hidden_files(cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 3)
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     orphan = write_segment(table.root, 0, 15, segment_batch([b"never committed"]))  # a killed writer's file
     hidden = [Path(table.root, "partition=0", "_tmp.parquet"), Path(table.root, "partition=0", ".x.parquet.crc")]
     for path in hidden:
@@ -377,7 +377,7 @@ def test_vacuum_reclaims_orphans_after_the_grace_never_live_or_hidden_files(clus
 def test_vacuum_dry_run_deletes_nothing_and_long_delays_are_refused(cluster, sparklog_home) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 4)
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     optimize(cluster, "t")
     with assert_unchanged(cluster, sparklog_home):
         dry = vacuum_topic(table, 0, now_ms=int(time.time() * 1000) + 1000, dry_run=True)
@@ -392,7 +392,7 @@ def test_history_has_describe_history_columns_and_sparklog_operations(cluster) -
     produce_small_files(cluster, "t", 3)
     optimize(cluster, "t")
     cluster.delete_records("t", {0: 5})
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     rows = topic_history(table)
     assert all(tuple(row) == HISTORY_COLUMNS for row in rows)
     assert [r["version"] for r in rows] == list(range(table.snapshot().version(), -1, -1))
@@ -411,7 +411,7 @@ def test_optimize_vacuum_history_cli(cluster, zk_connect, sparklog_home) -> None
     cli = Cli(zk_connect, sparklog_home)
     cluster.create_topic("t", 1, config={"file.delete.delay.ms": "0"})
     produce_small_files(cluster, "t", 3)
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     merged_bytes = sum(f.size_bytes for f in live_files(table))
 
     dry = cli("optimize", "--topic", "t", "--dry-run", forbid_pyspark=True)

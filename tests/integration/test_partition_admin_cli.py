@@ -87,7 +87,7 @@ def assert_exactly_once(cluster: sparklog.Cluster, topic: str, acked: Sequence[b
 
 def replica_records(cluster: sparklog.Cluster, topic: str, broker: int, partition: int) -> list[tuple[int, bytes]]:
     """What broker ``broker``'s own table holds for the partition (offset, value)."""
-    table = cluster.replica_table(topic, broker)
+    table = cluster.replicas.replica_table(topic, broker)
     dt = table.snapshot()
     got = read_ranges(table, dt, {partition: (0, table.log_end(dt, partition))}, include_headers=False)
     return list(zip(got.column("offset").to_pylist(), got.column("value").to_pylist()))
@@ -281,7 +281,7 @@ def test_bad_input_one_error_line_and_nothing_changed(
     is an error of its own); brokers 1..3 are registered, their storage under home."""
     monkeypatch.chdir(sparklog_home)  # no conf/sparklog.properties of the repository
     for broker in (1, 2, 3):
-        cluster.metadata.register_broker(broker, str(sparklog_home / f"broker-{broker}"), None)
+        cluster.replicas.metadata.register_broker(broker, str(sparklog_home / f"broker-{broker}"), None)
     cluster.create_topic("t", replica_assignment={0: [1, 2, 3]})
     (tmp_path / "inputs").mkdir()
     cases = _bad_input_cases(tmp_path / "inputs")
@@ -404,7 +404,7 @@ def test_reassignment_empties_the_removed_replicas(cli: Cli, cluster: sparklog.C
     def kept() -> dict[str, int]:
         found = {}
         for removed, partition in ((2, 0), (3, 1)):
-            table = cluster.replica_table("r", removed)
+            table = cluster.replicas.replica_table("r", removed)
             files = table.files(table.snapshot(), {partition})
             if files:
                 found[f"broker {removed} holds r-{partition} up to offset {max(f.last_offset for f in files)}"] = removed

@@ -113,7 +113,7 @@ def test_batches_become_few_commits(cluster: sparklog.Cluster, topic: str) -> No
         for i in range(500):
             producer.send(topic, b"v%d" % i)
         producer.flush()
-    table = cluster.table(topic)
+    table = cluster.replicas.leader_table(topic)
     # create + one produce commit (no epoch marker: the lease was free)
     assert table.snapshot().version() == 1
     assert len(table.files(table.snapshot())) == 3
@@ -122,13 +122,13 @@ def test_batches_become_few_commits(cluster: sparklog.Cluster, topic: str) -> No
 def test_send_requests_respect_max_request_size(cluster: sparklog.Cluster) -> None:
     """Queued records are drained in requests of at most max.request.size (one commit each)."""
     cluster.create_topic("capped", partitions=2)
-    before = cluster.table("capped").snapshot().version()
+    before = cluster.replicas.leader_table("capped").snapshot().version()
     value = b"x" * 1000
     with cluster.producer(linger_ms=200, max_request_size=10_000) as producer:
         futures = [producer.send("capped", value, partition=i % 2) for i in range(100)]
         producer.flush()
         offsets = {(f.result().partition, f.result().offset) for f in futures}
     assert offsets == {(p, o) for p in (0, 1) for o in range(50)}, "every record once, offsets contiguous"
-    commits = cluster.table("capped").snapshot().version() - before
+    commits = cluster.replicas.leader_table("capped").snapshot().version() - before
     # 100 records of ~1 KiB at <= 10 kB per request: at least 10 requests (commits).
     assert commits >= 10, f"{commits} commits: requests exceeded max.request.size"

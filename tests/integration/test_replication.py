@@ -23,7 +23,7 @@ from sparklog.server.replica_fetcher import ReplicaFetcher
 @pytest.fixture
 def three_brokers(cluster: sparklog.Cluster, tmp_path) -> sparklog.Cluster:
     for broker in (1, 2):
-        cluster.metadata.register_broker(broker, str(tmp_path / f"broker-{broker}"), None)
+        cluster.replicas.metadata.register_broker(broker, str(tmp_path / f"broker-{broker}"), None)
     return cluster
 
 
@@ -41,15 +41,15 @@ def fetchers(three_brokers: sparklog.Cluster) -> Iterator[list[ReplicaFetcher]]:
 
 
 def replica_records(cluster: sparklog.Cluster, topic: str, broker: int, partition: int) -> list[tuple[int, bytes]]:
-    table = cluster.replica_table(topic, broker)
+    table = cluster.replicas.replica_table(topic, broker)
     dt = table.snapshot()
     got = read_ranges(table, dt, {partition: (0, table.log_end(dt, partition))})
     return list(zip(got.column("offset").to_pylist(), got.column("value").to_pylist()))
 
 
 def set_isr(cluster: sparklog.Cluster, topic: str, partition: int, isr: list[int]) -> None:
-    state, version = cluster.metadata.partition_state(topic, partition)
-    assert cluster.metadata.set_partition_state(topic, partition, replace(state, isr=isr), version)
+    state, version = cluster.replicas.metadata.partition_state(topic, partition)
+    assert cluster.replicas.metadata.set_partition_state(topic, partition, replace(state, isr=isr), version)
     deadline = time.monotonic() + 5
     while cluster.replicas.states(topic, [partition])[partition].isr != isr:  # the watch delivers it
         assert time.monotonic() < deadline
@@ -81,7 +81,7 @@ def test_high_watermark_is_the_isr_minimum(three_brokers) -> None:
     leader = cluster.replicas.leader("hw", 0).leader
     with cluster.producer(acks="1", linger_ms=0) as producer:
         producer.send("hw", value=b"a").result(timeout=30)
-    assert cluster.replica_table("hw", leader).log_end(cluster.replica_table("hw", leader).snapshot(), 0) == 1
+    assert cluster.replicas.replica_table("hw", leader).log_end(cluster.replicas.replica_table("hw", leader).snapshot(), 0) == 1
     assert cluster.high_watermarks("hw") == {0: 0} and cluster.read("hw").num_rows == 0
     with cluster.consumer(auto_offset_reset="earliest") as consumer:
         consumer.assign([("hw", 0)])
@@ -95,7 +95,7 @@ def test_not_enough_replicas_appends_nothing_and_recovers(three_brokers, fetcher
     cluster.create_topic("min", 1, replication_factor=3, config={"min.insync.replicas": "2"})
     leader = cluster.replicas.leader("min", 0).leader
     set_isr(cluster, "min", 0, [leader])
-    table = cluster.replica_table("min", leader)
+    table = cluster.replicas.replica_table("min", leader)
     version = table.snapshot().version()
     with cluster.producer(acks="all", linger_ms=0, delivery_timeout_ms=300) as producer:
         with pytest.raises(NotEnoughReplicasError, match=r"min-0 has ISR \[\d\], fewer than min.insync.replicas=2"):

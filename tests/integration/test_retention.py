@@ -33,7 +33,7 @@ def surviving_offsets(cluster: sparklog.Cluster, topic: str) -> list[int]:
 
 
 def live_paths(cluster: sparklog.Cluster, topic: str) -> list[str]:
-    table = cluster.table(topic)
+    table = cluster.replicas.leader_table(topic)
     return [f.path for f in table.files(table.snapshot())]
 
 
@@ -45,7 +45,7 @@ def test_time_retention_removes_whole_old_files_metadata_only(cluster) -> None:
     assert (result.removed_files, result.removed_records, result.old_log_start, result.new_log_start) == (1, 10, 0, 10)
     assert surviving_offsets(cluster, "t") == list(range(10, 30))
     assert cluster.partition_offsets("t")[0] == (10, 30)
-    root = cluster.table("t").root
+    root = cluster.replicas.leader_table("t").root
     assert os.path.exists(os.path.join(root, before[0])), "retention must not delete files (VACUUM does, later)"
     with pytest.raises(OffsetOutOfRangeError, match="10..30"):
         cluster.read("t", 0, start_offset=5)
@@ -56,7 +56,7 @@ def test_time_retention_removes_whole_old_files_metadata_only(cluster) -> None:
 def test_size_retention_keeps_the_newest_files_within_budget(cluster) -> None:
     cluster.create_topic("t", 1)
     produce_batches(cluster, "t", [0, 0, 0, 0])
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     sizes = [f.size_bytes for f in table.files(table.snapshot())]
     cluster.alter_topic_config("t", set={"retention.bytes": str(sizes[-1] + sizes[-2])})
     [result] = cluster.run_retention(["t"])
@@ -130,7 +130,7 @@ def test_retention_and_delete_records_cli(cluster, zk_connect, sparklog_home) ->
     cli = Cli(zk_connect, sparklog_home)
     cluster.create_topic("t", 1, config={"retention.ms": str(HOUR_MS)})
     produce_batches(cluster, "t", [3 * HOUR_MS, 0])
-    table = cluster.table("t")
+    table = cluster.replicas.leader_table("t")
     oldest_bytes = table.files(table.snapshot())[0].size_bytes
     dry = cli("retention", "run", "--topic", "t", "--dry-run", forbid_pyspark=True)
     assert dry.stdout.splitlines()[0] == "DRY RUN: nothing was changed"

@@ -11,13 +11,13 @@ from sparklog.log.table import FileEntry
 
 
 def live_files(cluster: sparklog.Cluster, topic: str) -> list[FileEntry]:
-    table = cluster.table(topic)
+    table = cluster.replicas.leader_table(topic)
     return table.files(table.snapshot())
 
 
 def assert_files_tile_partitions(cluster: sparklog.Cluster, topic: str) -> list[FileEntry]:
     """Each file: one partition, rows base..last contiguous and matching its stats; files tile 0..end."""
-    table = cluster.table(topic)
+    table = cluster.replicas.leader_table(topic)
     files = live_files(cluster, topic)
     next_offset: dict[int, int] = {}
     for entry in files:

@@ -172,7 +172,7 @@ def test_consume_into_topic_exactly_once_over_many_runs(spark, cluster, cluster_
     assert Counter(r.value.decode() for r in records) == Counter(expected), "each input record exactly once"
     hw = cluster.high_watermarks("in")
     assert cluster.committed_offsets("pipe", ["in"]) == {("in", p): o for p, o in hw.items()}
-    table = cluster.table("out")
+    table = cluster.replicas.leader_table("out")
     dt = table.snapshot()
     assert {p: table.app_version(dt, input_app_id("pipe", "in", p)) for p in hw} == hw
 
@@ -232,10 +232,10 @@ def test_replayed_run_after_lost_mirror_does_not_duplicate(spark, cluster, clust
 def test_empty_input_commits_nothing(spark, cluster, cluster_options, tmp_path):
     cluster.create_topic("quiet", partitions=2)
     cluster.create_topic("quiet_out", partitions=1)
-    before = cluster.table("quiet_out").snapshot().version()
+    before = cluster.replicas.leader_table("quiet_out").snapshot().version()
     result = consume_into(spark, "idle", "quiet", output_topic="quiet_out", **cluster_options)
     assert result.records == 0 and result.output_ranges == {}
-    assert cluster.table("quiet_out").snapshot().version() == before
+    assert cluster.replicas.leader_table("quiet_out").snapshot().version() == before
     path = tmp_path / "none"
     assert consume_into(spark, "idle2", "quiet", output_path=str(path), **cluster_options).records == 0
     assert not DeltaSink(str(path)).exists()
@@ -283,11 +283,11 @@ def test_stale_topic_commit_is_fenced_under_the_leases(spark, cluster, cluster_o
     assert consume_into(spark, "g", "src1", output_topic="dst1", **cluster_options).records == 2
     app = input_app_id("g", "src1", 0)
     stale = _Output("stale-run", plan=plan_produce(cluster_options, "dst1", "stale-run"), transactions={app: 2}, expected={app: None})
-    version = cluster.table("dst1").snapshot().version()
+    version = cluster.replicas.leader_table("dst1").snapshot().version()
     with pytest.raises(FencedError, match="was None, is now 2"):
         stale.commit([])
     stale.abort([])  # what Spark does after a failed commit: releases the leases
-    assert cluster.table("dst1").snapshot().version() == version, "nothing committed"
+    assert cluster.replicas.leader_table("dst1").snapshot().version() == version, "nothing committed"
     with cluster.producer(max_block_ms=2000) as producer:
         producer.send("dst1", b"next").result()
 

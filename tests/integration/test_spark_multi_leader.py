@@ -40,7 +40,7 @@ ASSIGNMENT = {0: [0], 1: [1], 2: [2], 3: [0]}
 @pytest.fixture
 def brokers(cluster: sparklog.Cluster, tmp_path: Path) -> sparklog.Cluster:
     for broker in (1, 2):
-        cluster.metadata.register_broker(broker, str(tmp_path / f"broker-{broker}"), None)
+        cluster.replicas.metadata.register_broker(broker, str(tmp_path / f"broker-{broker}"), None)
     return cluster
 
 
@@ -51,7 +51,7 @@ def create_multi_leader(cluster: sparklog.Cluster, topic: str) -> None:
 
 
 def versions(cluster: sparklog.Cluster, topic: str) -> dict[int, int]:
-    return {b: cluster.replica_table(topic, b).snapshot().version() for b in (0, 1, 2)}
+    return {b: cluster.replicas.replica_table(topic, b).snapshot().version() for b in (0, 1, 2)}
 
 
 def assert_on_leader_tables(cluster: sparklog.Cluster, topic: str) -> None:
@@ -71,7 +71,7 @@ def keyed_batch(keys: list[str]) -> pa.RecordBatch:
 
 def commit_order(cluster: sparklog.Cluster, topic: str) -> list[int]:
     """The brokers in the order a produce commits to their leader tables (by log dir)."""
-    return sorted((0, 1, 2), key=lambda b: cluster.replica_table(topic, b).root)
+    return sorted((0, 1, 2), key=lambda b: cluster.replicas.replica_table(topic, b).root)
 
 
 def led_by(broker: int) -> list[int]:
@@ -97,8 +97,8 @@ def fail_at_table(monkeypatch: pytest.MonkeyPatch, root: str) -> list[str]:
 
 def elect(cluster: sparklog.Cluster, topic: str, partition: int, epoch: int) -> None:
     """What the controller records on a re-election of the same leader: a newer epoch."""
-    state, version = cluster.metadata.partition_state(topic, partition)
-    assert cluster.metadata.set_partition_state(topic, partition, replace(state, leader_epoch=epoch), version)
+    state, version = cluster.replicas.metadata.partition_state(topic, partition)
+    assert cluster.replicas.metadata.set_partition_state(topic, partition, replace(state, leader_epoch=epoch), version)
 
 
 # -- batch writes --------------------------------------------------------------------------
@@ -136,7 +136,7 @@ def test_takeover_marks_each_partitions_leader_table(brokers, cluster_options):
     for partition in range(4):
         leader = ASSIGNMENT[partition][0]
         for broker in (0, 1, 2):
-            table = cluster.replica_table("marked", broker)
+            table = cluster.replicas.replica_table("marked", broker)
             fence = table.fence_epoch(table.snapshot(), partition)
             assert fence == (rerun.epochs[partition] if broker == leader else 0), (partition, broker)
     with pytest.raises(FencedError):
@@ -161,7 +161,7 @@ def test_spark_write_of_an_old_leader_epoch_is_refused(brokers, cluster_options)
     # An election on the first table's partition after planning: nothing commits anywhere.
     plan, messages = planned()
     moved = led_by(first)[0]
-    cluster.replica_table("epochs", first).commit_leader_epoch(moved, 1, lineage=True)
+    cluster.replicas.replica_table("epochs", first).commit_leader_epoch(moved, 1, lineage=True)
     with pytest.raises(NotLeaderError, match=f"epochs-{moved}: .* leader epoch 1, newer than this writer's 0"):
         commit_produce(plan, messages, {})
     abort_produce(plan, messages)
@@ -176,13 +176,13 @@ def test_spark_write_of_an_old_leader_epoch_is_refused(brokers, cluster_options)
     elect(cluster, "epochs", moved, 1)
     plan, messages = planned()
     assert plan.leader_epochs[moved] == 1, "the plan carries the partition state's epoch"
-    cluster.replica_table("epochs", last).commit_leader_epoch(led_by(last)[0], 1, lineage=True)
+    cluster.replicas.replica_table("epochs", last).commit_leader_epoch(led_by(last)[0], 1, lineage=True)
     with pytest.raises(NotLeaderError, match="committed before this failure"):
         commit_produce(plan, messages, {})
     abort_produce(plan, messages)
     assert cluster.high_watermarks("epochs") == {p: 0 if p in led_by(last) else per_partition[p] for p in range(4)}
     assert_log_consistent(cluster, "epochs")
-    table = cluster.replica_table("epochs", first)
+    table = cluster.replicas.replica_table("epochs", first)
     assert table.leader_epoch(table.snapshot(), moved) == 1
     assert_leases_released(cluster, "epochs")
 
@@ -237,7 +237,7 @@ def test_stream_batch_committed_to_some_leader_tables_is_completed_by_its_replay
 
     first, *_middle, last = commit_order(cluster, "sink")
     with monkeypatch.context() as patch:
-        committed = fail_at_table(patch, cluster.replica_table("sink", last).root)
+        committed = fail_at_table(patch, cluster.replicas.replica_table("sink", last).root)
         with pytest.raises(StorageError, match="simulated crash.*committed before this failure"):
             run_batch(0, keyed_batch(keys))
     assert len(committed) == 2, "two leader tables committed, the last one did not"
@@ -249,7 +249,7 @@ def test_stream_batch_committed_to_some_leader_tables_is_completed_by_its_replay
     replay = run_batch(0, keyed_batch(keys))
     after = versions(cluster, "sink")
     assert {b: after[b] - before[b] for b in after} == {b: int(b == last) for b in after}, "only the missing table committed"
-    root = Path(cluster.replica_table("sink", first).root)
+    root = Path(cluster.replicas.replica_table("sink", first).root)
     replay_paths = [str(s["path"]) for m in replay for s in m.segments if int(s["partition"]) in led_by(first)]
     assert replay_paths and not any((root / p).exists() for p in replay_paths), "the skipped table's replay files are deleted"
     records = assert_log_consistent(cluster, "sink")
@@ -273,7 +273,7 @@ def stored_inputs(cluster: sparklog.Cluster, topic: str, group: str, source: str
     """Broker -> input partition -> the input offset its leader table of ``topic`` stores."""
     found = {}
     for broker in (0, 1, 2):
-        table = cluster.replica_table(topic, broker)
+        table = cluster.replicas.replica_table(topic, broker)
         dt = table.snapshot()
         found[broker] = {p: table.app_version(dt, input_app_id(group, source, p)) for p in cluster.partitions_of(source)}
     return found
@@ -321,7 +321,7 @@ def test_consume_into_completes_a_run_committed_to_some_leader_tables(spark, bro
                    metadata={"sparklog.job": "run-1"})  # fmt: skip
     last = commit_order(cluster, "out")[-1]
     with monkeypatch.context() as patch:
-        fail_at_table(patch, cluster.replica_table("out", last).root)
+        fail_at_table(patch, cluster.replicas.replica_table("out", last).root)
         with pytest.raises(StorageError, match="simulated crash"):
             run1.commit(messages)
     run1.abort(messages)

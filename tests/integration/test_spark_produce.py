@@ -25,7 +25,7 @@ def assert_offsets_contiguous(table: pa.Table, expected_counts: dict[int, int]) 
 
 
 def delta_commits(cluster: sparklog.Cluster, topic: str) -> int:
-    return cluster.table(topic).snapshot().version()
+    return cluster.replicas.leader_table(topic).snapshot().version()
 
 
 def test_spark_produce_million_records_is_one_commit(spark, cluster, cluster_options):

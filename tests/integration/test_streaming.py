@@ -235,11 +235,11 @@ def test_write_stream_is_exactly_once_across_restarts_and_replays(spark, cluster
     last = int(commits[-1].name)
     commits[-1].unlink()
     (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
-    version_before = cluster.table("dst").snapshot().version()
+    version_before = cluster.replicas.leader_table("dst").snapshot().version()
     copy_query(spark, cluster_options, checkpoint, maxOffsetsPerTrigger="12")
     assert (checkpoint / "commits" / str(last)).exists(), "Spark did not replay the batch"
     assert len(stored_records(cluster, "dst")) == 40, "the replayed batch was written twice"
-    table = cluster.table("dst")
+    table = cluster.replicas.leader_table("dst")
     assert table.snapshot().version() == version_before, "a replay must not commit anything"
     query_id = json.loads((checkpoint / "metadata").read_text())["id"]
     assert table.app_version(table.snapshot(), stream_app_id(query_id)) == last
@@ -249,7 +249,7 @@ def test_write_stream_is_exactly_once_across_restarts_and_replays(spark, cluster
 def assert_leases_released(cluster: sparklog.Cluster, topic: str) -> None:
     for partition in cluster.partitions_of(topic):
         path = zkdata.writer_path(topic, partition)
-        data, _ = cluster.zk.client.get(path)
+        data, _ = cluster.replicas.zk.client.get(path)
         record = WriterLeaseRecord.decode(data, path)
         assert record.released, f"the write lease of {topic}-{partition} is still held by {record.owner}"
 
@@ -268,7 +268,7 @@ def test_committing_one_query_batch_twice_writes_once(cluster, cluster_options):
     run_batch("query-1", 0, [b"x0", b"x1", b"x2"])
     replay_files = run_batch("query-1", 0, [b"x0", b"x1", b"x2"])
     assert sorted(r.value for r in stored_records(cluster, "sink")) == [b"x0", b"x1", b"x2"]
-    root = Path(cluster.table("sink").root)
+    root = Path(cluster.replicas.leader_table("sink").root)
     assert not any((root / path).exists() for path in replay_files), "the replay's files must be deleted"
     run_batch("query-1", 1, [b"y0"])
     run_batch("query-2", 0, [b"z0"])  # another query's batch 0 is its own

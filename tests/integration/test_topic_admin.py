@@ -15,7 +15,7 @@ from tests.helpers import assert_log_consistent, stored_records, topic_dirs, val
 
 
 def znode_exists(cluster: sparklog.Cluster, path: str) -> bool:
-    return cluster.zk.client.exists(path) is not None
+    return cluster.replicas.zk.client.exists(path) is not None
 
 
 def produce(cluster: sparklog.Cluster, topic: str, values: list[bytes], **send_args: object) -> list[sparklog.RecordMetadata]:
@@ -40,7 +40,7 @@ def test_create_list_describe(cluster: sparklog.Cluster, sparklog_home: Path) ->
     assert described.configs == {"cleanup.policy": "compact", "retention.ms": "1000"}
     assert described.topic_id and described.topic_id != cluster.describe_topic("__consumer_offsets").topic_id
     assert topic_dirs(sparklog_home) == ["__consumer_offsets", "orders"]
-    assert cluster.table("orders").topic_id() == described.topic_id
+    assert cluster.replicas.leader_table("orders").topic_id() == described.topic_id
     assert cluster.partition_offsets("orders") == {0: (0, 0), 1: (0, 0), 2: (0, 0)}
 
 

@@ -15,23 +15,29 @@ rebalance and partition reassignments (Kafka's ``kafka-leader-election`` and
   removed replicas' partition (a metadata-only Delta commit; vacuum deletes the files).
   ``--verify`` compares.
 
-Callers: :meth:`sparklog.server.controller.controller.Controller.tick`.
+:class:`AdminRequests` receives what it needs from the controller (the replica manager, the
+settings, and the controller's ``elect`` and ``write_state`` steps, which fence by the
+controller epoch) and keeps the state of requests across ticks.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from sparklog.server.controller.policy import preferred_leader_election, preferred_leader_imbalance, reassignment_leader
-from sparklog.metadata.zkdata import TopicAssignment
 from sparklog.errors import SparklogError
+from sparklog.metadata.zkdata import PartitionState, TopicAssignment
+from sparklog.server.controller.policy import (
+    LeaderElection,
+    preferred_leader_election,
+    preferred_leader_imbalance,
+    reassignment_leader,
+)
+from sparklog.server.replica_manager import ReplicaManager
 
-if TYPE_CHECKING:
-    from sparklog.server.controller.controller import Controller
-
-__all__ = ["run_admin_requests", "split_key", "drop_removed_replicas", "DROP_DELAY_S"]
+__all__ = ["AdminRequests", "RebalanceSettings", "split_key", "DROP_DELAY_S"]
 
 DROP_DELAY_S = 5.0  # > the fetchers' assignment refresh (sparklog.server.replica_fetcher.ASSIGNMENT_REFRESH_S)
 
@@ -43,116 +49,138 @@ def split_key(key: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
-def run_admin_requests(controller: "Controller", live: set[int]) -> None:
-    store = controller.cluster.metadata
-    requested = store.preferred_election_request()
-    if requested is not None:
-        for key in requested:
-            _elect_preferred(controller, *split_key(key), live)
-        store.delete_preferred_election_request()
-    settings = controller.settings
-    if settings.auto_leader_rebalance_enable and time.monotonic() - controller.last_rebalance_check >= settings.leader_imbalance_check_interval_s:
-        controller.last_rebalance_check = time.monotonic()
-        _auto_rebalance(controller, live)
-    drop_removed_replicas(controller)
-    reassignments = store.reassignment_request()
-    if reassignments:
-        remaining = {key: target for key, target in reassignments.items() if not _reassign_step(controller, key, target, live)}
-        store.set_reassignment_request(remaining)
+@dataclass(frozen=True)
+class RebalanceSettings:
+    auto_leader_rebalance_enable: bool
+    leader_imbalance_check_interval_s: float
+    leader_imbalance_per_broker_percentage: int
 
 
-def _elect_preferred(controller: "Controller", topic: str, partition: int, live: set[int]) -> None:
-    try:
-        assignment, _ = controller.cluster.metadata.assignment(topic)
-        state = controller.cluster.replicas.states(topic, [partition])[partition]
-    except SparklogError:
-        return
-    election = preferred_leader_election(assignment.replicas(partition), state.isr, live, state.leader)
-    if election is not None:
-        controller.elect(topic, partition, state, election)
+Elect = Callable[[str, int, PartitionState, LeaderElection], bool]
+WriteState = Callable[[str, int, PartitionState], bool]
 
 
-def _auto_rebalance(controller: "Controller", live: set[int]) -> None:
-    assignments, leaders = {}, {}
-    for topic in controller.cluster.metadata.list_topics():
+class AdminRequests:
+    """The admin requests of one active controller. States of a removed replica: *pending*
+    (in :attr:`pending_drops` until its delay passed) → *emptied*."""
+
+    def __init__(self, replicas: ReplicaManager, settings: RebalanceSettings, elect: Elect, write_state: WriteState) -> None:
+        self.replicas = replicas
+        self.settings = settings
+        self.elect = elect
+        self.write_state = write_state
+        self.pending_drops: dict[tuple[str, int], tuple[list[int], float]] = {}  # replicas to empty, when
+        self.last_rebalance_check = time.monotonic()
+
+    def run(self, live: set[int]) -> None:
+        store = self.replicas.metadata
+        requested = store.preferred_election_request()
+        if requested is not None:
+            for key in requested:
+                self._elect_preferred(*split_key(key), live)
+            store.delete_preferred_election_request()
+        settings = self.settings
+        due = time.monotonic() - self.last_rebalance_check >= settings.leader_imbalance_check_interval_s
+        if settings.auto_leader_rebalance_enable and due:
+            self.last_rebalance_check = time.monotonic()
+            self._auto_rebalance(live)
+        self.drop_removed_replicas()
+        reassignments = store.reassignment_request()
+        if reassignments:
+            remaining = {key: target for key, target in reassignments.items() if not self._reassign_step(key, target, live)}
+            store.set_reassignment_request(remaining)
+
+
+    def _elect_preferred(self, topic: str, partition: int, live: set[int]) -> None:
         try:
-            assignment, _ = controller.cluster.metadata.assignment(topic)
-            states = controller.cluster.replicas.states(topic, [int(p) for p in assignment.partitions])
+            assignment, _ = self.replicas.metadata.assignment(topic)
+            state = self.replicas.states(topic, [partition])[partition]
         except SparklogError:
-            continue
-        for p, replicas in assignment.partitions.items():
-            assignments[(topic, int(p))] = replicas
-            leaders[(topic, int(p))] = states[int(p)].leader
-    imbalance = preferred_leader_imbalance(assignments, leaders, controller.settings.leader_imbalance_per_broker_percentage)
-    for broker, partitions in sorted(imbalance.items()):
-        if broker in live:
-            for topic, partition in partitions:
-                _elect_preferred(controller, topic, partition, live)
+            return
+        election = preferred_leader_election(assignment.replicas(partition), state.isr, live, state.leader)
+        if election is not None:
+            self.elect(topic, partition, state, election)
 
 
-def _reassign_step(controller: "Controller", key: str, target: list[int], live: set[int]) -> bool:
-    """One step of one partition's reassignment; True when it is complete."""
-    cluster = controller.cluster
-    topic, partition = split_key(key)
-    try:
-        assignment, version = cluster.metadata.assignment(topic)
-    except SparklogError:
-        return True  # the topic is gone: nothing left to do
-    current = assignment.replicas(partition)
-    if current == target:
-        return True
-    missing = [b for b in target if b not in current]
-    if missing:
-        topic_id = assignment.topic_id
-        for broker in missing:
-            table = cluster.replica_table(topic, broker)
-            if not table.exists():
-                table.create(topic_id, int(cluster.topic_config(topic)["history.retention.ms"]))
-        _set_replicas(cluster, topic, assignment, version, partition, current + missing)
-        log.info("reassignment of %s-%d: copying to %s", topic, partition, missing)
-        return False
-    state = cluster.replicas.states(topic, [partition])[partition]
-    if not set(target) <= set(state.isr):
-        return False  # the new replicas are still catching up
-    if state.leader not in target:
-        election = reassignment_leader(target, state.isr, live, state.leader)
-        if election is None or not controller.elect(topic, partition, state, election):
-            return False
-        state = cluster.replicas.states(topic, [partition])[partition]
-    assignment, version = cluster.metadata.assignment(topic)
-    _set_replicas(cluster, topic, assignment, version, partition, target)
-    controller.write_state(topic, partition, type(state)(state.leader, state.leader_epoch, [b for b in state.isr if b in target], state.epochs))
-    removed = [b for b in current if b not in target]
-    if removed:
-        # Emptied later: a fetcher acting on the assignment it read before this step could
-        # otherwise copy the partition right back (fetchers re-read assignments every second).
-        controller.pending_drops[(topic, partition)] = (removed, time.monotonic() + DROP_DELAY_S)
-    log.info("reassignment of %s-%d complete: replicas %s", topic, partition, target)
-    return True
-
-
-def drop_removed_replicas(controller: "Controller") -> None:
-    """Empty the partitions of replicas a reassignment removed, once their delay passed."""
-    cluster = controller.cluster
-    for (topic, partition), (brokers, due) in list(controller.pending_drops.items()):
-        if time.monotonic() < due:
-            continue
-        del controller.pending_drops[(topic, partition)]
-        try:
-            replicas = cluster.metadata.assignment(topic)[0].replicas(partition)
-        except SparklogError:
-            continue  # the topic is gone
-        for broker in brokers:
-            if broker in replicas:
-                continue  # assigned back meanwhile: keep it
+    def _auto_rebalance(self, live: set[int]) -> None:
+        assignments, leaders = {}, {}
+        for topic in self.replicas.metadata.list_topics():
             try:
-                cluster.replica_table(topic, broker).drop_partition(partition)
-            except SparklogError as exc:
-                log.warning("reassignment of %s-%d: could not empty the old replica on broker %d: %s", topic, partition, broker, exc)
+                assignment, _ = self.replicas.metadata.assignment(topic)
+                states = self.replicas.states(topic, [int(p) for p in assignment.partitions])
+            except SparklogError:
+                continue
+            for p, replicas in assignment.partitions.items():
+                assignments[(topic, int(p))] = replicas
+                leaders[(topic, int(p))] = states[int(p)].leader
+        imbalance = preferred_leader_imbalance(assignments, leaders, self.settings.leader_imbalance_per_broker_percentage)
+        for broker, partitions in sorted(imbalance.items()):
+            if broker in live:
+                for topic, partition in partitions:
+                    self._elect_preferred(topic, partition, live)
 
 
-def _set_replicas(cluster: object, topic: str, assignment: TopicAssignment, version: int, partition: int, replicas: list[int]) -> None:
-    partitions = dict(assignment.partitions)
-    partitions[str(partition)] = list(replicas)
-    if not cluster.metadata.set_assignment(topic, TopicAssignment(assignment.topic_id, partitions), version):  # type: ignore[attr-defined]
-        raise SparklogError(f"the assignment of {topic} changed during the reassignment step; retrying next tick")
+    def _reassign_step(self, key: str, target: list[int], live: set[int]) -> bool:
+        """One step of one partition's reassignment; True when it is complete."""
+        topic, partition = split_key(key)
+        try:
+            assignment, version = self.replicas.metadata.assignment(topic)
+        except SparklogError:
+            return True  # the topic is gone: nothing left to do
+        current = assignment.replicas(partition)
+        if current == target:
+            return True
+        missing = [b for b in target if b not in current]
+        if missing:
+            topic_id = assignment.topic_id
+            for broker in missing:
+                table = self.replicas.replica_table(topic, broker)
+                if not table.exists():
+                    table.create(topic_id, int(self.replicas.topic_config(topic)["history.retention.ms"]))
+            self._set_replicas(topic, assignment, version, partition, current + missing)
+            log.info("reassignment of %s-%d: copying to %s", topic, partition, missing)
+            return False
+        state = self.replicas.states(topic, [partition])[partition]
+        if not set(target) <= set(state.isr):
+            return False  # the new replicas are still catching up
+        if state.leader not in target:
+            election = reassignment_leader(target, state.isr, live, state.leader)
+            if election is None or not self.elect(topic, partition, state, election):
+                return False
+            state = self.replicas.states(topic, [partition])[partition]
+        assignment, version = self.replicas.metadata.assignment(topic)
+        self._set_replicas(topic, assignment, version, partition, target)
+        self.write_state(topic, partition, type(state)(state.leader, state.leader_epoch, [b for b in state.isr if b in target], state.epochs))
+        removed = [b for b in current if b not in target]
+        if removed:
+            # Emptied later: a fetcher acting on the assignment it read before this step could
+            # otherwise copy the partition right back (fetchers re-read assignments every second).
+            self.pending_drops[(topic, partition)] = (removed, time.monotonic() + DROP_DELAY_S)
+        log.info("reassignment of %s-%d complete: replicas %s", topic, partition, target)
+        return True
+
+
+    def drop_removed_replicas(self) -> None:
+        """Empty the partitions of replicas a reassignment removed, once their delay passed."""
+        for (topic, partition), (brokers, due) in list(self.pending_drops.items()):
+            if time.monotonic() < due:
+                continue
+            del self.pending_drops[(topic, partition)]
+            try:
+                replicas = self.replicas.metadata.assignment(topic)[0].replicas(partition)
+            except SparklogError:
+                continue  # the topic is gone
+            for broker in brokers:
+                if broker in replicas:
+                    continue  # assigned back meanwhile: keep it
+                try:
+                    self.replicas.replica_table(topic, broker).drop_partition(partition)
+                except SparklogError as exc:
+                    log.warning("reassignment of %s-%d: could not empty the old replica on broker %d: %s", topic, partition, broker, exc)
+
+
+    def _set_replicas(self, topic: str, assignment: TopicAssignment, version: int, partition: int, replicas: list[int]) -> None:
+        partitions = dict(assignment.partitions)
+        partitions[str(partition)] = list(replicas)
+        if not self.replicas.metadata.set_assignment(topic, TopicAssignment(assignment.topic_id, partitions), version):
+            raise SparklogError(f"the assignment of {topic} changed during the reassignment step; retrying next tick")

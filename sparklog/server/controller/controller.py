@@ -20,7 +20,7 @@ partition's epoch history; the state is written by compare-and-set in a multi-op
 the controller epoch (a deposed controller writes nothing), then the epoch is committed to
 the replicas' Delta logs (:meth:`TopicTable.commit_leader_epoch`: lineage on the new
 leader, a fence on the others, the old leader included), so writers of the old epoch are
-refused. Callers: :mod:`sparklog.server.broker`.
+refused.
 """
 
 from __future__ import annotations
@@ -29,15 +29,20 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-from sparklog.server.controller.policy import LeaderElection, append_epoch, elect_leader, expand_isr, shrink_isr
+from sparklog.server.controller.admin_requests import AdminRequests, RebalanceSettings
+from sparklog.server.controller.policy import (
+    LeaderElection,
+    append_epoch,
+    elect_leader,
+    expand_isr,
+    high_watermark,
+    shrink_isr,
+)
+from sparklog.server.replica_manager import ReplicaManager
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.zkdata import PartitionState
 from sparklog.errors import SparklogError
-
-if TYPE_CHECKING:
-    from sparklog.cluster import Cluster
 
 __all__ = ["Controller", "ControllerSettings"]
 
@@ -57,8 +62,8 @@ class Controller:
     """The controller's duties while this agent holds ``/controller``. States: *inactive* →
     (:meth:`activate`) *active* → (:meth:`deactivate`) *inactive*."""
 
-    def __init__(self, cluster: "Cluster", broker_id: int, settings: ControllerSettings) -> None:
-        self.cluster = cluster
+    def __init__(self, replicas: ReplicaManager, broker_id: int, settings: ControllerSettings) -> None:
+        self.replicas = replicas
         self.broker_id = broker_id
         self.settings = settings
         self.epoch_version: int | None = None
@@ -66,9 +71,13 @@ class Controller:
         self._thread: threading.Thread | None = None
         self._caught_up_ms: dict[tuple[str, int, int], int] = {}
         self._leader_ends: dict[tuple[str, int], int] = {}
-        self.pending_drops: dict[tuple[str, int], tuple[list[int], float]] = {}  # replicas to empty, when
         self._last_isr_check = 0.0
-        self.last_rebalance_check = time.monotonic()
+        rebalance = RebalanceSettings(
+            settings.auto_leader_rebalance_enable,
+            settings.leader_imbalance_check_interval_s,
+            settings.leader_imbalance_per_broker_percentage,
+        )
+        self.admin_requests = AdminRequests(replicas, rebalance, self.elect, self.write_state)
 
     # -- life cycle ------------------------------------------------------------------------
     def activate(self, epoch: int, epoch_version: int) -> None:
@@ -104,15 +113,13 @@ class Controller:
 
     # -- one tick --------------------------------------------------------------------------
     def tick(self) -> None:
-        from sparklog.server.controller.admin_requests import run_admin_requests
-
-        live = set(live_broker_ids(self.cluster.zk))
+        live = set(live_broker_ids(self.replicas.zk))
         now = time.monotonic()
         check_isr = now - self._last_isr_check >= self.settings.replica_lag_time_max_ms / 4000
-        for topic in self.cluster.metadata.list_topics():
+        for topic in self.replicas.metadata.list_topics():
             try:
-                assignment, _ = self.cluster.metadata.assignment(topic)
-                configs = self.cluster.topic_config(topic)
+                assignment, _ = self.replicas.metadata.assignment(topic)
+                configs = self.replicas.topic_config(topic)
             except SparklogError:
                 continue  # deleted meanwhile
             unclean = bool(configs["unclean.leader.election.enable"])
@@ -120,10 +127,10 @@ class Controller:
                 self._partition(topic, int(key), list(replicas), live, unclean, check_isr)
         if check_isr:
             self._last_isr_check = now
-        run_admin_requests(self, live)
+        self.admin_requests.run(live)
 
     def _partition(self, topic: str, partition: int, replicas: list[int], live: set[int], unclean: bool, check_isr: bool) -> None:
-        state = self.cluster.replicas.states(topic, [partition])[partition]
+        state = self.replicas.states(topic, [partition])[partition]
         if state.leader not in live:
             election = elect_leader(replicas, state.isr, live, unclean=unclean)
             if election is None:
@@ -143,7 +150,7 @@ class Controller:
     def _maintain_isr(self, topic: str, partition: int, replicas: list[int], state: PartitionState, live: set[int]) -> None:
         ends = {}
         for broker in replicas:
-            table = self.cluster.replica_table(topic, broker)
+            table = self.replicas.replica_table(topic, broker)
             try:
                 ends[broker] = table.current_log_end(partition)
             except SparklogError:
@@ -166,7 +173,7 @@ class Controller:
         isr = list(shrink_isr(
             state.leader, state.isr, caught_up, now_ms, self.settings.replica_lag_time_max_ms, log_end_offsets=ends,
         ))  # fmt: skip
-        hw = min(ends.get(b, 0) for b in isr)
+        hw = high_watermark(isr, {b: ends.get(b, 0) for b in isr})
         isr = list(expand_isr(
             state.leader, isr, replicas, live, ends, hw, leader_epoch_start_offset=state.epochs[-1][1],
         ))  # fmt: skip
@@ -177,7 +184,7 @@ class Controller:
     # -- writes ----------------------------------------------------------------------------
     def elect(self, topic: str, partition: int, state: PartitionState, election: LeaderElection) -> bool:
         """Make ``election.leader`` the leader under a new epoch; commit the epoch to the replicas."""
-        table = self.cluster.replica_table(topic, election.leader)
+        table = self.replicas.replica_table(topic, election.leader)
         start = table.log_end(table.snapshot(), partition)
         epoch = state.leader_epoch + 1
         history = append_epoch([(int(e), int(o)) for e, o in state.epochs], epoch, start)
@@ -192,19 +199,19 @@ class Controller:
         else:
             log.warning("%s-%d: leader %d -> %d at epoch %d (start offset %d)", topic, partition, state.leader,
                         election.leader, epoch, start)  # fmt: skip
-        assignment, _ = self.cluster.metadata.assignment(topic)
+        assignment, _ = self.replicas.metadata.assignment(topic)
         for broker in assignment.replicas(partition):
             try:
-                self.cluster.replica_table(topic, broker).commit_leader_epoch(partition, epoch, lineage=broker == election.leader)
+                self.replicas.replica_table(topic, broker).commit_leader_epoch(partition, epoch, lineage=broker == election.leader)
             except SparklogError as exc:  # unreachable storage: its fetcher reconciles when it returns
                 log.warning("%s-%d: could not fence replica on broker %d at epoch %d: %s", topic, partition, broker, epoch, exc)
         return True
 
     def write_state(self, topic: str, partition: int, new: PartitionState) -> bool:
-        current, version = self.cluster.metadata.partition_state(topic, partition)
+        current, version = self.replicas.metadata.partition_state(topic, partition)
         if current == new:
             return True
-        done = self.cluster.metadata.set_partition_state(topic, partition, new, version, self.epoch_version)
+        done = self.replicas.metadata.set_partition_state(topic, partition, new, version, self.epoch_version)
         if done:
             self._await_cache(topic, partition, new)
         return done
@@ -213,6 +220,6 @@ class Controller:
         """Let the watched cache catch up, so the next tick decides on what was written."""
         deadline = time.monotonic() + 2
         while time.monotonic() < deadline:
-            if self.cluster.replicas.states(topic, [partition])[partition] == new:
+            if self.replicas.states(topic, [partition])[partition] == new:
                 return
             time.sleep(0.005)

@@ -1,0 +1,41 @@
+"""Brokers as an admin client sees them (Kafka's ``describeCluster``): the registered brokers,
+which of them are live (their agent holds ``/brokers/ids/<id>``), and the controller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparklog.metadata.broker_registration import live_broker_ids
+from sparklog.metadata.controller_election import current_controller
+from sparklog.server.replica_manager import ReplicaManager
+
+__all__ = ["BrokerDescription", "describe_brokers", "live_brokers"]
+
+
+@dataclass(frozen=True)
+class BrokerDescription:
+    broker_id: int
+    host: str
+    rack: str | None
+    log_dir: str
+    live: bool
+    controller: bool
+
+
+def live_brokers(replicas: ReplicaManager) -> set[int]:
+    """Ids of the brokers whose agent is running now (empty in the agentless default)."""
+    return set(live_broker_ids(replicas.zk))
+
+
+def describe_brokers(replicas: ReplicaManager) -> list[BrokerDescription]:
+    """Every registered broker, live or not, in id order."""
+    registry = replicas.metadata.brokers()
+    live = live_brokers(replicas)
+    controller = current_controller(replicas.zk)
+    return [
+        BrokerDescription(
+            broker_id=b, host=r.host, rack=r.rack, log_dir=r.log_dir, live=b in live,
+            controller=controller is not None and controller.broker_id == b,
+        )
+        for b, r in sorted(registry.items())
+    ]

@@ -1,0 +1,167 @@
+"""Topic administration: create, describe, alter configs, add partitions, delete.
+
+Kafka's ``kafka-topics`` and ``kafka-configs --entity-type topics`` as a library over a
+:class:`~sparklog.server.replica_manager.ReplicaManager`. Order of steps (DESIGN §4):
+ZooKeeper metadata first (one multi-op), then one Delta table per replica; a failed table
+creation removes the metadata again, so a failed create never leaves a half-made topic.
+Config changes are compare-and-set on the config znode's version: concurrent alters never
+lose an update.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sparklog.config import TOPIC_CONFIGS, validate_configs, with_defaults
+from sparklog.errors import ConfigError, InvalidPartitionsError
+from sparklog.log.history import HISTORY_COLUMNS
+from sparklog.log.history import topic_history as table_history
+from sparklog.log.table import TopicTable
+from sparklog.metadata.broker_registration import live_broker_ids
+from sparklog.model.topic import PartitionDescription, TopicDescription, validate_topic_name
+from sparklog.server.controller.placement import (
+    assign_new_partitions,
+    assign_replicas,
+    parse_replica_assignment,
+    validate_replica_assignment,
+)
+from sparklog.server.replica_manager import ReplicaManager
+
+__all__ = [
+    "create_topic", "describe_topic", "alter_topic_config", "create_partitions", "delete_topic",
+    "parse_replica_assignment", "topic_history", "HISTORY_COLUMNS",
+]
+
+
+def _new_topic_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+
+
+def _stored_configs(configs: Mapping[str, Any]) -> dict[str, str]:
+    def text(value: Any) -> str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    return {key: text(value) for key, value in sorted(configs.items())}
+
+
+def create_topic(
+    replicas: ReplicaManager,
+    name: str,
+    partitions: int = 1,
+    replication_factor: int = 1,
+    config: Mapping[str, Any] | None = None,
+    replica_assignment: Mapping[int, Sequence[int]] | None = None,
+) -> TopicDescription:
+    """Create a topic: ZooKeeper metadata in one multi-op, then one Delta table per replica.
+
+    Replicas are placed by Kafka's rack-aware round robin over the live brokers, or as
+    ``replica_assignment`` says (partition -> broker ids, first = preferred leader; then
+    ``partitions`` and ``replication_factor`` are ignored)."""
+    validate_topic_name(name)
+    configs = _stored_configs(validate_configs(config, TOPIC_CONFIGS, "topic"))
+    racks = replicas.placement_brokers()
+    if replica_assignment is not None:
+        validate_replica_assignment(replica_assignment, set(racks))
+        assignment = {int(p): list(r) for p, r in sorted(replica_assignment.items())}
+    else:
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise InvalidPartitionsError(f"Number of partitions must be larger than 0, got {partitions!r}")
+        assignment = assign_replicas(sorted(racks), partitions, replication_factor, broker_racks=racks)
+    own = replicas.config
+    if own.broker_id in racks and not live_broker_ids(replicas.zk):
+        # Offer this client's log dir as broker ``broker.id``: only writers of metadata do, so
+        # a read-only client with other local settings never clashes with the registry.
+        replicas.metadata.register_broker(own.broker_id, own.log_dir, own.broker_rack)
+    topic_id = _new_topic_id()
+    replicas.metadata.create_topic(name, topic_id, assignment, configs)
+    try:
+        history_retention_ms = int(with_defaults(configs, TOPIC_CONFIGS)["history.retention.ms"])
+        for broker_id in sorted({b for brokers in assignment.values() for b in brokers}):
+            table = TopicTable(replicas.log_dir_of(broker_id), name)
+            if table.exists():
+                table.delete()  # debris of an earlier topic of this name whose delete was cut short
+            table.create(topic_id, history_retention_ms)
+    except BaseException:
+        replicas.metadata.delete_topic(name)
+        raise
+    return describe_topic(replicas, name)
+
+
+def describe_topic(replicas: ReplicaManager, name: str) -> TopicDescription:
+    validate_topic_name(name)
+    assignment, _ = replicas.metadata.assignment(name)
+    partitions = sorted(int(p) for p in assignment.partitions)
+    states = replicas.metadata.partition_states(name, partitions)
+    configs, _ = replicas.metadata.topic_config(name)
+    return TopicDescription(
+        name=name,
+        topic_id=assignment.topic_id,
+        partitions=tuple(
+            PartitionDescription(
+                partition=p,
+                leader=states[p].leader,
+                leader_epoch=states[p].leader_epoch,
+                replicas=tuple(assignment.replicas(p)),
+                isr=tuple(states[p].isr),
+            )
+            for p in partitions
+        ),
+        configs=configs,
+    )
+
+
+def alter_topic_config(
+    replicas: ReplicaManager, name: str, set: Mapping[str, Any] | None = None, delete: Iterable[str] | None = None
+) -> dict[str, str]:
+    """Set and/or remove config overrides atomically; returns the new overrides."""
+    validate_topic_name(name)
+    updates = _stored_configs(validate_configs(set, TOPIC_CONFIGS, "topic"))
+    removals = [key if key in TOPIC_CONFIGS else key.replace("_", ".") for key in (delete or [])]
+    unknown = [key for key in removals if key not in TOPIC_CONFIGS]
+    if unknown:
+        raise ConfigError(f"Invalid config(s): {', '.join(unknown)}. Allowed keys: {', '.join(sorted(TOPIC_CONFIGS))}")
+    while True:
+        current, version = replicas.metadata.topic_config(name)
+        new = {k: v for k, v in current.items() if k not in removals}
+        new.update(updates)
+        if replicas.metadata.set_topic_config(name, dict(sorted(new.items())), version):
+            return new
+
+
+def create_partitions(replicas: ReplicaManager, name: str, total: int) -> TopicDescription:
+    """Raise the partition count to ``total`` (Kafka allows increases only)."""
+    validate_topic_name(name)
+    while True:
+        assignment, version = replicas.metadata.assignment(name)
+        current = len(assignment.partitions)
+        if isinstance(total, bool) or not isinstance(total, int) or total <= current:
+            raise InvalidPartitionsError(
+                f"Topic currently has {current} partitions, which is higher than or equal to the requested "
+                f"{total}. Partitions can only be increased."
+            )
+        existing = {int(p): brokers for p, brokers in assignment.partitions.items()}
+        racks = replicas.placement_brokers()
+        new = assign_new_partitions(sorted(racks), existing, total, broker_racks=racks)
+        if replicas.metadata.add_partitions(name, assignment, version, new):
+            return describe_topic(replicas, name)
+
+
+def delete_topic(replicas: ReplicaManager, name: str) -> None:
+    """Delete the topic's metadata, then its data on every replica."""
+    validate_topic_name(name)
+    assignment, _ = replicas.metadata.assignment(name)
+    log_dirs = {replicas.log_dir_of(b) for brokers in assignment.partitions.values() for b in brokers}
+    replicas.metadata.delete_topic(name)
+    replicas.drop_tables(name)
+    for log_dir in log_dirs:
+        TopicTable(log_dir, name).delete()
+
+
+def topic_history(replicas: ReplicaManager, name: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The newest ``limit`` commits of the topic's table (partition 0's leader replica) in the
+    columns of Delta's ``DESCRIBE HISTORY``, newest first."""
+    replicas.partitions_of(name)  # TopicNotFoundError for an unknown topic
+    return table_history(replicas.leader_table(name), limit)
