@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from sparklog.clients.consumer import Consumer
     from sparklog.clients.producer import Producer
     from sparklog.group.coordinator import GroupCoordinator
+    from sparklog.group.reset import ResetKind
     from sparklog.maintenance.runner import RetentionResult
 
 __all__ = ["Cluster", "connect", "PartitionOffsets"]
@@ -216,7 +217,7 @@ class Cluster:
     def reset_group_offsets(
         self,
         group_id: str,
-        scenario: ResetScenario,
+        scenario: ResetKind,
         value: Any = None,
         *,
         topics: Iterable[str] = (),

@@ -23,6 +23,8 @@ from typing import Any
 from sparklog.errors import ConfigError
 
 __all__ = [
+    "Acks",
+    "parse_acks",
     "ClusterConfig",
     "ConfigSpec",
     "TOPIC_CONFIGS",
@@ -33,6 +35,21 @@ __all__ = [
     "validate_configs",
     "normalise_key",
 ]
+
+Acks = Literal["0", "1", "all"]
+
+
+def parse_acks(value: object) -> Acks:
+    """A validated ``acks`` setting in its canonical spelling (-1 is all, as in Kafka)."""
+    text = str(value)
+    if text in ("all", "-1"):
+        return "all"
+    if text == "0":
+        return "0"
+    if text == "1":
+        return "1"
+    raise ConfigError(f"Invalid value {value!r} for configuration acks: allowed values are 0, 1, all or -1")
+
 
 UNLIMITED = -1
 

@@ -163,7 +163,8 @@ def _describe(groups: GroupCoordinator, group_id: str, watermarks: dict[str, dic
             return PartitionLag(tp[0], tp[1], current, end, lag)
         return PartitionLag(tp[0], tp[1], current, end, lag, member.member_id, member.host, member.client_id)
 
-    rows, owned = [], set()
+    rows: list[PartitionLag] = []
+    owned: set[TopicPartition] = set()
     for member in sorted(members, key=lambda m: (-len(m.partitions), m.member_id)):  # Kafka's order
         rows += [row(tp, member) for tp in member.partitions]
         owned.update(member.partitions)

@@ -118,10 +118,10 @@ def execute_reassignment(replicas: ReplicaManager, target: Mapping[TopicPartitio
         raise CoordinationError("The reassignment names no partitions")
     _check_partitions(replicas, target)
     usable = set(replicas.placement_brokers())
-    for (topic, partition), replicas in target.items():
+    for (_topic, partition), brokers in target.items():
         # Live brokers only (as Kafka): a replica on a down broker could never catch up, and
         # the unfinished reassignment would block every later one.
-        validate_replica_assignment({partition: list(replicas)}, usable, start_partition=partition)
+        validate_replica_assignment({partition: list(brokers)}, usable, start_partition=partition)
     _require_controller(replicas)
     current = current_assignment(replicas, {t for t, _ in target})
     replicas.metadata.create_admin_request(

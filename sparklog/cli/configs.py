@@ -67,7 +67,9 @@ def _entity_name(args: argparse.Namespace) -> str | None:
 
 def _split_top_level(text: str) -> list[str]:
     """Split on commas outside ``[...]``, as kafka-configs does."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "," and depth == 0:
             parts.append("".join(current))

@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparklog.config import PRODUCER_CONFIGS, with_defaults
+from sparklog.config import PRODUCER_CONFIGS, parse_acks, with_defaults
 from sparklog.metadata.lease import WriterLease
 from sparklog.errors import (
     ProducerClosedError,
@@ -37,23 +37,16 @@ from sparklog.errors import (
 from sparklog.log.append import AppendResult
 from sparklog.log.segment import parquet_compression
 from sparklog.model.batches import normalise_input
+from sparklog.model.sizes import record_size
 from sparklog.server.produce_request import RequestSettings, TopicWriteSettings, produce_request
 from sparklog.model.records import RecordMetadata, partition_for_key, records_to_arrow, to_bytes
 
 from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["Producer", "BatchMetadata", "record_size"]
+__all__ = ["Producer", "BatchMetadata"]
 
 HeadersArg = Iterable[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
-_RECORD_OVERHEAD = 21  # approx. bytes a record costs beyond its key/value/headers (Kafka v2 format)
 _FENCED_RETRIES = 5
-
-
-def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None) -> int:
-    size = _RECORD_OVERHEAD + len(key or b"") + len(value or b"")
-    for hkey, hvalue in headers or ():
-        size += len(hkey.encode("utf-8")) + len(hvalue or b"")
-    return size
 
 
 def _normalise_headers(headers: HeadersArg) -> list[tuple[str, bytes | None]] | None:
@@ -113,8 +106,7 @@ class Producer:
     def __init__(self, replicas: ReplicaManager, configs: Mapping[str, Any]) -> None:
         self._replicas = replicas
         self.config = with_defaults(configs, PRODUCER_CONFIGS)
-        acks = str(self.config["acks"])
-        self.acks = "all" if acks == "-1" else acks
+        self.acks = parse_acks(self.config["acks"])
         self.producer_id = uuid.uuid4().hex
         self._sequences: dict[str, int] = {}
         self._queues: dict[str, _TopicQueue] = {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from typing import Literal, get_args
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -25,13 +26,15 @@ from sparklog.group.ids import validate_group_id
 from sparklog.model.topic import validate_topic_name
 
 __all__ = [
+    "ResetKind",
     "SCENARIOS", "Bounds", "ResetScenario", "parse_datetime", "parse_duration", "parse_reset_csv", "reset_scenario",
     "clamp", "plan_reset",
 ]  # fmt: skip
 
 TopicPartition = tuple[str, int]
 Bounds = tuple[int, int]  # (log-start, log-end)
-SCENARIOS = ("to-earliest", "to-latest", "to-current", "to-offset", "shift-by", "to-datetime", "by-duration", "from-file")
+ResetKind = Literal["to-earliest", "to-latest", "to-current", "to-offset", "shift-by", "to-datetime", "by-duration", "from-file"]
+SCENARIOS: tuple[ResetKind, ...] = get_args(ResetKind)
 _VALUED = frozenset({"to-offset", "shift-by", "to-datetime", "by-duration", "from-file"})
 
 _DATETIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,3}))?(Z|[+-]\d{2}(?::?\d{2})?)?")
@@ -110,16 +113,19 @@ class ResetScenario:
     """A validated scenario: ``offset`` for to-offset/shift-by, ``timestamp_ms`` for
     to-datetime/by-duration, ``plan`` (group -> offsets) for from-file."""
 
-    kind: str
+    kind: ResetKind
     offset: int | None = None
     timestamp_ms: int | None = None
     plan: Mapping[str, Mapping[TopicPartition, int]] | None = None
 
 
-def reset_scenario(kind: str, value: object = None, *, group_ids: Sequence[str] = (), now_ms: int | None = None) -> ResetScenario:
-    """Validate ``kind`` and its ``value`` (an int, a datetime, a duration, or a CSV file path)."""
-    if kind not in SCENARIOS:
-        raise InvalidOffsetSpecError(f"Unknown reset scenario {kind!r}: use one of {', '.join(SCENARIOS)}")
+def reset_scenario(
+    name: str, value: object = None, *, group_ids: Sequence[str] = (), now_ms: int | None = None
+) -> ResetScenario:
+    """Validate the scenario ``name`` and its ``value`` (an int, a datetime, a duration, or a CSV file path)."""
+    kind = next((k for k in SCENARIOS if k == name), None)
+    if kind is None:
+        raise InvalidOffsetSpecError(f"Unknown reset scenario {name!r}: use one of {', '.join(SCENARIOS)}")
     if (kind in _VALUED) != (value is not None):
         raise InvalidOffsetSpecError(f"Reset scenario {kind} {'needs a value' if kind in _VALUED else 'takes no value'}")
     if kind in ("to-offset", "shift-by"):
@@ -133,7 +139,9 @@ def reset_scenario(kind: str, value: object = None, *, group_ids: Sequence[str] 
         return ResetScenario(kind, timestamp_ms=now - parse_duration(str(value)))
     if kind == "from-file":
         try:
-            text = Path(os.fspath(value)).read_text(encoding="utf-8")  # type: ignore[arg-type]
+            if not isinstance(value, (str, os.PathLike)):
+                raise TypeError(f"a path is a str, got {type(value).__name__}")
+            text = Path(value).read_text(encoding="utf-8")
         except (OSError, TypeError, UnicodeDecodeError) as exc:
             raise InvalidOffsetSpecError(f"Cannot read the reset plan file {value!r}: {exc}") from None
         return ResetScenario(kind, plan=parse_reset_csv(text, group_ids))

@@ -76,8 +76,8 @@ def _previous_offsets(table: TopicTable, dt: object, producer_id: str, sequence:
     found: dict[int, int] = {}
     key = f"{producer_id} {sequence}"
     for entry in dt.history(200):  # type: ignore[attr-defined]
-        if entry.get("sparklog.clients.producer") == producer_id and entry.get("sparklog.sequence") == str(sequence):
-            return {int(p): int(o) for p, o in json.loads(entry.get("sparklog.model.offsets", "{}")).items()} | found
+        if entry.get("sparklog.producer") == producer_id and entry.get("sparklog.sequence") == str(sequence):
+            return {int(p): int(o) for p, o in json.loads(entry.get("sparklog.offsets", "{}")).items()} | found
         copied = entry.get(COPIED_BATCHES_KEY)
         if copied and key in copied:
             found.setdefault(int(entry["sparklog.partition"]), int(json.loads(copied)[key]))
@@ -148,10 +148,10 @@ def append(
             if leader_epochs is not None:
                 transactions.update({leader_app_id(p): leader_epochs[p] for p in pending})
                 transactions.update({leader_fence_app_id(p): leader_epochs[p] for p in pending})
-            metadata = {"sparklog.model.offsets": json.dumps({str(p): o for p, o in base_offsets.items()})}
+            metadata = {"sparklog.offsets": json.dumps({str(p): o for p, o in base_offsets.items()})}
             if idempotent:
                 transactions.update({producer_app_id(producer_id, p): sequence for p in pending})  # type: ignore[arg-type,misc]
-                metadata.update({"sparklog.clients.producer": producer_id, "sparklog.sequence": str(sequence)})  # type: ignore[dict-item]
+                metadata.update({"sparklog.producer": producer_id, "sparklog.sequence": str(sequence)})  # type: ignore[dict-item]
             table.commit(dt, segments, transactions, metadata, fsync=fsync)
             return AppendResult({**previous, **base_offsets}, append_ms, duplicate=bool(previous))
         except CommitConflict:

@@ -7,8 +7,8 @@ Each row is one Delta version, newest first, with exactly the keys of :data:`HIS
 ``userMetadata``; anything it does not record (``userId``, ``userName``, ``job``,
 ``notebook``, ``clusterId`` ...) is ``None``.
 
-sparklog's own commitInfo keys (``sparklog.operation``, ``sparklog.model.offsets``,
-``sparklog.clients.producer``, ``sparklog.group`` ...) are surfaced this way:
+sparklog's own commitInfo keys (``sparklog.operation``, ``sparklog.offsets``,
+``sparklog.producer``, ``sparklog.group`` ...) are surfaced this way:
 
 * ``operation``: the ``sparklog.operation`` of the commit when it has one (``OPTIMIZE``,
   ``RETENTION``, ``DELETE RECORDS``, ``EPOCH MARKER``, ``SPARK PRODUCE`` ...): every sparklog

@@ -43,14 +43,14 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
 from sparklog.errors import StorageError
-from sparklog.log.plans import optimize_plan
+from sparklog.log.plans import SegmentLike, optimize_plan
 from sparklog.log.reader import read_files
 from sparklog.log.retention import MAX_PLAN_ATTEMPTS
 from sparklog.log.segment import SegmentFile, discard_segments, write_placeholder, write_segment
@@ -169,7 +169,7 @@ class _Replan(Exception):
     """A merged file vanished (removed and vacuumed meanwhile): plan again on a fresh snapshot."""
 
 
-def _merge(table: TopicTable, partition: int, group: list[FileEntry], compression: str) -> SegmentFile:
+def _merge(table: TopicTable, partition: int, group: Sequence[SegmentLike], compression: str) -> SegmentFile:
     """One new segment holding every record of ``group`` with its own offset, in order."""
     try:
         records = read_files(table, sorted(group, key=lambda e: e.base_offset))
@@ -201,7 +201,7 @@ def _merge(table: TopicTable, partition: int, group: list[FileEntry], compressio
 
 
 def _commit_swap(
-    table: TopicTable, partition: int, merged: list[FileEntry], written: list[SegmentFile], run_id: str
+    table: TopicTable, partition: int, merged: Sequence[SegmentLike], written: list[SegmentFile], run_id: str
 ) -> bool:
     """The atomic swap; False when a merged file is no longer live (the caller re-plans)."""
     dt = table.snapshot()
@@ -241,7 +241,7 @@ def _committed_version(table: TopicTable, run_id: str) -> int | None:
 def _result(
     table: TopicTable,
     partition: int,
-    groups: list[tuple[FileEntry, ...]],
+    groups: Sequence[tuple[SegmentLike, ...]],
     written: list[SegmentFile],
     live_before: int,
     version: int | None,

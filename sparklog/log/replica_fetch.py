@@ -13,7 +13,7 @@ The Delta side of docs/replication.md. A follower replica of partition ``p`` is 
   log end, in offset order: a file wholly above is copied byte for byte (same records, same
   offsets, same stats), a straddling one sliced; the leader's log-start is copied (files
   wholly below removed, ``sparklog.start.<p>`` raised); producer sequences found in the
-  copied files' metadata raise ``sparklog.clients.producer.<id>.<p>``, so the follower deduplicates
+  copied files' metadata raise ``sparklog.producer.<id>.<p>``, so the follower deduplicates
   a producer's retry once it leads. ``sparklog.leader.<p>`` is set to the followed epoch, so
   a zombie writer of an older epoch is fenced here too.
 

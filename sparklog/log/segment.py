@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 ROW_GROUP_RECORDS = 131_072
 # Parquet key-value metadata of a light producer's segment: who wrote it, which batch.
-PRODUCER_KEY = "sparklog.clients.producer"
+PRODUCER_KEY = "sparklog.producer"
 SEQUENCE_KEY = "sparklog.sequence"
 # a hard link is impossible here (another filesystem, not supported, too many links): copy
 _LINK_REFUSED = frozenset({errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
@@ -159,7 +159,7 @@ def write_segment(
         compression=compression, use_dictionary=False, write_statistics=["offset", "timestamp"],
         row_group_size=ROW_GROUP_RECORDS,
     )  # fmt: skip
-    pq.write_table(table, full, **options)  # type: ignore[arg-type]
+    pq.write_table(table, full, **options)
     for root in stage_roots:
         try:
             place_copy(full, os.path.join(root, relative), hard_links)

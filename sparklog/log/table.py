@@ -15,7 +15,7 @@ This module (with the rest of ``log/``) is the only code that touches deltalake.
   - ``sparklog.leader.<p>`` version = the leader epoch of the newest records of ``p`` here
     (appends and follower fetches set it); ``sparklog.leaderfence.<p>`` = the newest leader
     epoch claimed here (appends, fetches and epoch markers set it; docs/replication.md);
-  - ``sparklog.clients.producer.<id>.<p>`` version = last committed batch sequence of a producer
+  - ``sparklog.producer.<id>.<p>`` version = last committed batch sequence of a producer
     in partition ``p``.
 
   Every append to ``p`` touches ``sparklog.end.<p>`` and ``sparklog.fence.<p>``: delta-rs
@@ -40,6 +40,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -65,6 +66,7 @@ from sparklog.log.transactions import (
     transaction_version as _transaction_version,
     transactions_at as _transactions_at,
 )
+from sparklog.log.plans import SegmentLike
 from sparklog.model.schema import TABLE_SCHEMA
 
 __all__ = [
@@ -357,7 +359,7 @@ class TopicTable:
         transactions: dict[str, int],
         custom_metadata: dict[str, str] | None = None,
         fsync: bool = False,
-        removes: list[FileEntry] | None = None,
+        removes: Sequence[SegmentLike] | None = None,
         *,
         data_change: bool = True,
         max_commit_retries: int = 0,
@@ -410,11 +412,11 @@ class TopicTable:
                 fsync_path(os.path.join(log_dir, name))
         fsync_path(log_dir)
 
-    def advance_log_start(self, partition: int, new_log_start: int, removed: list[FileEntry], operation: str) -> bool:
+    def advance_log_start(self, partition: int, new_log_start: int, removed: Sequence[SegmentLike], operation: str) -> bool:
         """:meth:`advance_log_starts` for one partition."""
         return self.advance_log_starts({partition: new_log_start}, removed, operation)
 
-    def advance_log_starts(self, new_log_starts: dict[int, int], removed: list[FileEntry], operation: str) -> bool:
+    def advance_log_starts(self, new_log_starts: dict[int, int], removed: Sequence[SegmentLike], operation: str) -> bool:
         """Remove ``removed`` (whole files, metadata only) and raise the log-start offset of
         each partition in ``new_log_starts``, all in one commit. Returns False when a
         concurrent commit got there first (a file is no longer live, or a log-start moved

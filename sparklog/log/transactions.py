@@ -59,7 +59,7 @@ def leader_fence_app_id(partition: int) -> str:
 
 def producer_app_id(producer_id: str, partition: int) -> str:
     # Per partition: after a failover a batch's partitions may sit in different leaders' tables.
-    return f"sparklog.clients.producer.{producer_id}.{partition}"
+    return f"sparklog.producer.{producer_id}.{partition}"
 
 
 # Application transaction versions are memoised on the snapshot object, per version: the hot
@@ -75,7 +75,7 @@ def transactions_at(dt: DeltaTable, version: int) -> Mapping[str, int] | None:
     """Every app transaction of ``dt``'s table as of ``version`` (which may be newer than
     ``dt``'s own) from :mod:`sparklog.log.txn_state`; None: ask delta-rs."""
     root = local_root(dt.table_uri)
-    return None if root is None else app_transactions(root, dt.metadata().id, version)
+    return None if root is None else app_transactions(root, str(dt.metadata().id), version)
 
 
 def transaction_version(dt: DeltaTable, app_id: str) -> int | None:

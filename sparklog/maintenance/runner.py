@@ -236,8 +236,9 @@ def run_maintenance(
         if "delete" in policies:
             done = _retain_topic(replicas, topic, configs, now, dry_run)
             report.retention.extend(done)
-            for r in done if progress is not None else ():
-                progress(_retention_line(r))
+            if progress is not None:
+                for r in done:
+                    progress(_retention_line(r))
         if "compact" in policies:
             report.compaction.extend(_compact_topic(replicas, topic, configs, runner, dry_run, now, progress))
         optimized, checkpoints = _optimize_topic(replicas, topic, configs, dry_run, progress)

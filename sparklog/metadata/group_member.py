@@ -39,8 +39,9 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, RolledBackError
 from kazoo.protocol.states import KazooState
@@ -52,7 +53,7 @@ from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord, encode
 from sparklog.errors import FencedInstanceIdError, SparklogError, ZooKeeperUnavailableError
 from sparklog.model.topic import is_internal
 
-__all__ = ["GroupMember", "Assignment", "AssignFn", "SyncResult"]
+__all__ = ["GroupMember", "Assignment", "AssignFn", "SyncAction", "SyncResult"]
 
 log = logging.getLogger("sparklog.group")
 
@@ -67,11 +68,14 @@ class Assignment:
     partitions: tuple[TopicPartition, ...]
 
 
+SyncAction = Literal["none", "revoke", "assigned", "rejoined"]
+
+
 @dataclass(frozen=True)
 class SyncResult:
     """What the consumer must do after :meth:`GroupMember.sync`."""
 
-    action: str  # "none" | "revoke" | "assigned" | "rejoined"
+    action: SyncAction
     assignment: Assignment | None = None
 
 
@@ -395,11 +399,11 @@ class GroupMember:
             raise SparklogError(f"Group {self.group_id}: state changed under the leader; re-reading")
         return results[1].version
 
-    def _resolve(self, members: object) -> tuple[dict[str, list[str]], dict[str, int]]:
+    def _resolve(self, records: Iterable[MemberRecord]) -> tuple[dict[str, list[str]], dict[str, int]]:
         """Subscriptions with patterns resolved, and partition counts of subscribed topics (watched)."""
         client = self.zk.client
         watch = self._leader_wake_watch
-        members = list(members)  # type: ignore[call-overload]
+        members = list(records)
         all_topics: list[str] | None = None
         if any(m.pattern for m in members):
             with zk_errors("listing topics"):
@@ -427,9 +431,9 @@ class GroupMember:
         return subscriptions, counts
 
 
-def _choose_protocol(preferred: Sequence[str], members: object) -> str:
+def _choose_protocol(preferred: Sequence[str], records: Iterable[MemberRecord]) -> str:
     """The leader's most preferred assignor that every member supports (Kafka's rule)."""
-    members = list(members)  # type: ignore[call-overload]
+    members = list(records)
     for protocol in preferred:
         if all(protocol in m.protocols for m in members):
             return protocol

@@ -16,14 +16,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklog.errors import RecordTooLargeError, SchemaMismatchError, UnknownPartitionError
+from sparklog.errors import SchemaMismatchError, UnknownPartitionError
 from sparklog.model.records import partitions_for_keys
 from sparklog.model.schema import FILE_SCHEMA, HEADERS_TYPE
+from sparklog.model.sizes import check_record_sizes, record_sizes
 
 __all__ = ["normalise_input", "SINK_COLUMNS", "spread"]
 
 SINK_COLUMNS = ("key", "value", "partition", "headers", "timestamp", "topic")
-_RECORD_OVERHEAD = 21
 _TIMESTAMP = FILE_SCHEMA.field("timestamp").type
 
 
@@ -91,7 +91,7 @@ def normalise_input(
         timestamp = pc.fill_null(column.combine_chunks().cast(_TIMESTAMP), pa.scalar(now_us, _TIMESTAMP))
     else:
         timestamp = pa.array(np.full(n, now_us, dtype=np.int64), type=pa.int64()).cast(_TIMESTAMP)
-    _check_sizes(key, value, topic, max_record_bytes)
+    check_record_sizes(record_sizes(key, value, headers), topic, max_record_bytes)
 
     partitions: np.ndarray | None = None
     has_keys = key.null_count < n
@@ -119,18 +119,3 @@ def normalise_input(
         schema=pa.schema([f for f in FILE_SCHEMA if f.name != "offset"]),
     )
     return segment, partitions
-
-
-def _check_sizes(key: pa.Array, value: pa.Array, topic: str, limit: int) -> None:
-    sizes = pc.add(
-        pc.fill_null(pc.binary_length(value), 0), pc.fill_null(pc.binary_length(key), 0)
-    )
-    if len(sizes) == 0:
-        return
-    biggest = pc.max(sizes).as_py() + _RECORD_OVERHEAD
-    if biggest > limit:
-        row = pc.index(sizes, biggest - _RECORD_OVERHEAD).as_py()
-        raise RecordTooLargeError(
-            f"Record {row} of the batch to {topic} is {biggest} bytes, larger than max.message.bytes={limit}; "
-            "nothing was written. Raise the topic's max.message.bytes or split the record."
-        )

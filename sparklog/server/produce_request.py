@@ -37,6 +37,7 @@ from sparklog.errors import (
     NotEnoughReplicasError,
     NotLeaderError,
 )
+from sparklog.config import Acks
 from sparklog.log.append import AppendResult, append
 from sparklog.log.table import TopicTable
 from sparklog.server.replica_manager import ReplicaManager
@@ -62,7 +63,7 @@ class TopicWriteSettings:
 class RequestSettings:
     """The producer's side: acks, timeouts, idempotence."""
 
-    acks: str  # "0", "1" or "all"
+    acks: Acks
     max_block_ms: int
     delivery_timeout_ms: int
     producer_id: str | None  # None: not idempotent

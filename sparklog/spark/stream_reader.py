@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import CaseInsensitiveDict, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -161,7 +161,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, dict[str, int]]:
         return offsets_to_json(self._high_watermarks())
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # type: ignore[type-arg]
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The end of the next micro-batch: the high watermarks (the availableNow target),
         lowered to ``limit``. Cheap: one snapshot refresh and app-transaction lookups per topic."""
         starts = offsets_from_json(start, "stream start offset")
@@ -200,7 +200,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.warning("%s Skipping (failOnDataLoss=false).", message)
 
     # -- planning and reading --------------------------------------------------------------
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:  # type: ignore[type-arg,override]
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:  # type: ignore[override]
         """The batch read of ``[start, end)``: same clamping, data-loss rule and file slices."""
         starts = offsets_from_json(start, "stream start offset")
         ends = offsets_from_json(end, "stream end offset")
@@ -218,10 +218,10 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return list(SparklogBatchReader(options, self.include_headers).partitions())
 
     def read(self, partition: InputPartition) -> Iterator[object]:  # type: ignore[override]
-        return SparklogBatchReader({}, self.include_headers).read(partition)  # type: ignore[arg-type]
+        return SparklogBatchReader({}, self.include_headers).read(partition)
 
     # -- progress --------------------------------------------------------------------------
-    def commit(self, end: dict) -> None:  # type: ignore[type-arg]
+    def commit(self, end: dict[str, Any]) -> None:
         """Spark has processed everything below ``end``: see :meth:`_commit_group`."""
         self._commit_group(end)
 

@@ -133,7 +133,7 @@ def test_live_group_describe_lag_and_refusals(shared: sparklog.Cluster) -> None:
                 for r in described.partitions]  # fmt: skip
         assert rows == [("orders", 0, 6, 10, 4, member.member_id, "app-1"), ("orders", 1, 10, 10, 0, member.member_id, "app-1")]
         assert (group, "Stable") in {(g.group_id, g.state) for g in shared.list_groups()}
-        lag = consumer_lag(shared).to_pylist()
+        lag = consumer_lag(shared.groups).to_pylist()
         assert {(r["partition"], r["lag"], r["state"]) for r in lag if r["group"] == group} == {(0, 4, "Stable"), (1, 0, "Stable")}
 
         before = shared.committed_offsets(group)
@@ -160,7 +160,7 @@ def test_delete_offsets_then_the_group(shared: sparklog.Cluster) -> None:
     assert [(r.partition, r.current_offset) for r in shared.describe_group(group).partitions] == [(0, 4)]
     other = new_group()
     shared.commit_offsets(other, COMMITTED)
-    assert delete_groups(shared, [group, other]) == [group, other]
+    assert delete_groups(shared.groups, [group, other]) == [group, other]
     for deleted in (group, other):
         assert shared.committed_offsets(deleted) == {}
         assert deleted not in {g.group_id for g in shared.list_groups()}
@@ -184,7 +184,7 @@ def test_delete_groups_deletes_what_it_can(shared: sparklog.Cluster) -> None:
     gone, missing = new_group(), new_group()
     shared.commit_offsets(gone, COMMITTED)
     with pytest.raises(GroupIdNotFoundError) as info:
-        delete_groups(shared, [missing, gone])
+        delete_groups(shared.groups, [missing, gone])
     assert str(info.value) == (
         f"Deletion of some consumer groups failed: * Group '{missing}' could not be deleted due to: "
         f"GROUP_ID_NOT_FOUND (the group does not exist). These consumer groups were deleted successfully: '{gone}'."

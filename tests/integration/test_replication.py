@@ -30,7 +30,7 @@ def three_brokers(cluster: sparklog.Cluster, tmp_path) -> sparklog.Cluster:
 @pytest.fixture
 def fetchers(three_brokers: sparklog.Cluster) -> Iterator[list[ReplicaFetcher]]:
     stop = threading.Event()
-    running = [ReplicaFetcher(three_brokers, b, fsync=False) for b in (0, 1, 2)]
+    running = [ReplicaFetcher(three_brokers.replicas, b, fsync=False) for b in (0, 1, 2)]
     threads = [threading.Thread(target=f.run, args=(stop,), daemon=True) for f in running]
     for thread in threads:
         thread.start()

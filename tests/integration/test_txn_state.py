@@ -37,7 +37,7 @@ def test_map_matches_delta_rs_across_commits_and_checkpoints(tmp_path) -> None:
     table = TopicTable(str(tmp_path), TOPIC)
     table.create("id-1", 600_000)
     rng = random.Random(7)
-    app_ids = [f"sparklog.end.{p}" for p in range(4)] + ["sparklog.clients.producer.x.0", 'a "quoted" id', "ü.unicode"]
+    app_ids = [f"sparklog.end.{p}" for p in range(4)] + ["sparklog.producer.x.0", 'a "quoted" id', "ü.unicode"]
     mismatches = {}
     for i in range(30):
         commit_random(table, rng, app_ids)
