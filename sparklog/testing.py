@@ -19,9 +19,7 @@ their tails so a failing assertion can show what the agents did. On exit (also w
 fails) every agent still running is killed and reaped.
 
 Agents read a properties file with ``zookeeper.session.timeout.ms`` (default 3000 ms, so a
-killed agent is noticed within seconds) plus any extra properties. Callers: integration
-and fault tests (``tests/``), the replication benchmark (``benchmarks/case_replication.py``),
-and users testing their own jobs against a multi-broker cluster.
+killed agent is noticed within seconds) plus any extra properties.
 """
 
 from __future__ import annotations

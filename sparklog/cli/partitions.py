@@ -8,7 +8,6 @@ topic and partition where Kafka's order is a hash set's.
 Invariants: options, files and their JSON are checked before anything is written (bad JSON,
 unknown topics, partitions or brokers: one ``Error:`` line, nothing changed; option
 conflicts: a usage error, exit 2); Kafka's messages are kept where Kafka has one. No Spark.
-Callers: :mod:`sparklog.cli.main`.
 """
 
 from __future__ import annotations

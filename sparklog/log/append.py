@@ -16,7 +16,7 @@ One call = one produce request = one Delta commit covering every partition in it
    A conflict means someone else committed to one of our partitions: delete our files,
    go back to 1 (the fence check then tells a zombie it is fenced).
 
-Callers: the light producer and the admin tools. Spark jobs (batch writes and streaming
+Spark jobs (batch writes and streaming
 micro-batches) write segments in tasks and commit through :func:`commit_reserved`.
 """
 

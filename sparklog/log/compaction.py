@@ -36,9 +36,6 @@ Invariants:
   measured with deltalake 1.6.6, it does not notice that a winning commit removed the
   same files with ``dataChange=false`` (optimize), and both commits land (duplicates).
 * A dry run plans and counts survivors but writes and commits nothing.
-
-Callers: :func:`sparklog.maintenance.runner.run_compaction` with the Spark runner of
-:mod:`sparklog.spark.compaction` or :func:`run_in_process`; the fault tests' workers.
 """
 
 from __future__ import annotations

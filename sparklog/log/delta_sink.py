@@ -22,8 +22,6 @@ are exactly those the run started from, and nobody commits in between: every att
 on the fresh snapshot (unrelated writers: retry; a run of the same group that committed
 first: fail with nothing committed). Files of a commit that does not land are deleted. The
 first commit of a new table creates it (schema, files and offsets in version 0).
-
-Callers: :mod:`sparklog.spark.exactly_once` (tasks and the Spark job's commit/abort).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ generation goes live, which fences commits of the previous generation.
 The partition is compacted as it is written: a commit replaces the partition's live file
 by one holding the newest record of every key (offsets preserved, gaps allowed), so live
 files, checkpoints and commit latency stay bounded. No write lease is taken: offsets of the internal topic stay contiguous because every
-commit to ``p`` also touches ``sparklog.end.<p>``. Callers: :mod:`sparklog.group.coordinator`.
+commit to ``p`` also touches ``sparklog.end.<p>``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ sparklog's own commitInfo keys (``sparklog.operation``, ``sparklog.offsets``,
 ``timestamp`` is a timezone-aware UTC ``datetime`` (Delta's column is a timestamp).
 Only the versions whose commit files are still in the log appear: checkpoints plus
 ``cleanup_metadata`` drop commit files older than ``delta.logRetentionDuration``.
-Callers: ``sparklog history`` (:mod:`sparklog.cli.maintenance`).
 """
 
 from __future__ import annotations

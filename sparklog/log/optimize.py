@@ -35,8 +35,6 @@ Invariants:
   retries (retention, DeleteRecords) fail on any concurrent commit anyway.
 * Files wholly below the partition's log-start are left to retention (which removes them),
   never merged; a dry run writes and commits nothing.
-
-Callers: ``sparklog optimize`` (:mod:`sparklog.cli.maintenance`) and scheduled jobs.
 """
 
 from __future__ import annotations

@@ -20,8 +20,7 @@ The Delta side of docs/replication.md. A follower replica of partition ``p`` is 
 Invariants: every commit is checked against the snapshot it was planned on (max commit
 retries 0): a concurrent commit (another fetcher, maintenance) fails it and the round is
 redone; a follower's records are always a prefix-copy of the leader's (offsets, bytes);
-nothing is read from the leader beyond its log end at the time of its snapshot. Callers:
-:mod:`sparklog.server.replica_fetcher` (broker agents and ``jobs/replica_fetch.py``).
+nothing is read from the leader beyond its log end at the time of its snapshot.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ readers holding an older snapshot finish.
 Invariants: only what the policy names is removed, always a prefix of the partition, and
 log-start only moves forward; a commit that races another maintenance job or a producer
 is re-planned on a fresh snapshot (the loser re-plans or finds nothing left to do).
-Callers: :class:`sparklog.cluster.Cluster` (``run_retention``), the retention job and CLI.
 """
 
 from __future__ import annotations

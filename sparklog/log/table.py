@@ -28,9 +28,6 @@ This module (with the rest of ``log/``) is the only code that touches deltalake.
   maintenance job only (``delta.enableExpiredLogCleanup=false``): measured with deltalake
   1.6.6, a writer's post-commit cleanup racing another cleanup fails *after* its commit
   landed, which would report a produced batch as failed.
-
-Callers: :mod:`sparklog.log.append` (writers), :mod:`sparklog.log.reader` (readers) and
-the admin layer (create/delete).
 """
 
 from __future__ import annotations

@@ -15,8 +15,7 @@ sparklog never sets ``delta.setTransactionRetentionDuration``, so no ``txn`` exp
 Falls back (returns None, the caller asks delta-rs) when the table is not on a local
 filesystem, for a version below the newest checkpoint and every version kept, or when
 log files needed were cleaned up under us. Maps are kept per table root and Delta table id
-(a re-created topic gets a new id), for the newest few versions. Thread-safe. Callers:
-:func:`sparklog.log.transactions.transactions_at` only.
+(a re-created topic gets a new id), for the newest few versions. Thread-safe.
 """
 
 from __future__ import annotations

@@ -21,8 +21,6 @@ pure :func:`sparklog.log.plans.vacuum_candidates`; this module gathers its input
 Before deleting, the candidates are checked once more against a fresh snapshot. Never a
 live file: a path live in either snapshot is kept. Deleting a file that is already gone
 (a concurrent vacuum) is not an error. A dry run deletes nothing.
-
-Callers: ``sparklog vacuum`` (:mod:`sparklog.cli.maintenance`) and scheduled jobs.
 """
 
 from __future__ import annotations

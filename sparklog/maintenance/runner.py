@@ -7,8 +7,7 @@ layer: ``delete`` → :mod:`sparklog.log.retention` (metadata-only commits), ``c
 ``compact,delete`` → retention first, then compaction of what is left. Every topic then gets
 :func:`run_optimize` (small files merged, the table's log properties synced with
 ``history.retention.ms``, a checkpoint, expired log files deleted) and :func:`run_vacuum`
-(files removed longer than ``file.delete.delay.ms`` ago deleted). Callers:
-``jobs/retention.py`` and the CLI.
+(files removed longer than ``file.delete.delay.ms`` ago deleted).
 
 Invariants: a dry run changes nothing; a topic whose policy lacks ``delete`` is untouched by
 delete retention, one whose policy lacks ``compact`` is never compacted. Internal topics

@@ -7,8 +7,7 @@ old one are gone) registers again, from the connection listener's worker thread.
 controller watches ``/brokers/ids``: a missing znode is a broker down.
 
 Another live process registered under the same id (``NodeExistsError`` for a session that is
-not ours) is an error: two agents must never claim one broker id. Callers:
-:mod:`sparklog.server.broker`.
+not ours) is an error: two agents must never claim one broker id.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ States: *candidate* (watching ``/controller``; tries again whenever it disappear
 *controller* (``on_elected(epoch, epoch_version)`` was called) → *resigned* (``resign``;
 ``/controller`` deleted) or *lost* (session expired: ``on_lost()`` is called, then it is a
 candidate again). Callbacks run on a worker thread of their own, never on kazoo's event
-thread. Callers: :mod:`sparklog.server.broker`.
+thread.
 """
 
 from __future__ import annotations

@@ -16,8 +16,7 @@ Invariants:
   no inherited descriptors) so later processes reuse it; only :func:`stop` ends it.
 * Only processes whose command line names this home's ``zoo.cfg`` are ever signalled.
 
-Callers: the coordination layer when no external ``zookeeper.connect`` is configured, the CLI
-and tests. POSIX only (``fcntl``). Importing is cheap: pyspark is located, never imported.
+POSIX only (``fcntl``). Importing is cheap: pyspark is located, never imported.
 """
 
 from __future__ import annotations

@@ -11,8 +11,7 @@ Invariants: the *displayed* state of a group is derived from liveness, not only 
 recorded one: a group whose members are all gone is ``Empty`` even if its last leader died
 before recording it. :meth:`GroupRegistry.check_commit` is the ZooKeeper half of an offset
 commit's validation (generation, member id); the Delta half is the generation fence of
-:mod:`sparklog.log.group_offsets`. Callers: :mod:`sparklog.group.coordinator` and the
-member recipe (:mod:`sparklog.metadata.group_member`).
+:mod:`sparklog.log.group_offsets`.
 """
 
 from __future__ import annotations

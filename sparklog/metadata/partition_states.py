@@ -10,7 +10,7 @@ re-created).
 Staleness is bounded by ZooKeeper's notification delay. That is safe for the callers:
 writers are fenced by the leader epoch in the Delta log (a stale leader is refused at
 commit), and readers clamp to a high watermark computed over the (possibly stale) ISR, whose
-every member held those records. Callers: :class:`sparklog.cluster.Cluster`.
+every member held those records.
 """
 
 from __future__ import annotations

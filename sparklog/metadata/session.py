@@ -3,7 +3,7 @@
 ``zookeeper.connect`` is ``host:port[,host:port...][/chroot]``; without a chroot sparklog
 uses ``/sparklog``. The chroot znode is created on first connect. With no
 ``zookeeper.connect`` the embedded server under ``sparklog.home`` is started (or reused).
-Callers outside ``coordination/`` never see kazoo types: errors are wrapped into
+Code outside ``metadata/`` never sees kazoo types: errors are wrapped into
 :class:`~sparklog.errors.CoordinationError` subclasses.
 """
 

@@ -14,8 +14,7 @@ A broker is a storage root; its agent is the process that vouches for it (DESIGN
 
 States: *new* → (:meth:`start`) *running* → (:meth:`stop`, e.g. on SIGTERM) *stopped*:
 controller role resigned, fetcher stopped, ephemeral znode deleted, session closed. A
-``kill -9`` skips all that; the session timeout does the rest. Callers: the CLI
-(:mod:`sparklog.cli.brokers`) and tests.
+``kill -9`` skips all that; the session timeout does the rest.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ Retriable errors (a leader moved: ``NotLeaderError``/``FencedError``; no leader 
 not enough replicas) are retried until ``delivery.timeout.ms``, as Kafka's producer does;
 partitions already appended are not sent again, and with idempotence a retried partition
 that did land is recognised by its sequence (per partition), so nothing is stored twice.
-Callers: :class:`sparklog.clients.producer.Producer` (its sender thread, one request at a time).
 """
 
 from __future__ import annotations

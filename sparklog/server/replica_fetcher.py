@@ -12,7 +12,7 @@ For every partition assigned to broker ``b`` whose leader is another live broker
 States: *idle* (constructed) → *running* (:meth:`run` loop in the broker agent, or single
 rounds from ``jobs/replica_fetch.py``) → *stopped* (``stop`` event set). Errors on one partition
 (a leader's storage failing, a conflicting commit) are logged and retried next round, never
-fatal to the loop. Callers: :mod:`sparklog.server.broker` and ``jobs/replica_fetch.py``.
+fatal to the loop.
 """
 
 from __future__ import annotations

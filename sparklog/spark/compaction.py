@@ -14,7 +14,6 @@ need the table's storage path mounted (local mode, a shared file system or objec
 
 Invariant: a failed job commits nothing; files written by its finished tasks stay
 unreferenced until VACUUM. A sparklog error raised in a task comes back as that error.
-Callers: :func:`sparklog.maintenance.runner.run_compaction` (and through it ``jobs/retention.py``).
 """
 
 from __future__ import annotations

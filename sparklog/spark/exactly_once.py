@@ -20,7 +20,7 @@ not land are deleted.
 
 Where code runs: the driver plans and verifies; Spark tasks write segments or Parquet files
 through a private Python data source (Arrow batches, no pandas) whose ``commit``/``abort``
-run in a Python worker on the driver host. Callers: users via :mod:`sparklog.spark`.
+run in a Python worker on the driver host.
 """
 
 from __future__ import annotations

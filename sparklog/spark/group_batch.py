@@ -8,7 +8,7 @@ path); :meth:`GroupBatch.commit` then records the end offsets (standalone commit
 The range resolution here is shared with :mod:`sparklog.spark.exactly_once` (exactly-once).
 
 Invariant: a group with live light-consumer members is refused (Spark runs commit as
-standalone clients, generation -1). Callers: users via :mod:`sparklog.spark`.
+standalone clients, generation -1).
 """
 
 from __future__ import annotations

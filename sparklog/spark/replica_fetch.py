@@ -8,7 +8,6 @@ made by the task: only that broker's fetch writes its follower replicas, so task
 contend). Rounds repeat until no task copies anything, or ``max_rounds``.
 
 Executors need every log dir mounted (local mode, a shared file system or object store).
-Callers: ``jobs/replica_fetch.py``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Errors raised inside Spark tasks, brought back to the driver as sparklog errors.
 
 A sparklog error raised in a Python task reaches the driver only as Spark's exception with
-the task's Python traceback in its text. Callers: the Spark jobs that run sparklog code in
-tasks (:mod:`sparklog.spark.exactly_once`, :mod:`sparklog.spark.compaction`).
+the task's Python traceback in its text.
 """
 
 from __future__ import annotations

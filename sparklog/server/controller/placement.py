@@ -1,8 +1,6 @@
 """Replica placement: Kafka's assignment of partition replicas to brokers, output for output.
 
-Pure policy (no I/O; imports neither Spark, kazoo nor deltalake). Callers: ``Cluster.create_topic``
-and ``Cluster.create_partitions`` (``sparklog/cluster.py``), the CLI's ``--replica-assignment``
-parsing, and :func:`sparklog.server.controller.policy.generate_reassignment`.
+Pure policy (no I/O; imports neither Spark, kazoo nor deltalake).
 
 :func:`assign_replicas` is Kafka's ``AdminUtils.assignReplicasToBrokers``:
 

@@ -1,9 +1,6 @@
 """Controller policies: leader election, ISR upkeep, high watermark, log reconciliation, rebalancing.
 
-Pure policy (no I/O; imports neither Spark, kazoo nor deltalake). Callers: the controller
-(elections when a broker's agent disappears, controlled shutdown, preferred-leader elections,
-reassignments, the auto leader rebalance check), the partition leader / replication job (ISR
-shrink and expand, high watermark), and a follower before it copies (``truncation_offset``).
+Pure policy (no I/O; imports neither Spark, kazoo nor deltalake).
 Each function returns what to write; the caller bumps the leader epoch and writes the znode.
 
 Invariants (tested in ``tests/unit/test_controller_policy.py``):
