@@ -31,6 +31,7 @@ __all__ = [
     "CoordinationError",
     "ZooKeeperUnavailableError",
     "StorageError",
+    "RetriesExhaustedError",
     "ProducerClosedError",
     "GroupError",
     "InvalidGroupIdError",
@@ -134,6 +135,11 @@ class ZooKeeperUnavailableError(CoordinationError):
 
 class StorageError(SparklogError):
     """The Delta table or its files cannot be read or written."""
+
+
+class RetriesExhaustedError(StorageError):
+    """An operation kept losing races (concurrent commits) until its retry budget was spent;
+    nothing of the failed attempts was committed."""
 
 
 class ProducerClosedError(SparklogError):

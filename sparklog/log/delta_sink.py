@@ -43,7 +43,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from sparklog.errors import FencedError, SchemaMismatchError, StorageError
-from sparklog.log.append import MAX_COMMIT_ATTEMPTS
+from sparklog.retries import DELTA_COMMIT
 
 __all__ = ["DeltaSink", "DataFile", "input_app_id", "check_input_offsets", "write_task_files", "TARGET_FILE_BYTES"]
 
@@ -243,7 +243,7 @@ class DeltaSink:
             app_transactions=[Transaction(app_id, version) for app_id, version in sorted(transactions.items())],
         )
         try:
-            for _attempt in range(MAX_COMMIT_ATTEMPTS):
+            for _attempt in DELTA_COMMIT:
                 if self.exists():
                     dt = self._open()
                     current = dt.schema()
@@ -266,9 +266,8 @@ class DeltaSink:
                     if self.exists():
                         continue  # another writer created the table first
                     raise StorageError(f"Cannot create the Delta table at {self.root}: {exc}") from exc
-            raise StorageError(
-                f"Commit to the Delta table at {self.root} kept conflicting ({MAX_COMMIT_ATTEMPTS} attempts); "
-                "nothing committed. Are many writers appending to it at once?"
+            raise DELTA_COMMIT.exhausted(
+                f"Commit to the Delta table at {self.root}", "nothing committed; are many writers appending to it at once?"
             )
         except BaseException:
             self.discard(files)

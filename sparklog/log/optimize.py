@@ -30,7 +30,7 @@ Invariants:
     partition never both land, appends still rebase freely.
 
   The loser deletes its new files and re-plans on a fresh snapshot (at most
-  :data:`MAX_PLAN_ATTEMPTS` times). Any other commit that removes files while rebasing
+  :data:`sparklog.retries.MAINTENANCE_PLAN` times). Any other commit that removes files while rebasing
   (``max_commit_retries`` > 0) must touch ``sparklog.rewrite.<p>`` too; commits without
   retries (retention, DeleteRecords) fail on any concurrent commit anyway.
 * Files wholly below the partition's log-start are left to retention (which removes them),
@@ -50,9 +50,9 @@ from deltalake.exceptions import DeltaError
 from sparklog.errors import StorageError
 from sparklog.log.plans import SegmentLike, optimize_plan
 from sparklog.log.reader import read_files
-from sparklog.log.retention import MAX_PLAN_ATTEMPTS
+from sparklog.retries import MAINTENANCE_PLAN
 from sparklog.log.segment import SegmentFile, discard_segments, write_placeholder, write_segment
-from sparklog.log.table import CommitConflict, FileEntry, TopicTable, rewrite_app_id, start_app_id
+from sparklog.log.table import CommitConflict, TopicTable, rewrite_app_id, start_app_id
 
 __all__ = [
     "rewrite_app_id", "OptimizeResult", "LogCheckpoint", "optimize_topic", "optimize_partition", "checkpoint_log",
@@ -113,7 +113,7 @@ def optimize_topic(
     the new files. ``progress`` is called with each partition's result as it completes.
     Unless ``dry_run`` or ``checkpoint=False``, a log checkpoint follows
     (:func:`checkpoint_log`). Raises :class:`StorageError` when a partition keeps
-    conflicting with concurrent maintenance for :data:`MAX_PLAN_ATTEMPTS` re-plans.
+    conflicting with concurrent maintenance for :data:`~sparklog.retries.MAINTENANCE_PLAN` re-plans.
     """
     results = []
     for partition in sorted(set(partitions)):
@@ -130,7 +130,7 @@ def optimize_partition(
     table: TopicTable, partition: int, segment_bytes: int, *, dry_run: bool = False, compression: str = "snappy"
 ) -> OptimizeResult:
     """Plan, merge and commit one partition; re-plan after a conflicting concurrent removal."""
-    for attempt in range(1, MAX_PLAN_ATTEMPTS + 1):
+    for attempt in (a + 1 for a in MAINTENANCE_PLAN):
         dt = table.snapshot()
         live = table.files(dt, {partition})
         log_start = table.app_version(dt, start_app_id(partition)) or 0
@@ -156,10 +156,10 @@ def optimize_partition(
             version = _committed_version(table, run_id)
             return _result(table, partition, groups, written, len(live), version, attempt, False)
         discard_segments(table.root, written)
-    raise StorageError(
-        f"Optimize of {table.topic}-{partition} gave up after {MAX_PLAN_ATTEMPTS} attempts: other maintenance "
-        "(retention, DeleteRecords, compaction, another optimize) kept removing the files it merged. Run it again "
-        "when that maintenance is done; nothing was changed by the failed attempts."
+    raise MAINTENANCE_PLAN.exhausted(
+        f"Optimize of {table.topic}-{partition}",
+        "other maintenance (retention, DeleteRecords, compaction, another optimize) kept removing the files it "
+        "merged. Run it again when that maintenance is done; nothing was changed by the failed attempts.",
     )
 
 

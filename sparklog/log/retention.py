@@ -17,13 +17,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.errors import StorageError
 from sparklog.log.plans import RetentionPlan, retention_plan
 from sparklog.log.table import TopicTable
+from sparklog.retries import MAINTENANCE_PLAN
 
-__all__ = ["RetentionResult", "apply_delete_policy", "MAX_PLAN_ATTEMPTS"]
-
-MAX_PLAN_ATTEMPTS = 20
+__all__ = ["RetentionResult", "apply_delete_policy"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,7 @@ def apply_delete_policy(
 ) -> list[RetentionResult]:
     """Apply ``retention.ms`` / ``retention.bytes`` of ``configs`` to ``partitions``, planned
     on one snapshot and committed in one metadata-only commit."""
-    for _attempt in range(MAX_PLAN_ATTEMPTS):
+    for _attempt in MAINTENANCE_PLAN:
         dt = table.snapshot()
         starts = table.log_starts(dt)
         files = table.files(dt, set(partitions))
@@ -71,7 +69,7 @@ def apply_delete_policy(
         removed = [f for plan, _start in plans for f in plan.removed]
         if dry_run or not changes or table.advance_log_starts(changes, removed, "RETENTION"):
             return [_result(table.topic, plan, start, dry_run) for plan, start in plans]
-    raise StorageError(f"Retention of {table.topic} gave up after {MAX_PLAN_ATTEMPTS} conflicting commits")
+    raise MAINTENANCE_PLAN.exhausted(f"Retention of {table.topic}", "nothing was removed; run it again")
 
 
 def _result(topic: str, plan: RetentionPlan, old_log_start: int, dry_run: bool) -> RetentionResult:

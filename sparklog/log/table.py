@@ -65,6 +65,7 @@ from sparklog.log.transactions import (
 )
 from sparklog.log.plans import SegmentLike
 from sparklog.model.schema import TABLE_SCHEMA
+from sparklog.retries import EPOCH_MARKER, TABLE_PROPERTIES
 
 __all__ = [
     "TopicTable", "FileEntry", "CommitConflict", "end_app_id", "start_app_id", "fence_app_id", "producer_app_id",
@@ -136,7 +137,7 @@ class TopicTable:
         they differ, retried over concurrent commits (which retry in turn: a metadata change
         fails them once). Returns whether a commit was made."""
         wanted = log_properties(history_retention_ms)
-        for _attempt in range(10):
+        for _attempt in TABLE_PROPERTIES:
             dt = self.snapshot()
             configuration = dt.metadata().configuration
             if all(configuration.get(key) == value for key, value in wanted.items()):
@@ -148,9 +149,8 @@ class TopicTable:
                 continue
             except (DeltaError, OSError) as exc:
                 raise StorageError(f"Cannot set the log properties of topic {self.topic} at {self.root}: {exc}") from exc
-        raise StorageError(
-            f"Could not set the log properties of topic {self.topic} at {self.root}: every attempt conflicted with "
-            "concurrent commits; run the maintenance again"
+        raise TABLE_PROPERTIES.exhausted(
+            f"Setting the log properties of topic {self.topic} at {self.root}", "run the maintenance again"
         )
 
     def topic_id(self) -> str | None:
@@ -434,7 +434,7 @@ class TopicTable:
 
     def commit_epoch_marker(self, partition: int, epoch: int) -> None:
         """An empty commit carrying ``epoch``: any older writer's later commit now fails."""
-        for _ in range(20):
+        for _attempt in EPOCH_MARKER:
             dt = self.snapshot()
             current = self.fence_epoch(dt, partition)
             if current > epoch:
@@ -451,7 +451,7 @@ class TopicTable:
                 return
             except CommitConflict:
                 continue
-        raise StorageError(f"Could not commit the epoch marker of {self.topic}-{partition}: too many conflicts")
+        raise EPOCH_MARKER.exhausted(f"The epoch marker {epoch} of {self.topic}-{partition}", "the writer retries it")
 
 
 def _micros(value: Any) -> int | None:

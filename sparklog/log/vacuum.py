@@ -39,11 +39,11 @@ import pyarrow.parquet as pq
 from sparklog.errors import ConfigError, StorageError
 from sparklog.log.plans import vacuum_candidates
 from sparklog.log.table import TopicTable
+from sparklog.retries import DELTA_LOG_READ
 
 __all__ = ["VacuumResult", "vacuum_topic", "removed_files", "data_files_on_disk", "DEFAULT_DELETED_FILE_RETENTION_MS"]
 
 DEFAULT_DELETED_FILE_RETENTION_MS = 7 * 86_400_000  # Delta's "interval 1 week"
-_LOG_READ_ATTEMPTS = 5
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d+)\.(\d+))?\.parquet$")
 _INTERVAL_UNITS_MS = {
@@ -148,7 +148,7 @@ def data_files_on_disk(root: str) -> dict[str, tuple[int, int]]:
 def removed_files(table: TopicTable) -> list[tuple[str, int]]:
     """``(path, deletionTimestamp ms)`` of every remove action the log still remembers."""
     log_dir = os.path.join(table.root, "_delta_log")
-    for _attempt in range(_LOG_READ_ATTEMPTS):
+    for _attempt in DELTA_LOG_READ:
         try:
             names = os.listdir(log_dir)
             checkpoint_version, parts = _newest_checkpoint(names)
@@ -163,10 +163,7 @@ def removed_files(table: TopicTable) -> list[tuple[str, int]]:
             continue  # a file listed was cleaned up meanwhile
         except (OSError, ValueError, pa.ArrowInvalid) as exc:
             raise StorageError(f"Vacuum of topic {table.topic} cannot read the Delta log at {log_dir}: {exc}") from exc
-    raise StorageError(
-        f"Vacuum of topic {table.topic}: the Delta log at {log_dir} kept changing under the read (log cleanup "
-        "running concurrently?); run vacuum again"
-    )
+    raise DELTA_LOG_READ.exhausted(f"Vacuum of topic {table.topic} reading the Delta log at {log_dir}", "run vacuum again")
 
 
 def _newest_checkpoint(names: list[str]) -> tuple[int, list[str]]:

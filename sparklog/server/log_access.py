@@ -16,6 +16,7 @@ from sparklog.errors import OffsetOutOfRangeError
 from sparklog.log.reader import offset_for_timestamp, read_ranges
 from sparklog.model.offsets import OffsetSpec, parse_offset_spec
 from sparklog.model.topic import validate_topic_name
+from sparklog.retries import DELTA_COMMIT
 from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["list_offsets", "delete_records", "read"]
@@ -52,7 +53,7 @@ def delete_records(replicas: ReplicaManager, topic: str, before: Mapping[int, in
         replicas.check_partition(topic, partition, partitions)
     for partition, offset in sorted(before.items()):
         table = replicas.leader_table(topic, partition)
-        for _attempt in range(50):
+        for _attempt in DELTA_COMMIT:
             dt = table.snapshot()
             end = min(table.log_end(dt, partition), replicas.high_watermarks(topic, [partition])[partition])
             start = table.log_starts(dt).get(partition, end)
@@ -68,6 +69,11 @@ def delete_records(replicas: ReplicaManager, topic: str, before: Mapping[int, in
                 break
             if table.advance_log_starts({partition: plan.new_log_start}, list(plan.removed), "DELETE RECORDS"):
                 break
+        else:
+            raise DELTA_COMMIT.exhausted(
+                f"DeleteRecords on {topic}-{partition} below offset {offset}",
+                "nothing was deleted; retry when the concurrent writers or maintenance are done",
+            )
     after = replicas.offsets(topic)
     return {p: after[p].log_start for p in before}
 

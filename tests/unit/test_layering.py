@@ -11,11 +11,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sparklog"
 PACKAGES = {"model", "log", "metadata", "server", "clients", "group", "admin", "maintenance", "spark", "cli"}
-ROOT_MODULES = {"__init__.py", "cluster.py", "config.py", "errors.py", "testing.py"}
+ROOT_MODULES = {"__init__.py", "cluster.py", "config.py", "errors.py", "retries.py", "testing.py"}
 ENGINES = {"pyspark", "kazoo", "deltalake"}
 PURE_POLICIES = [
     "sparklog.model.records", "sparklog.model.topic", "sparklog.model.offsets", "sparklog.model.batches",
-    "sparklog.config", "sparklog.errors", "sparklog.server.controller.placement", "sparklog.server.controller.policy",
+    "sparklog.config", "sparklog.errors", "sparklog.retries", "sparklog.server.controller.placement", "sparklog.server.controller.policy",
     "sparklog.log.plans", "sparklog.group.assignors", "sparklog.group.reset", "sparklog.group.ids",
 ]  # fmt: skip
 # What the CLI may use: the public API. The embedded ZooKeeper's start/stop/status are
