@@ -31,6 +31,7 @@ __all__ = [
     "CoordinationError",
     "ZooKeeperUnavailableError",
     "StorageError",
+    "PolicyError",
     "RetriesExhaustedError",
     "ProducerClosedError",
     "GroupError",
@@ -49,6 +50,11 @@ __all__ = [
 
 class SparklogError(Exception):
     """Root of every error sparklog raises."""
+
+
+class PolicyError(SparklogError, ValueError):
+    """A pure policy (placement, election, retention, compaction plans) was given input its
+    contract excludes: a caller's bug or a corrupt log, never a user's mistake to retry."""
 
 
 class ConfigError(SparklogError, ValueError):

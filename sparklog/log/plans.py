@@ -32,7 +32,7 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklog.errors import DeleteRecordsOffsetError
+from sparklog.errors import DeleteRecordsOffsetError, PolicyError
 
 __all__ = [
     "SegmentLike",
@@ -99,7 +99,7 @@ def _partition_segments(segments: Sequence[SegmentLike], partition: int) -> list
     mine = sorted((s for s in segments if s.partition == partition), key=lambda s: (s.base_offset, s.last_offset))
     for prev, nxt in zip(mine, mine[1:]):
         if nxt.base_offset <= prev.last_offset:
-            raise ValueError(
+            raise PolicyError(
                 f"Partition {partition}: segments {prev.path} (offsets {prev.base_offset}..{prev.last_offset}) and "
                 f"{nxt.path} (offsets {nxt.base_offset}..{nxt.last_offset}) overlap; the table is inconsistent"
             )
@@ -108,7 +108,7 @@ def _partition_segments(segments: Sequence[SegmentLike], partition: int) -> list
 
 def _check_bounds(partition: int, log_start: int, log_end: int) -> None:
     if not 0 <= log_start <= log_end:
-        raise ValueError(f"Partition {partition}: log start {log_start} must be within 0..log end {log_end}")
+        raise PolicyError(f"Partition {partition}: log start {log_start} must be within 0..log end {log_end}")
 
 
 def _older_than(timestamp_us: int | None, now_ms: int, age_ms: int) -> bool:
@@ -256,13 +256,13 @@ def _check_offsets(offsets: pa.ChunkedArray, first_uncleanable_offset: int) -> N
     if len(offsets) == 0:
         return
     if pc.max(offsets).as_py() >= first_uncleanable_offset:
-        raise ValueError(
+        raise PolicyError(
             f"compact_records got offset {pc.max(offsets).as_py()} at or after the first uncleanable "
             f"offset {first_uncleanable_offset}; pass only records of the cleanable segments"
         )
     flat = offsets.combine_chunks()
     if len(flat) > 1 and pc.any(pc.less_equal(flat[1:], flat[:-1])).as_py():
-        raise ValueError("compact_records needs records in strictly increasing offset order")
+        raise PolicyError("compact_records needs records in strictly increasing offset order")
 
 
 def compact_records(
@@ -311,7 +311,7 @@ def optimize_plan(
     newest segment may be merged too (it is committed like any other).
     """
     if segment_bytes <= 0 or min_files < 2:
-        raise ValueError(f"optimize needs segment_bytes > 0 and min_files >= 2, got {segment_bytes} and {min_files}")
+        raise PolicyError(f"optimize needs segment_bytes > 0 and min_files >= 2, got {segment_bytes} and {min_files}")
     groups: list[tuple[SegmentLike, ...]] = []
     current: list[SegmentLike] = []
     size = 0

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sparklog.errors import PolicyError
 from sparklog.model.schema import FILE_SCHEMA
 
 __all__ = [
@@ -140,7 +141,7 @@ def write_segment(
     """
     n = records.num_rows
     if n == 0:
-        raise ValueError("write_segment needs at least one record")
+        raise PolicyError("write_segment needs at least one record")
     if offsets is None:
         offsets = pa.array(np.arange(base_offset, base_offset + n, dtype=np.int64))
     else:

@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Literal
 
-from sparklog.errors import InvalidPartitionsError, InvalidReplicaAssignmentError, InvalidReplicationFactorError
+from sparklog.errors import ConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError, InvalidReplicationFactorError
 
 __all__ = [
     "RACK_AWARE_MODES",
@@ -273,7 +273,7 @@ def _rack_map(
 ) -> dict[int, str] | None:
     """Broker -> rack when the assignment must be rack-aware, None for the rack-unaware algorithm."""
     if mode not in RACK_AWARE_MODES:
-        raise ValueError(f"rack_aware_mode must be one of {', '.join(RACK_AWARE_MODES)}, got {mode!r}")
+        raise ConfigError(f"rack_aware_mode must be one of {', '.join(RACK_AWARE_MODES)}, got {mode!r}")
     if broker_racks is None or mode == "disabled":
         return None
     racks = {broker: broker_racks.get(broker) or None for broker in brokers}

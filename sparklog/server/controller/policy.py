@@ -22,6 +22,7 @@ import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from sparklog.errors import PolicyError
 from sparklog.server.controller.placement import RackAwareMode, assign_replicas
 
 __all__ = [
@@ -149,9 +150,9 @@ def shrink_isr(
     time: initialise it to the leader's election time, as Kafka does, rather than guess.
     """
     if leader not in isr:
-        raise ValueError(f"leader {leader} is not in ISR {list(isr)}: a leader always leads from its ISR")
+        raise PolicyError(f"leader {leader} is not in ISR {list(isr)}: a leader always leads from its ISR")
     if replica_lag_time_max_ms < 0:
-        raise ValueError(f"replica.lag.time.max.ms must be >= 0, got {replica_lag_time_max_ms}")
+        raise PolicyError(f"replica.lag.time.max.ms must be >= 0, got {replica_lag_time_max_ms}")
     leader_end = None if log_end_offsets is None else log_end_offsets.get(leader)
     kept: list[int] = []
     for replica in isr:
@@ -162,7 +163,7 @@ def shrink_isr(
             kept.append(replica)
             continue
         if replica not in last_caught_up_ms:
-            raise ValueError(
+            raise PolicyError(
                 f"ISR follower {replica} has no last-caught-up time; initialise it to the time leader "
                 f"{leader} was elected"
             )
@@ -191,7 +192,7 @@ def expand_isr(
     unchanged, so ``new == old`` means there is nothing to write.
     """
     if leader not in isr:
-        raise ValueError(f"leader {leader} is not in ISR {list(isr)}: a leader always leads from its ISR")
+        raise PolicyError(f"leader {leader} is not in ISR {list(isr)}: a leader always leads from its ISR")
     isr_set, live_set = set(isr), set(live)
     floor = high_watermark if leader_epoch_start_offset is None else max(high_watermark, leader_epoch_start_offset)
     joining = {
@@ -211,10 +212,10 @@ def high_watermark(isr: Sequence[int], log_end_offsets: Mapping[int, int]) -> in
     replica. Keeping it monotonic (Kafka's leader only ever moves it forward) is the caller's job.
     Raises ValueError for an empty ISR or an ISR member whose log end is unknown."""
     if not isr:
-        raise ValueError("an empty ISR has no high watermark: the partition is offline")
+        raise PolicyError("an empty ISR has no high watermark: the partition is offline")
     missing = [r for r in isr if r not in log_end_offsets]
     if missing:
-        raise ValueError(f"log end offset unknown for ISR member(s) {missing}; fetch them before computing the HW")
+        raise PolicyError(f"log end offset unknown for ISR member(s) {missing}; fetch them before computing the HW")
     return min(log_end_offsets[r] for r in isr)
 
 
@@ -232,9 +233,9 @@ def append_epoch(history: Sequence[tuple[int, int]], epoch: int, start_offset: i
     """
     entries = _checked_history(history)
     if epoch < 0 or start_offset < 0:
-        raise ValueError(f"leader epoch and start offset must be >= 0, got epoch {epoch} at offset {start_offset}")
+        raise PolicyError(f"leader epoch and start offset must be >= 0, got epoch {epoch} at offset {start_offset}")
     if entries and epoch <= entries[-1][0]:
-        raise ValueError(
+        raise PolicyError(
             f"leader epoch {epoch} is not above the latest epoch {entries[-1][0]}; "
             "a new leader always gets a higher epoch"
         )
@@ -296,7 +297,7 @@ def truncation_offset(
     history is stale or not the leader's: reload it) or the inputs are inconsistent.
     """
     if follower_log_end < 0:
-        raise ValueError(f"follower log end offset must be >= 0, got {follower_log_end}")
+        raise PolicyError(f"follower log end offset must be >= 0, got {follower_log_end}")
     leader_history = _checked_history(epoch_start_offsets)
     if follower_epoch_start_offsets is None:
         if follower_last_epoch is None:
@@ -305,7 +306,7 @@ def truncation_offset(
     own = list(_checked_history(follower_epoch_start_offsets))
     own_last = own[-1][0] if own else None
     if own_last != follower_last_epoch:
-        raise ValueError(
+        raise PolicyError(
             f"follower_last_epoch {follower_last_epoch} differs from the latest epoch {own_last} of the "
             "follower's own epoch history"
         )
@@ -330,7 +331,7 @@ def _leader_answer(leader_history: EpochHistory, epoch: int) -> tuple[int, int]:
     answer = epoch_end_offset(leader_history, epoch, _NO_END)
     if answer is None:
         latest = leader_history[-1][0] if leader_history else None
-        raise ValueError(
+        raise PolicyError(
             f"follower epoch {epoch} is newer than the leader's latest epoch {latest}: the epoch history "
             "is stale or not the current leader's; reload it before truncating"
         )
@@ -344,7 +345,7 @@ def _checked_history(history: Sequence[tuple[int, int]]) -> EpochHistory:
     entries = tuple((int(epoch), int(start)) for epoch, start in history)
     for (epoch, start), (next_epoch, next_start) in zip(entries, entries[1:]):
         if next_epoch <= epoch or next_start < start:
-            raise ValueError(
+            raise PolicyError(
                 f"epoch history must have strictly increasing epochs and non-decreasing start offsets, "
                 f"got ({epoch}, {start}) then ({next_epoch}, {next_start})"
             )
@@ -369,7 +370,7 @@ def preferred_leader_imbalance(
     lead now (Kafka's ``canPreferredReplicaBeLeader``).
     """
     if imbalance_percentage < 0:
-        raise ValueError(f"leader.imbalance.per.broker.percentage must be >= 0, got {imbalance_percentage}")
+        raise PolicyError(f"leader.imbalance.per.broker.percentage must be >= 0, got {imbalance_percentage}")
     by_preferred: dict[int, list[TopicPartition]] = {}
     for tp, replicas in assignments.items():
         if replicas:
