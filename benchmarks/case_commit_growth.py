@@ -75,7 +75,9 @@ def _one_run(ctx: BenchContext, options: dict[str, str], scratch: Path, n: int, 
                     producer.send(TOPIC, value=b"v%09d" % i).result(timeout=120)
                     ms.append((time.perf_counter() - started) * 1000)
                     if (i + 1) % 1000 == 0:
-                        ctx.log(CASE, f"run {run_no}: {i + 1:,} commits, last 1,000 p50 {percentile(ms[-1000:], 50):.1f} ms")
+                        ctx.log(
+                            CASE, f"run {run_no}: {i + 1:,} commits, last 1,000 p50 {percentile(ms[-1000:], 50):.1f} ms"
+                        )
         finally:
             stop.touch()
             worker.join(timeout=300)
@@ -105,10 +107,17 @@ def _one_run(ctx: BenchContext, options: dict[str, str], scratch: Path, n: int, 
 def run(ctx: BenchContext) -> CaseResult:
     n = ctx.scaled(COMMITS, minimum=2 * WINDOW)
     result = CaseResult(
-        CASE, TITLE, __doc__ or "",
-        params={"commits": n + WINDOW, "window": WINDOW, "history.retention.ms": HISTORY_RETENTION_MS,
-                "maintenance_pause_s": MAINTENANCE_PAUSE_S, "producer": {"linger.ms": 0}},
-    )  # fmt: skip
+        CASE,
+        TITLE,
+        __doc__ or "",
+        params={
+            "commits": n + WINDOW,
+            "window": WINDOW,
+            "history.retention.ms": HISTORY_RETENTION_MS,
+            "maintenance_pause_s": MAINTENANCE_PAUSE_S,
+            "producer": {"linger.ms": 0},
+        },
+    )
     for run_no in range(1, ctx.runs + 1):
         with ctx.fresh_env(CASE, run_no) as env:
             ctx.log(CASE, f"run {run_no}/{ctx.runs}: {n + WINDOW:,} one-record commits with maintenance running …")
@@ -126,12 +135,27 @@ def run(ctx: BenchContext) -> CaseResult:
 
     window = f"commits {n + 1}..{n + WINDOW} vs {WINDOW + 1}..{2 * WINDOW} of the same run"
     result.metrics.append(
-        Metric(CASE, f"commit p50 after {n:,} commits (maintenance running) vs after {WINDOW}", "ms",
-               col("late_p50_ms"), col("early_p50_ms"), [Target("ratio", "<=", TARGET_GROWTH, f"≤ {TARGET_GROWTH}×")],
-               higher_is_better=False, note=window)
-    )  # fmt: skip
+        Metric(
+            CASE,
+            f"commit p50 after {n:,} commits (maintenance running) vs after {WINDOW}",
+            "ms",
+            col("late_p50_ms"),
+            col("early_p50_ms"),
+            [Target("ratio", "<=", TARGET_GROWTH, f"≤ {TARGET_GROWTH}×")],
+            higher_is_better=False,
+            note=window,
+        )
+    )
     result.metrics.append(
-        Metric(CASE, f"commit p99 after {n:,} commits vs after {WINDOW}", "ms", col("late_p99_ms"), col("early_p99_ms"),
-               [], higher_is_better=False, note="informational")
-    )  # fmt: skip
+        Metric(
+            CASE,
+            f"commit p99 after {n:,} commits vs after {WINDOW}",
+            "ms",
+            col("late_p99_ms"),
+            col("early_p99_ms"),
+            [],
+            higher_is_better=False,
+            note="informational",
+        )
+    )
     return result

@@ -60,7 +60,7 @@ LABELS = {
 
 
 def _summary(ms: list[float]) -> dict[str, float]:
-    tail = ms[-max(1, len(ms) // 10):]
+    tail = ms[-max(1, len(ms) // 10) :]
     return {
         "commits": len(ms),
         "p50_ms": percentile(ms, 50),
@@ -178,7 +178,7 @@ def run(ctx: BenchContext) -> CaseResult:
         _baseline_side(str(env.scratch), 20)
     per_side: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
     for run_no in range(1, ctx.runs + 1):
-        order = list(SIDES)[(run_no - 1) % len(SIDES):] + list(SIDES)[: (run_no - 1) % len(SIDES)]
+        order = list(SIDES)[(run_no - 1) % len(SIDES) :] + list(SIDES)[: (run_no - 1) % len(SIDES)]
         record: dict[str, Any] = {"run": run_no, "order": order}
         for side in order:
             with ctx.fresh_env(CASE, f"{run_no}-{side}") as env:
@@ -209,22 +209,101 @@ def run(ctx: BenchContext) -> CaseResult:
     p50 = [Target("value", "<=", TARGET_P50_MS, f"≤ {TARGET_P50_MS:.0f} ms")]
     p99 = [Target("value", "<=", TARGET_P99_MS, f"≤ {TARGET_P99_MS:.0f} ms")]
     m = result.metrics
-    m.append(Metric(CASE, "commit p50 (consumer.commit)", "ms", col("sparklog", "p50_ms"), col("baseline", "p50_ms"), p50, higher_is_better=False))
-    m.append(Metric(CASE, "commit p99 (consumer.commit)", "ms", col("sparklog", "p99_ms"), col("baseline", "p99_ms"), p99, higher_is_better=False))
-    m.append(Metric(CASE, "commit p50, last 10%", "ms", col("sparklog", "last10_p50_ms"), col("baseline", "last10_p50_ms"), p50,
-                    higher_is_better=False, note=f"commits {n - n // 10 + 1}..{n}"))
-    m.append(Metric(CASE, "commit p99, last 10%", "ms", col("sparklog", "last10_p99_ms"), col("baseline", "last10_p99_ms"), p99,
-                    higher_is_better=False, note=f"commits {n - n // 10 + 1}..{n}"))
-    m.append(Metric(CASE, "log layer only p50 (no ZooKeeper)", "ms", col("log_layer", "p50_ms"), col("baseline", "p50_ms"), [],
-                    higher_is_better=False, note="informational: group_offsets.commit_offsets on a fresh table"))
-    m.append(Metric(CASE, "log layer only p99 (no ZooKeeper)", "ms", col("log_layer", "p99_ms"), col("baseline", "p99_ms"), [],
-                    higher_is_better=False, note="informational"))
-    m.append(Metric(CASE, "standalone commit_offsets p50", "ms", col("standalone", "p50_ms"), col("baseline", "p50_ms"), [],
-                    higher_is_better=False, note="informational: cluster.commit_offsets, group inactive"))
-    m.append(Metric(CASE, "standalone commit_offsets p99", "ms", col("standalone", "p99_ms"), col("baseline", "p99_ms"), [],
-                    higher_is_better=False, note="informational"))
+    m.append(
+        Metric(
+            CASE,
+            "commit p50 (consumer.commit)",
+            "ms",
+            col("sparklog", "p50_ms"),
+            col("baseline", "p50_ms"),
+            p50,
+            higher_is_better=False,
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "commit p99 (consumer.commit)",
+            "ms",
+            col("sparklog", "p99_ms"),
+            col("baseline", "p99_ms"),
+            p99,
+            higher_is_better=False,
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "commit p50, last 10%",
+            "ms",
+            col("sparklog", "last10_p50_ms"),
+            col("baseline", "last10_p50_ms"),
+            p50,
+            higher_is_better=False,
+            note=f"commits {n - n // 10 + 1}..{n}",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "commit p99, last 10%",
+            "ms",
+            col("sparklog", "last10_p99_ms"),
+            col("baseline", "last10_p99_ms"),
+            p99,
+            higher_is_better=False,
+            note=f"commits {n - n // 10 + 1}..{n}",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "log layer only p50 (no ZooKeeper)",
+            "ms",
+            col("log_layer", "p50_ms"),
+            col("baseline", "p50_ms"),
+            [],
+            higher_is_better=False,
+            note="informational: group_offsets.commit_offsets on a fresh table",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "log layer only p99 (no ZooKeeper)",
+            "ms",
+            col("log_layer", "p99_ms"),
+            col("baseline", "p99_ms"),
+            [],
+            higher_is_better=False,
+            note="informational",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "standalone commit_offsets p50",
+            "ms",
+            col("standalone", "p50_ms"),
+            col("baseline", "p50_ms"),
+            [],
+            higher_is_better=False,
+            note="informational: cluster.commit_offsets, group inactive",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "standalone commit_offsets p99",
+            "ms",
+            col("standalone", "p99_ms"),
+            col("baseline", "p99_ms"),
+            [],
+            higher_is_better=False,
+            note="informational",
+        )
+    )
     result.notes.append(
-        "median of per-run p50/p99: "
-        + ", ".join(f"{side} p50 {median(col(side, 'p50_ms')):.1f} ms" for side in SIDES)
+        "median of per-run p50/p99: " + ", ".join(f"{side} p50 {median(col(side, 'p50_ms')):.1f} ms" for side in SIDES)
     )
     return result

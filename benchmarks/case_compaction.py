@@ -72,7 +72,7 @@ FILE_DDL = (
 )
 
 
-def _keys(ids: Any) -> "pa.Array":
+def _keys(ids: Any) -> pa.Array:
     """Fixed-width 8-byte binary keys ``b"k0000042"`` for the integer ids (numpy, no Python loop)."""
     import numpy as np
     import pyarrow as pa
@@ -86,7 +86,7 @@ def _keys(ids: Any) -> "pa.Array":
     return pa.Array.from_buffers(pa.binary(), len(ids), [None, pa.py_buffer(offsets), pa.py_buffer(chars.tobytes())])
 
 
-def keyed_batch(rows: int, seed: int, keys: int, timestamp_ms: int) -> "pa.Table":
+def keyed_batch(rows: int, seed: int, keys: int, timestamp_ms: int) -> pa.Table:
     """``rows`` records: uniform random keys of ``keys`` distinct, 100 random bytes (2% null)."""
     import numpy as np
     import pyarrow as pa
@@ -100,7 +100,7 @@ def keyed_batch(rows: int, seed: int, keys: int, timestamp_ms: int) -> "pa.Table
     return pa.table({"key": _keys(rng.integers(0, keys, rows)), "value": values, "timestamp": stamps})
 
 
-def head_batch(timestamp_ms: int) -> "pa.Table":
+def head_batch(timestamp_ms: int) -> pa.Table:
     """One keyless record per partition: every partition's active head (never compacted)."""
     import pyarrow as pa
 
@@ -115,8 +115,12 @@ def _non_head_files(root: str) -> list[str]:
     from deltalake import DeltaTable
 
     actions = pa.table(DeltaTable(root).get_add_actions(flatten=True))
-    rows = zip(actions.column("path").to_pylist(), actions.column("partition.partition").to_pylist(),
-               actions.column("min.offset").to_pylist())  # fmt: skip
+    rows = zip(
+        actions.column("path").to_pylist(),
+        actions.column("partition.partition").to_pylist(),
+        actions.column("min.offset").to_pylist(),
+        strict=False,
+    )
     by_partition: dict[int, list[tuple[int, str]]] = {}
     for path, partition, first in rows:
         by_partition.setdefault(int(partition), []).append((int(first), path))
@@ -146,8 +150,11 @@ def _sparklog_compact(cluster: Any, spark: Any, now_ms: int, expected_input: int
     assert sorted(r.partition for r in results) == list(range(TOPIC_PARTITIONS)), results
     assert all(r.status == "compacted" and r.files_rewritten > 0 for r in results), [r.line() for r in results]
     assert sum(r.records_before for r in results) == expected_input, [r.line() for r in results]
-    return (sum(r.records_after for r in results), sum(r.files_rewritten for r in results),
-            sum(r.files_written for r in results))  # fmt: skip
+    return (
+        sum(r.records_after for r in results),
+        sum(r.files_rewritten for r in results),
+        sum(r.files_written for r in results),
+    )
 
 
 def _sparklog_survivors(root: str) -> dict[int, list[int]]:
@@ -167,12 +174,14 @@ def _baseline_survivors(out: str) -> dict[int, list[int]]:
 
     table = ds.dataset(out, format="parquet", partitioning="hive").to_table(columns=["partition", "offset"])
     result: dict[int, list[int]] = {}
-    for partition, offset in zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()):
+    for partition, offset in zip(
+        table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=False
+    ):
         result.setdefault(int(partition), []).append(int(offset))
     return {p: sorted(v) for p, v in result.items()}
 
 
-def _fill(cluster: Any, batches: list["pa.Table"], configs: dict[str, str]) -> tuple[str, str]:
+def _fill(cluster: Any, batches: list[pa.Table], configs: dict[str, str]) -> tuple[str, str]:
     """Produce the topic, copy its table for the baseline, set the compaction configs. -> (root, copy)."""
     filled = fill_topic(cluster, TOPIC, TOPIC_PARTITIONS, batches)
     copy = filled.table_root + "-baseline"
@@ -197,18 +206,24 @@ def run(ctx: BenchContext) -> CaseResult:
         "delete.retention.ms": str(HOUR_MS),
     }
     result = CaseResult(
-        CASE, TITLE, __doc__ or "",
+        CASE,
+        TITLE,
+        __doc__ or "",
         params={
-            "records": records, "distinct_keys": keys, "value_bytes": 100, "tombstone_fraction": TOMBSTONE_FRACTION,
-            "topic_partitions": TOPIC_PARTITIONS, "topic_config": configs,
+            "records": records,
+            "distinct_keys": keys,
+            "value_bytes": 100,
+            "tombstone_fraction": TOMBSTONE_FRACTION,
+            "topic_partitions": TOPIC_PARTITIONS,
+            "topic_config": configs,
             "fill": f"send_arrow × {n_batches} keyed batches of {batch_rows:,} rows (murmur2 partitioner), "
-                    f"then 1 keyless record per partition (the active heads, not counted)",
+            f"then 1 keyless record per partition (the active heads, not counted)",
             "sparklog": "sparklog.maintenance.runner.run_compaction(cluster.replicas, spark, [topic], now_ms=now)",
             "baseline": "spark.read.parquet(non-head files of a copy) → row_number() over (partition, key order by "
-                        "offset desc) = 1 → drop expired tombstones → repartition('partition')."
-                        "sortWithinPartitions('offset').write.partitionBy('partition').parquet()",
+            "offset desc) = 1 → drop expired tombstones → repartition('partition')."
+            "sortWithinPartitions('offset').write.partitionBy('partition').parquet()",
         },
-    )  # fmt: skip
+    )
     old_ms = int(time.time() * 1000) - 2 * HOUR_MS
     batches = [keyed_batch(batch_rows, seed, keys, old_ms) for seed in range(n_batches)] + [head_batch(old_ms)]
 
@@ -217,7 +232,7 @@ def run(ctx: BenchContext) -> CaseResult:
     warm = [keyed_batch(warm_rows, 10_000 + seed, max(100, keys // 20), old_ms) for seed in range(n_batches)]
     with ctx.fresh_env(CASE, "warmup") as env:
         with sparklog.connect(env.options) as cluster:
-            _, copy = _fill(cluster, warm + [head_batch(old_ms)], configs)
+            _, copy = _fill(cluster, [*warm, head_batch(old_ms)], configs)
             now_ms = int(time.time() * 1000)
             _sparklog_compact(cluster, ctx.spark, now_ms, warm_rows * n_batches)
             _baseline_compact(ctx.spark, copy, str(env.scratch / "out"), (now_ms - HOUR_MS) * 1000)
@@ -237,15 +252,21 @@ def run(ctx: BenchContext) -> CaseResult:
                 def sparklog_side() -> float:
                     seconds, done = timed(lambda: _sparklog_compact(cluster, ctx.spark, now_ms, records))
                     side["sparklog"] = done
-                    ctx.log(CASE, f"run {run_no}/{ctx.runs} sparklog compaction: {seconds:.2f} s, {records / seconds:,.0f} records/s "
-                                  f"({done[1]} files -> {done[2]}, {records:,} -> {done[0]:,} records)")
+                    ctx.log(
+                        CASE,
+                        f"run {run_no}/{ctx.runs} sparklog compaction: {seconds:.2f} s, {records / seconds:,.0f} records/s "
+                        f"({done[1]} files -> {done[2]}, {records:,} -> {done[0]:,} records)",
+                    )
                     return seconds
 
                 def baseline_side() -> float:
                     seconds, files = timed(lambda: _baseline_compact(ctx.spark, copy, out, (now_ms - HOUR_MS) * 1000))
                     side["baseline_files"] = files
-                    ctx.log(CASE, f"run {run_no}/{ctx.runs} baseline Spark rewrite: {seconds:.2f} s, {records / seconds:,.0f} records/s "
-                                  f"({files} files read)")
+                    ctx.log(
+                        CASE,
+                        f"run {run_no}/{ctx.runs} baseline Spark rewrite: {seconds:.2f} s, {records / seconds:,.0f} records/s "
+                        f"({files} files read)",
+                    )
                     return seconds
 
                 s_sec, b_sec = alternate(run_no, sparklog_side, baseline_side)
@@ -254,15 +275,29 @@ def run(ctx: BenchContext) -> CaseResult:
                 offsets_after = cluster.partition_offsets(TOPIC)
                 assert offsets_after == offsets_before, (offsets_before, offsets_after)
                 mine, theirs = _sparklog_survivors(root), _baseline_survivors(out)
-                assert mine == theirs, {p: (len(mine.get(p, [])), len(theirs.get(p, []))) for p in range(TOPIC_PARTITIONS)}
-                assert sum(len(v) for v in mine.values()) == survivors, (survivors, {p: len(v) for p, v in mine.items()})
-            result.runs.append(run_record(run_no, records, s_sec, b_sec, survivors=survivors, files_rewritten=rewritten,
-                                          files_written=written))  # fmt: skip
+                assert mine == theirs, {
+                    p: (len(mine.get(p, [])), len(theirs.get(p, []))) for p in range(TOPIC_PARTITIONS)
+                }
+                assert sum(len(v) for v in mine.values()) == survivors, (
+                    survivors,
+                    {p: len(v) for p, v in mine.items()},
+                )
+            result.runs.append(
+                run_record(
+                    run_no, records, s_sec, b_sec, survivors=survivors, files_rewritten=rewritten, files_written=written
+                )
+            )
             rates_s.append(records / s_sec)
             rates_b.append(records / b_sec)
     result.metrics.append(
-        Metric(CASE, "run_compaction, input records/s", "records/s", rates_s, rates_b,
-               [Target("ratio", ">=", TARGET_RATIO, f"≥ {TARGET_RATIO:.1f}×")],
-               note="baseline: Spark row_number() latest-per-key rewrite of the same files (a copy) to Parquet")
-    )  # fmt: skip
+        Metric(
+            CASE,
+            "run_compaction, input records/s",
+            "records/s",
+            rates_s,
+            rates_b,
+            [Target("ratio", ">=", TARGET_RATIO, f"≥ {TARGET_RATIO:.1f}×")],
+            note="baseline: Spark row_number() latest-per-key rewrite of the same files (a copy) to Parquet",
+        )
+    )
     return result

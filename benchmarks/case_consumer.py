@@ -46,7 +46,9 @@ TOPIC = "bench"
 REPEATS = 3  # sparklog/baseline pairs per run (the run's figure is their median)
 
 
-def _consume(options: dict[str, str], partitions: int, expected: int, max_records: int, arrow: bool = True) -> tuple[float, dict[int, list[tuple[int, int]]]]:
+def _consume(
+    options: dict[str, str], partitions: int, expected: int, max_records: int, arrow: bool = True
+) -> tuple[float, dict[int, list[tuple[int, int]]]]:
     """Consume ``expected`` records from offset 0 -> (seconds, partition -> [(first, last)] of each piece).
 
     The client connects (ZooKeeper session) untimed: an application connects once. The
@@ -75,7 +77,7 @@ def _consume(options: dict[str, str], partitions: int, expected: int, max_record
                         offsets = batch.column("offset").to_numpy()
                         # pieces are contiguous runs of one partition each (partition, offset order)
                         cuts = np.flatnonzero(np.diff(parts)) + 1
-                        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), n]):
+                        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), n], strict=False):
                             pieces.setdefault(int(parts[lo]), []).append((int(offsets[lo]), int(offsets[hi - 1])))
                 else:
                     records = consumer.poll(timeout_ms=1000, max_records=max_records)
@@ -92,7 +94,9 @@ def _consume(options: dict[str, str], partitions: int, expected: int, max_record
     return seconds, pieces
 
 
-def _check_contiguous(pieces: dict[int, list[tuple[int, int]]], expected_end: dict[int, int] | None, total: int) -> None:
+def _check_contiguous(
+    pieces: dict[int, list[tuple[int, int]]], expected_end: dict[int, int] | None, total: int
+) -> None:
     seen = 0
     for p, ranges in pieces.items():
         next_offset = 0
@@ -102,7 +106,9 @@ def _check_contiguous(pieces: dict[int, list[tuple[int, int]]], expected_end: di
             next_offset = last + 1
             seen += last - first + 1
         if expected_end is not None:
-            assert next_offset == expected_end[p], f"partition {p}: read up to {next_offset}, high watermark {expected_end[p]}"
+            assert next_offset == expected_end[p], (
+                f"partition {p}: read up to {next_offset}, high watermark {expected_end[p]}"
+            )
     assert seen >= total, (seen, total)
 
 
@@ -165,13 +171,19 @@ def run(ctx: BenchContext) -> CaseResult:
             def sparklog_side() -> float:
                 seconds, pieces = _consume(env.options, TOPIC_PARTITIONS, records, MAX_RECORDS)
                 _check_contiguous(pieces, hw, records)
-                ctx.log(CASE, f"run {run_no}/{ctx.runs} sparklog poll_arrow: {seconds:.2f} s, {records / seconds:,.0f} records/s")
+                ctx.log(
+                    CASE,
+                    f"run {run_no}/{ctx.runs} sparklog poll_arrow: {seconds:.2f} s, {records / seconds:,.0f} records/s",
+                )
                 return seconds
 
             def baseline_side() -> float:
                 seconds, (rows, value_bytes) = timed(lambda: _raw_read(table_root))
                 assert rows == records and value_bytes == records * 100, (rows, value_bytes)
-                ctx.log(CASE, f"run {run_no}/{ctx.runs} baseline pyarrow read: {seconds:.2f} s, {records / seconds:,.0f} records/s")
+                ctx.log(
+                    CASE,
+                    f"run {run_no}/{ctx.runs} baseline pyarrow read: {seconds:.2f} s, {records / seconds:,.0f} records/s",
+                )
                 return seconds
 
             # Each side takes < 1 s: repeat the pair (alternating order) and keep the run's medians.
@@ -204,12 +216,36 @@ def run(ctx: BenchContext) -> CaseResult:
             small_rates.append(small_read / small_sec)
             poll_rates.append(poll_read / poll_sec)
     result.metrics.append(
-        Metric(CASE, f"poll_arrow(max_records={MAX_RECORDS:,}) throughput", "records/s", sparklog_rates, baseline_rates, [],
-               note="no target in the issue: the figure and the ratio to a raw pyarrow read of the same files"))
+        Metric(
+            CASE,
+            f"poll_arrow(max_records={MAX_RECORDS:,}) throughput",
+            "records/s",
+            sparklog_rates,
+            baseline_rates,
+            [],
+            note="no target in the issue: the figure and the ratio to a raw pyarrow read of the same files",
+        )
+    )
     result.metrics.append(
-        Metric(CASE, f"poll_arrow(max_records={SMALL_POLL_RECORDS:,}) throughput", "records/s", small_rates, None, [],
-               note=f"informational: first {small_total:,} records, per-poll overhead"))
+        Metric(
+            CASE,
+            f"poll_arrow(max_records={SMALL_POLL_RECORDS:,}) throughput",
+            "records/s",
+            small_rates,
+            None,
+            [],
+            note=f"informational: first {small_total:,} records, per-poll overhead",
+        )
+    )
     result.metrics.append(
-        Metric(CASE, "poll() throughput (max.poll.records=500)", "records/s", poll_rates, None, [],
-               note=f"informational: first {poll_total:,} records as ConsumerRecord objects"))
+        Metric(
+            CASE,
+            "poll() throughput (max.poll.records=500)",
+            "records/s",
+            poll_rates,
+            None,
+            [],
+            note=f"informational: first {poll_total:,} records as ConsumerRecord objects",
+        )
+    )
     return result

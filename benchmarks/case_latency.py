@@ -50,7 +50,12 @@ VISIBLE_TIMEOUT_S = 120.0
 # -- pollers (run in spawned processes) -------------------------------------------------
 def _summary(seconds: list[float]) -> dict[str, float | int]:
     ms = [s * 1000 for s in seconds]
-    return {"polls": len(ms), "p50_ms": percentile(ms, 50), "p99_ms": percentile(ms, 99), "max_ms": max(ms, default=0.0)}
+    return {
+        "polls": len(ms),
+        "p50_ms": percentile(ms, 50),
+        "p99_ms": percentile(ms, 99),
+        "max_ms": max(ms, default=0.0),
+    }
 
 
 def _parent_alive() -> bool:
@@ -202,7 +207,10 @@ def _fill(ctx: BenchContext, label: str, commit_one: Callable[[], object], n: in
         commit_one()
         times.append((time.perf_counter() - started) * 1000)
         if (i + 1) % max(1, n // 5) == 0:
-            ctx.log(CASE, f"{label}: {i + 1}/{n} prior commits, last {n // 10 or 1}: median {median(times[-(n // 10 or 1):]):.1f} ms")
+            ctx.log(
+                CASE,
+                f"{label}: {i + 1}/{n} prior commits, last {n // 10 or 1}: median {median(times[-(n // 10 or 1) :]):.1f} ms",
+            )
     tenth = max(1, n // 10)
     return {
         "commits": n,
@@ -230,14 +238,19 @@ def _sparklog_side(ctx: BenchContext, env: Any, run_no: int, sends: int, prior: 
 
         for phase in ("fresh", "after"):
             if phase == "after":
-                out["prior"] = _fill(ctx, f"run {run_no}/{ctx.runs} sparklog", lambda: producer.send_arrow("latency", one_row), prior)
+                out["prior"] = _fill(
+                    ctx, f"run {run_no}/{ctx.runs} sparklog", lambda: producer.send_arrow("latency", one_row), prior
+                )
             poller = _Poller(_poll_sparklog, env.options, "latency")
             try:
                 out[phase] = _measure(ctx, f"run {run_no}/{ctx.runs} sparklog {phase}", send_one, poller, sends)
             finally:
                 poller.close()
             out[phase]["poll"] = poller.stats
-            ctx.log(CASE, f"run {run_no}/{ctx.runs} sparklog {phase}: p50 {out[phase]['p50_ms']:.1f} ms, p99 {out[phase]['p99_ms']:.1f} ms, poll p50 {poller.stats.get('p50_ms', float('nan')):.1f} ms")
+            ctx.log(
+                CASE,
+                f"run {run_no}/{ctx.runs} sparklog {phase}: p50 {out[phase]['p50_ms']:.1f} ms, p99 {out[phase]['p99_ms']:.1f} ms, poll p50 {poller.stats.get('p50_ms', float('nan')):.1f} ms",
+            )
         table = cluster.replicas.leader_table("latency")
         snapshot = table.snapshot()
         out["live_files"] = len(table.files(snapshot))
@@ -259,11 +272,16 @@ def _baseline_side(ctx: BenchContext, env: Any, run_no: int, sends: int, prior: 
             out["prior"] = _fill(ctx, f"run {run_no}/{ctx.runs} baseline", lambda: appender.append(value), prior)
         poller = _Poller(_poll_delta, path)
         try:
-            out[phase] = _measure(ctx, f"run {run_no}/{ctx.runs} baseline {phase}", lambda: appender.append(value), poller, sends)
+            out[phase] = _measure(
+                ctx, f"run {run_no}/{ctx.runs} baseline {phase}", lambda: appender.append(value), poller, sends
+            )
         finally:
             poller.close()
         out[phase]["poll"] = poller.stats
-        ctx.log(CASE, f"run {run_no}/{ctx.runs} baseline {phase}: p50 {out[phase]['p50_ms']:.1f} ms, p99 {out[phase]['p99_ms']:.1f} ms")
+        ctx.log(
+            CASE,
+            f"run {run_no}/{ctx.runs} baseline {phase}: p50 {out[phase]['p50_ms']:.1f} ms, p99 {out[phase]['p99_ms']:.1f} ms",
+        )
     out["delta_version"] = appender.version
     return out
 
@@ -315,32 +333,142 @@ def run(ctx: BenchContext) -> CaseResult:
         return [float(r["after"][key]) / float(r["fresh"][key]) for r in runs]
 
     m = result.metrics
-    m.append(Metric(CASE, "p50 visible, fresh topic", "ms", col(s_runs, "fresh", "p50_ms"), col(b_runs, "fresh", "p50_ms"),
-                    [Target("value", "<=", TARGET_P50_MS, f"≤ {TARGET_P50_MS:.0f} ms")], higher_is_better=False))
-    m.append(Metric(CASE, "p99 visible, fresh topic", "ms", col(s_runs, "fresh", "p99_ms"), col(b_runs, "fresh", "p99_ms"),
-                    [Target("value", "<=", TARGET_P99_MS, f"≤ {TARGET_P99_MS:.0f} ms")], higher_is_better=False))
-    m.append(Metric(CASE, f"p50 visible, after {prior:,} commits", "ms", col(s_runs, "after", "p50_ms"), col(b_runs, "after", "p50_ms"),
-                    [Target("value", "<=", TARGET_P50_MS, f"≤ {TARGET_P50_MS:.0f} ms")], higher_is_better=False))
-    m.append(Metric(CASE, f"p99 visible, after {prior:,} commits", "ms", col(s_runs, "after", "p99_ms"), col(b_runs, "after", "p99_ms"),
-                    [Target("value", "<=", TARGET_P99_MS, f"≤ {TARGET_P99_MS:.0f} ms")], higher_is_better=False))
-    m.append(Metric(CASE, "p50 growth after/fresh", "×", growth(s_runs, "p50_ms"), growth(b_runs, "p50_ms"),
-                    [Target("value", "<=", TARGET_GROWTH, f"≤ {TARGET_GROWTH:.1f}×")], higher_is_better=False))
-    m.append(Metric(CASE, "p99 growth after/fresh", "×", growth(s_runs, "p99_ms"), growth(b_runs, "p99_ms"),
-                    [Target("value", "<=", TARGET_GROWTH, f"≤ {TARGET_GROWTH:.1f}×")], higher_is_better=False))
-    m.append(Metric(CASE, "p50 ack (send→result), fresh", "ms", col(s_runs, "fresh", "ack_p50_ms"), None, [], higher_is_better=False,
-                    note="informational: lower bound of visibility"))
-    m.append(Metric(CASE, f"p50 ack (send→result), after {prior:,}", "ms", col(s_runs, "after", "ack_p50_ms"), None, [],
-                    higher_is_better=False, note="informational"))
-    m.append(Metric(CASE, "p50 one list_offsets poll, fresh", "ms", [float(r["fresh"]["poll"].get("p50_ms", "nan")) for r in s_runs],
-                    [float(r["fresh"]["poll"].get("p50_ms", "nan")) for r in b_runs], [], higher_is_better=False,
-                    note="informational: reader poll cost (baseline: update_incremental)"))
-    m.append(Metric(CASE, f"p50 one list_offsets poll, after {prior:,}", "ms", [float(r["after"]["poll"].get("p50_ms", "nan")) for r in s_runs],
-                    [float(r["after"]["poll"].get("p50_ms", "nan")) for r in b_runs], [], higher_is_better=False,
-                    note="informational: reader poll cost (baseline: update_incremental)"))
-    m.append(Metric(CASE, "prior commit, first 10%", "ms", [r["prior"]["first_tenth_median_ms"] for r in s_runs],
-                    [r["prior"]["first_tenth_median_ms"] for r in b_runs], [], higher_is_better=False,
-                    note="informational: median time of one filler commit (sparklog: send_arrow of 1 row)"))
-    m.append(Metric(CASE, "prior commit, last 10%", "ms", [r["prior"]["last_tenth_median_ms"] for r in s_runs],
-                    [r["prior"]["last_tenth_median_ms"] for r in b_runs], [], higher_is_better=False,
-                    note="informational: median time of one filler commit near 5,000 live files"))
+    m.append(
+        Metric(
+            CASE,
+            "p50 visible, fresh topic",
+            "ms",
+            col(s_runs, "fresh", "p50_ms"),
+            col(b_runs, "fresh", "p50_ms"),
+            [Target("value", "<=", TARGET_P50_MS, f"≤ {TARGET_P50_MS:.0f} ms")],
+            higher_is_better=False,
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "p99 visible, fresh topic",
+            "ms",
+            col(s_runs, "fresh", "p99_ms"),
+            col(b_runs, "fresh", "p99_ms"),
+            [Target("value", "<=", TARGET_P99_MS, f"≤ {TARGET_P99_MS:.0f} ms")],
+            higher_is_better=False,
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            f"p50 visible, after {prior:,} commits",
+            "ms",
+            col(s_runs, "after", "p50_ms"),
+            col(b_runs, "after", "p50_ms"),
+            [Target("value", "<=", TARGET_P50_MS, f"≤ {TARGET_P50_MS:.0f} ms")],
+            higher_is_better=False,
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            f"p99 visible, after {prior:,} commits",
+            "ms",
+            col(s_runs, "after", "p99_ms"),
+            col(b_runs, "after", "p99_ms"),
+            [Target("value", "<=", TARGET_P99_MS, f"≤ {TARGET_P99_MS:.0f} ms")],
+            higher_is_better=False,
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "p50 growth after/fresh",
+            "×",
+            growth(s_runs, "p50_ms"),
+            growth(b_runs, "p50_ms"),
+            [Target("value", "<=", TARGET_GROWTH, f"≤ {TARGET_GROWTH:.1f}×")],
+            higher_is_better=False,
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "p99 growth after/fresh",
+            "×",
+            growth(s_runs, "p99_ms"),
+            growth(b_runs, "p99_ms"),
+            [Target("value", "<=", TARGET_GROWTH, f"≤ {TARGET_GROWTH:.1f}×")],
+            higher_is_better=False,
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "p50 ack (send→result), fresh",
+            "ms",
+            col(s_runs, "fresh", "ack_p50_ms"),
+            None,
+            [],
+            higher_is_better=False,
+            note="informational: lower bound of visibility",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            f"p50 ack (send→result), after {prior:,}",
+            "ms",
+            col(s_runs, "after", "ack_p50_ms"),
+            None,
+            [],
+            higher_is_better=False,
+            note="informational",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "p50 one list_offsets poll, fresh",
+            "ms",
+            [float(r["fresh"]["poll"].get("p50_ms", "nan")) for r in s_runs],
+            [float(r["fresh"]["poll"].get("p50_ms", "nan")) for r in b_runs],
+            [],
+            higher_is_better=False,
+            note="informational: reader poll cost (baseline: update_incremental)",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            f"p50 one list_offsets poll, after {prior:,}",
+            "ms",
+            [float(r["after"]["poll"].get("p50_ms", "nan")) for r in s_runs],
+            [float(r["after"]["poll"].get("p50_ms", "nan")) for r in b_runs],
+            [],
+            higher_is_better=False,
+            note="informational: reader poll cost (baseline: update_incremental)",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "prior commit, first 10%",
+            "ms",
+            [r["prior"]["first_tenth_median_ms"] for r in s_runs],
+            [r["prior"]["first_tenth_median_ms"] for r in b_runs],
+            [],
+            higher_is_better=False,
+            note="informational: median time of one filler commit (sparklog: send_arrow of 1 row)",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "prior commit, last 10%",
+            "ms",
+            [r["prior"]["last_tenth_median_ms"] for r in s_runs],
+            [r["prior"]["last_tenth_median_ms"] for r in b_runs],
+            [],
+            higher_is_better=False,
+            note="informational: median time of one filler commit near 5,000 live files",
+        )
+    )
     return result

@@ -36,7 +36,7 @@ TOPIC_PARTITIONS = 8
 TARGET_RATIO = 0.8
 
 
-def random_values(rows: int, seed: int) -> "pa.Table":
+def random_values(rows: int, seed: int) -> pa.Table:
     """An Arrow table with one binary column ``value`` of ``rows`` × 100 random bytes."""
     import numpy as np
     import pyarrow as pa
@@ -49,8 +49,9 @@ def random_values(rows: int, seed: int) -> "pa.Table":
 
 def run(ctx: BenchContext) -> CaseResult:
     """Run case (b) ``ctx.runs`` times; sparklog and baseline alternate which goes first."""
-    import sparklog
     from deltalake import DeltaTable, write_deltalake
+
+    import sparklog
 
     records = ctx.scaled(RECORDS, minimum=1000)
     batch_rows = min(BATCH_ROWS, records)
@@ -98,14 +99,18 @@ def run(ctx: BenchContext) -> CaseResult:
                         seconds, _ = timed(lambda: [producer.send_arrow("bench", b) for b in batches])
                     finally:
                         producer.close()
-                    ctx.log(CASE, f"run {run_no}/{ctx.runs} sparklog: {seconds:.2f} s, {records / seconds:,.0f} records/s")
+                    ctx.log(
+                        CASE, f"run {run_no}/{ctx.runs} sparklog: {seconds:.2f} s, {records / seconds:,.0f} records/s"
+                    )
                     return seconds
 
                 def baseline_side() -> float:
                     ctx.log(CASE, f"run {run_no}/{ctx.runs} baseline write_deltalake {n_batches} × {batch_rows:,} …")
                     path = str(env.scratch / "delta")
                     seconds, _ = timed(lambda: [write_deltalake(path, b, mode="append") for b in batches])
-                    ctx.log(CASE, f"run {run_no}/{ctx.runs} baseline: {seconds:.2f} s, {records / seconds:,.0f} records/s")
+                    ctx.log(
+                        CASE, f"run {run_no}/{ctx.runs} baseline: {seconds:.2f} s, {records / seconds:,.0f} records/s"
+                    )
                     return seconds
 
                 s_sec, b_sec = alternate(run_no, sparklog_side, baseline_side)

@@ -129,7 +129,9 @@ class _Members:
         self.count += 1
         journal, stop = self.tmp / f"member-{self.count}.log", self.tmp / f"stop-{self.count}"
         process = _spawn_context().Process(
-            target=member, args=(self.options, str(journal), str(stop), {**self.config, "client_id": f"m{self.count}"}), daemon=True
+            target=member,
+            args=(self.options, str(journal), str(stop), {**self.config, "client_id": f"m{self.count}"}),
+            daemon=True,
         )
         process.start()
         self.all.append(process)
@@ -178,8 +180,14 @@ def _state(cluster: Any) -> tuple[Any, float]:
     return GroupStateRecord.decode(data, path), stat.mtime / 1000.0
 
 
-def _wait_settled(cluster: Any, journals: list[Path], members: int, after_generation: int, timeout_s: float,
-                  exclude_member: str | None = None) -> dict[str, Any]:
+def _wait_settled(
+    cluster: Any,
+    journals: list[Path],
+    members: int,
+    after_generation: int,
+    timeout_s: float,
+    exclude_member: str | None = None,
+) -> dict[str, Any]:
     """Wait for Stable with ``members`` members at a generation > ``after_generation``, adopted by every journal.
 
     With ``exclude_member`` (a killed member's id) also note when its znode disappeared
@@ -217,7 +225,9 @@ def _wait_settled(cluster: Any, journals: list[Path], members: int, after_genera
                     "member_gone": gone_at,
                 }
         time.sleep(POLL_S)
-    raise AssertionError(f"group never settled with {members} members after generation {after_generation}: last state {last}")
+    raise AssertionError(
+        f"group never settled with {members} members after generation {after_generation}: last state {last}"
+    )
 
 
 def _wait_journal(journal: Path, key: str, timeout_s: float) -> Any:
@@ -255,7 +265,9 @@ def _one_run(ctx: BenchContext, run_no: int, repetitions: int) -> dict[str, Any]
                 before = settled["generation"]
                 _process, journal = members.start()
                 subscribed = _wait_journal(journal, "subscribe", START_TIMEOUT_S)
-                settled = _wait_settled(cluster, [j for _p, j, _s in members.live], MEMBERS + 1, before, SETTLE_TIMEOUT_S)
+                settled = _wait_settled(
+                    cluster, [j for _p, j, _s in members.live], MEMBERS + 1, before, SETTLE_TIMEOUT_S
+                )
                 join = {
                     "rep": rep,
                     "generations": settled["generation"] - before,
@@ -264,8 +276,11 @@ def _one_run(ctx: BenchContext, run_no: int, repetitions: int) -> dict[str, Any]
                     "to_stable_written_s": settled["stable_written"] - subscribed,
                 }
                 joins.append(join)
-                ctx.log(CASE, f"run {run_no}/{ctx.runs} rep {rep}: join → all adopted {join['to_all_adopted_s']:.2f} s "
-                              f"(Stable written {join['to_stable_written_s']:.2f} s, {join['generations']} generation(s))")
+                ctx.log(
+                    CASE,
+                    f"run {run_no}/{ctx.runs} rep {rep}: join → all adopted {join['to_all_adopted_s']:.2f} s "
+                    f"(Stable written {join['to_stable_written_s']:.2f} s, {join['generations']} generation(s))",
+                )
                 time.sleep(0.5)  # let the members' post-rebalance work (fetch, commits) finish
                 # -- kill ------------------------------------------------------------------
                 before = settled["generation"]
@@ -276,8 +291,14 @@ def _one_run(ctx: BenchContext, run_no: int, repetitions: int) -> dict[str, Any]
                 victim_id = ids[victim_index]
                 was_leader = victim_id == settled["leader"]
                 killed_at, _journal = members.kill(victim_index)
-                settled = _wait_settled(cluster, [j for _p, j, _s in members.live], MEMBERS, before,
-                                        SESSION_TIMEOUT_MS / 1000 + SETTLE_TIMEOUT_S, exclude_member=victim_id)
+                settled = _wait_settled(
+                    cluster,
+                    [j for _p, j, _s in members.live],
+                    MEMBERS,
+                    before,
+                    SESSION_TIMEOUT_MS / 1000 + SETTLE_TIMEOUT_S,
+                    exclude_member=victim_id,
+                )
                 kill = {
                     "rep": rep,
                     "killed_leader": was_leader,
@@ -289,9 +310,12 @@ def _one_run(ctx: BenchContext, run_no: int, repetitions: int) -> dict[str, Any]
                 }
                 kills.append(kill)
                 members.reap()
-                ctx.log(CASE, f"run {run_no}/{ctx.runs} rep {rep}: SIGKILL ({'leader' if was_leader else 'follower'}) → all "
-                              f"adopted {kill['to_all_adopted_s']:.2f} s (session expired {kill['to_session_expired_s']:.2f} s, "
-                              f"then rebalance {kill['expired_to_all_adopted_s']:.2f} s)")
+                ctx.log(
+                    CASE,
+                    f"run {run_no}/{ctx.runs} rep {rep}: SIGKILL ({'leader' if was_leader else 'follower'}) → all "
+                    f"adopted {kill['to_all_adopted_s']:.2f} s (session expired {kill['to_session_expired_s']:.2f} s, "
+                    f"then rebalance {kill['expired_to_all_adopted_s']:.2f} s)",
+                )
                 time.sleep(0.5)
         finally:
             members.stop_all()
@@ -312,8 +336,12 @@ def run(ctx: BenchContext) -> CaseResult:
             "records_per_partition": RECORDS_PER_PARTITION,
             "members": MEMBERS,
             "repetitions_per_run": repetitions,
-            "member_config": {"auto.offset.reset": "earliest", "session.timeout.ms": SESSION_TIMEOUT_MS,
-                              "enable.auto.commit": True, "partition.assignment.strategy": "range (default)"},
+            "member_config": {
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": SESSION_TIMEOUT_MS,
+                "enable.auto.commit": True,
+                "partition.assignment.strategy": "range (default)",
+            },
             "member_loop": "poll(100) until a stop file appears; on_assign journals generation + time",
             "baseline": None,
         },
@@ -325,24 +353,102 @@ def run(ctx: BenchContext) -> CaseResult:
     join_all = [j["to_all_adopted_s"] for j in joins]
     kill_all = [k["to_all_adopted_s"] for k in kills]
     m = result.metrics
-    m.append(Metric(CASE, "join: subscribe → all 4 adopted (median)", "s", join_all, None,
-                    [Target("value", "<=", TARGET_JOIN_S, f"≤ {TARGET_JOIN_S:.0f} s")], higher_is_better=False,
-                    note=f"per repetition, {len(join_all)} repetitions over {ctx.runs} run(s)"))
-    m.append(Metric(CASE, "join: max", "s", [max(join_all)], None, [], higher_is_better=False,
-                    note="informational: worst repetition"))
-    m.append(Metric(CASE, "join: subscribe → Stable written", "s", [j["to_stable_written_s"] for j in joins], None, [],
-                    higher_is_better=False, note="informational: the state znode's mtime"))
-    m.append(Metric(CASE, f"kill: SIGKILL → all 3 adopted (median; session {SESSION_TIMEOUT_MS} ms)", "s", kill_all, None,
-                    [Target("value", "<=", bound_kill, f"≤ {bound_kill:.0f} s (session + 2 s)")], higher_is_better=False,
-                    note=f"per repetition, {len(kill_all)} repetitions; killed the leader {sum(k['killed_leader'] for k in kills)} time(s)"))
-    m.append(Metric(CASE, "kill: max", "s", [max(kill_all)], None, [], higher_is_better=False,
-                    note="informational: worst repetition"))
-    m.append(Metric(CASE, "kill: beyond session timeout", "s", [x - SESSION_TIMEOUT_MS / 1000 for x in kill_all], None, [],
-                    higher_is_better=False, note="informational: kill → adopted − session.timeout.ms"))
-    m.append(Metric(CASE, "kill: SIGKILL → session expired", "s", [k["to_session_expired_s"] for k in kills], None, [],
-                    higher_is_better=False, note="informational: the dead member's znode gone (ZooKeeper's share)"))
-    m.append(Metric(CASE, "kill: session expired → all 3 adopted", "s", [k["expired_to_all_adopted_s"] for k in kills], None, [],
-                    higher_is_better=False, note="informational: the rebalance itself (sparklog's share)"))
+    m.append(
+        Metric(
+            CASE,
+            "join: subscribe → all 4 adopted (median)",
+            "s",
+            join_all,
+            None,
+            [Target("value", "<=", TARGET_JOIN_S, f"≤ {TARGET_JOIN_S:.0f} s")],
+            higher_is_better=False,
+            note=f"per repetition, {len(join_all)} repetitions over {ctx.runs} run(s)",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "join: max",
+            "s",
+            [max(join_all)],
+            None,
+            [],
+            higher_is_better=False,
+            note="informational: worst repetition",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "join: subscribe → Stable written",
+            "s",
+            [j["to_stable_written_s"] for j in joins],
+            None,
+            [],
+            higher_is_better=False,
+            note="informational: the state znode's mtime",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            f"kill: SIGKILL → all 3 adopted (median; session {SESSION_TIMEOUT_MS} ms)",
+            "s",
+            kill_all,
+            None,
+            [Target("value", "<=", bound_kill, f"≤ {bound_kill:.0f} s (session + 2 s)")],
+            higher_is_better=False,
+            note=f"per repetition, {len(kill_all)} repetitions; killed the leader {sum(k['killed_leader'] for k in kills)} time(s)",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "kill: max",
+            "s",
+            [max(kill_all)],
+            None,
+            [],
+            higher_is_better=False,
+            note="informational: worst repetition",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "kill: beyond session timeout",
+            "s",
+            [x - SESSION_TIMEOUT_MS / 1000 for x in kill_all],
+            None,
+            [],
+            higher_is_better=False,
+            note="informational: kill → adopted − session.timeout.ms",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "kill: SIGKILL → session expired",
+            "s",
+            [k["to_session_expired_s"] for k in kills],
+            None,
+            [],
+            higher_is_better=False,
+            note="informational: the dead member's znode gone (ZooKeeper's share)",
+        )
+    )
+    m.append(
+        Metric(
+            CASE,
+            "kill: session expired → all 3 adopted",
+            "s",
+            [k["expired_to_all_adopted_s"] for k in kills],
+            None,
+            [],
+            higher_is_better=False,
+            note="informational: the rebalance itself (sparklog's share)",
+        )
+    )
     leader_kills = [k["to_all_adopted_s"] for k in kills if k["killed_leader"]]
     follower_kills = [k["to_all_adopted_s"] for k in kills if not k["killed_leader"]]
     result.notes.append(

@@ -50,7 +50,7 @@ TARGET_RATIO = 0.5
 TARGET_FAILOVER_S = SESSION_TIMEOUT_MS / 1000 + 2
 
 
-def _produce(cluster: object, topic: str, batches: list["pa.Table"], acks: str) -> float:
+def _produce(cluster: object, topic: str, batches: list[pa.Table], acks: str) -> float:
     started = time.perf_counter()
     with cluster.producer(acks=acks, linger_ms=0) as producer:  # type: ignore[attr-defined]
         for batch in batches:
@@ -58,7 +58,7 @@ def _produce(cluster: object, topic: str, batches: list["pa.Table"], acks: str) 
     return time.perf_counter() - started
 
 
-def _rf3_with_copies(env: object, agents: object, batches: list["pa.Table"]) -> float:
+def _rf3_with_copies(env: object, agents: object, batches: list[pa.Table]) -> float:
     """RF 3 acks=all again with ``replica.hard.links.enable=false`` in the agents and the
     producer: every replica gets its own bytes, as when log dirs are on different filesystems."""
     import sparklog
@@ -115,8 +115,11 @@ def _failover(cluster: object, agents: object, ctx: BenchContext, run_no: int) -
     stop.set()
     sender.join(30)
     seconds = first - killed_at
-    ctx.log(CASE, f"run {run_no}: failover {seconds:.2f} s (leader {leader} killed -> leader {state.leader}, "
-                  f"epoch {state.leader_epoch} from offset {state.epochs[-1][1]})")  # fmt: skip
+    ctx.log(
+        CASE,
+        f"run {run_no}: failover {seconds:.2f} s (leader {leader} killed -> leader {state.leader}, "
+        f"epoch {state.leader_epoch} from offset {state.epochs[-1][1]})",
+    )
     return seconds
 
 
@@ -129,20 +132,34 @@ def run(ctx: BenchContext) -> CaseResult:
     batches = [random_values(batch_rows, seed) for seed in range(max(1, records // batch_rows))]
     records = batch_rows * len(batches)
     result = CaseResult(
-        CASE, TITLE, __doc__ or "",
-        params={"records": records, "batch_rows": batch_rows, "topic_partitions": TOPIC_PARTITIONS,
-                "brokers": 3, "zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS},
-    )  # fmt: skip
+        CASE,
+        TITLE,
+        __doc__ or "",
+        params={
+            "records": records,
+            "batch_rows": batch_rows,
+            "topic_partitions": TOPIC_PARTITIONS,
+            "brokers": 3,
+            "zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS,
+        },
+    )
     rf3: list[float] = []
     rf1: list[float] = []
     rf1_acks1: list[float] = []
     rf3_copies: list[float] = []
     failovers: list[float] = []
     for run_no in range(1, ctx.runs + 1):
-        with ctx.fresh_env(CASE, run_no) as env, BrokerAgents(
-            env.zk_connect, env.home, env.scratch / "brokers", session_timeout_ms=SESSION_TIMEOUT_MS,
-            replica_lag_time_max_ms=10_000, log_level="WARNING",
-        ) as agents:  # fmt: skip
+        with (
+            ctx.fresh_env(CASE, run_no) as env,
+            BrokerAgents(
+                env.zk_connect,
+                env.home,
+                env.scratch / "brokers",
+                session_timeout_ms=SESSION_TIMEOUT_MS,
+                replica_lag_time_max_ms=10_000,
+                log_level="WARNING",
+            ) as agents,
+        ):
             agents.start(1, 2, 3)
             with sparklog.connect(env.options) as cluster:
                 cluster.create_topic("rf3", TOPIC_PARTITIONS, replication_factor=3, config={"min.insync.replicas": "2"})
@@ -152,32 +169,68 @@ def run(ctx: BenchContext) -> CaseResult:
                 order = ("rf3", "rf1") if run_no % 2 else ("rf1", "rf3")
                 seconds = {topic: _produce(cluster, topic, batches, "all") for topic in order}
                 seconds["rf1-acks1"] = _produce(cluster, "rf1", batches, "1")
-                ctx.log(CASE, f"run {run_no}: RF3 acks=all {records / seconds['rf3']:,.0f} rec/s, RF1 acks=all "
-                        f"{records / seconds['rf1']:,.0f} rec/s, RF1 acks=1 {records / seconds['rf1-acks1']:,.0f} rec/s")  # fmt: skip
+                ctx.log(
+                    CASE,
+                    f"run {run_no}: RF3 acks=all {records / seconds['rf3']:,.0f} rec/s, RF1 acks=all "
+                    f"{records / seconds['rf1']:,.0f} rec/s, RF1 acks=1 {records / seconds['rf1-acks1']:,.0f} rec/s",
+                )
                 seconds["rf3-copies"] = _rf3_with_copies(env, agents, batches)
-                ctx.log(CASE, f"run {run_no}: RF3 acks=all with replica.hard.links.enable=false "
-                        f"{records / seconds['rf3-copies']:,.0f} rec/s")  # fmt: skip
+                ctx.log(
+                    CASE,
+                    f"run {run_no}: RF3 acks=all with replica.hard.links.enable=false "
+                    f"{records / seconds['rf3-copies']:,.0f} rec/s",
+                )
                 rf3.append(records / seconds["rf3"])
                 rf1.append(records / seconds["rf1"])
                 rf1_acks1.append(records / seconds["rf1-acks1"])
                 rf3_copies.append(records / seconds["rf3-copies"])
                 failovers.append(_failover(cluster, agents, ctx, run_no))
-            result.runs.append(run_record(run_no, records, seconds["rf3"], seconds["rf1"], failover_s=failovers[-1],
-                                          rf1_acks1_s=seconds["rf1-acks1"], rf3_copies_s=seconds["rf3-copies"]))  # fmt: skip
+            result.runs.append(
+                run_record(
+                    run_no,
+                    records,
+                    seconds["rf3"],
+                    seconds["rf1"],
+                    failover_s=failovers[-1],
+                    rf1_acks1_s=seconds["rf1-acks1"],
+                    rf3_copies_s=seconds["rf3-copies"],
+                )
+            )
     result.metrics.append(
-        Metric(CASE, "produce RF3 acks=all vs RF1 acks=all", "rec/s", rf3, rf1,
-               [Target("ratio", ">=", TARGET_RATIO, f"≥ {TARGET_RATIO}×")], note="send_arrow 100k-row batches")
-    )  # fmt: skip
+        Metric(
+            CASE,
+            "produce RF3 acks=all vs RF1 acks=all",
+            "rec/s",
+            rf3,
+            rf1,
+            [Target("ratio", ">=", TARGET_RATIO, f"≥ {TARGET_RATIO}×")],
+            note="send_arrow 100k-row batches",
+        )
+    )
     result.metrics.append(
         Metric(CASE, "produce RF3 acks=all vs RF1 acks=1", "rec/s", rf3, rf1_acks1, [], note="informational")
     )
     result.metrics.append(
-        Metric(CASE, "produce RF3 acks=all, replicas copy bytes (no hard links) vs RF1 acks=all", "rec/s", rf3_copies,
-               rf1, [], note="informational: replica.hard.links.enable=false, as across filesystems")
-    )  # fmt: skip
+        Metric(
+            CASE,
+            "produce RF3 acks=all, replicas copy bytes (no hard links) vs RF1 acks=all",
+            "rec/s",
+            rf3_copies,
+            rf1,
+            [],
+            note="informational: replica.hard.links.enable=false, as across filesystems",
+        )
+    )
     result.metrics.append(
-        Metric(CASE, "leader kill -9 -> new leader accepts writes", "s", failovers, None,
-               [Target("value", "<=", TARGET_FAILOVER_S, f"≤ {TARGET_FAILOVER_S:.0f} s")], higher_is_better=False,
-               note=f"ZooKeeper session timeout {SESSION_TIMEOUT_MS} ms")
-    )  # fmt: skip
+        Metric(
+            CASE,
+            "leader kill -9 -> new leader accepts writes",
+            "s",
+            failovers,
+            None,
+            [Target("value", "<=", TARGET_FAILOVER_S, f"≤ {TARGET_FAILOVER_S:.0f} s")],
+            higher_is_better=False,
+            note=f"ZooKeeper session timeout {SESSION_TIMEOUT_MS} ms",
+        )
+    )
     return result

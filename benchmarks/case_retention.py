@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from datetime import UTC
 
 import pyarrow as pa
 
@@ -43,11 +44,11 @@ def _aged(batch: pa.Table, timestamp_ms: int) -> pa.Table:
 
 
 def _baseline_delete(root: str, cutoff_ms: int) -> None:
+    from datetime import datetime
+
     from deltalake import DeltaTable
 
-    from datetime import datetime, timezone
-
-    cutoff = datetime.fromtimestamp(cutoff_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    cutoff = datetime.fromtimestamp(cutoff_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     DeltaTable(root).delete(f"timestamp < '{cutoff}'")
 
 
@@ -59,12 +60,16 @@ def run(ctx: BenchContext) -> CaseResult:
     n_batches = max(TOPIC_PARTITIONS * 2, records // batch_rows)
     records = n_batches * batch_rows
     result = CaseResult(
-        CASE, TITLE, __doc__ or "",
+        CASE,
+        TITLE,
+        __doc__ or "",
         params={"records": records, "files": n_batches, "topic_partitions": TOPIC_PARTITIONS, "retention.ms": HOUR_MS},
-    )  # fmt: skip
+    )
     now_ms = int(time.time() * 1000)
     old, new = now_ms - 3 * HOUR_MS, now_ms
-    batches = [_aged(random_values(batch_rows, seed), old if seed < n_batches // 2 else new) for seed in range(n_batches)]
+    batches = [
+        _aged(random_values(batch_rows, seed), old if seed < n_batches // 2 else new) for seed in range(n_batches)
+    ]
     seconds_s: list[float] = []
     seconds_b: list[float] = []
     for run_no in range(1, ctx.runs + 1):
@@ -80,7 +85,10 @@ def run(ctx: BenchContext) -> CaseResult:
                     seconds, results = timed(lambda: cluster.run_retention([TOPIC], now_ms=now_ms))
                     removed = sum(r.removed_records for r in results)
                     assert removed == records // 2, (removed, records)
-                    ctx.log(CASE, f"run {run_no}/{ctx.runs} sparklog retention: {seconds:.2f} s, {removed:,} records removed")
+                    ctx.log(
+                        CASE,
+                        f"run {run_no}/{ctx.runs} sparklog retention: {seconds:.2f} s, {removed:,} records removed",
+                    )
                     return seconds
 
                 def baseline_side() -> float:
@@ -95,8 +103,15 @@ def run(ctx: BenchContext) -> CaseResult:
             seconds_s.append(s_sec)
             seconds_b.append(b_sec)
     result.metrics.append(
-        Metric(CASE, "time retention wall time", "s", seconds_s, seconds_b,
-               [Target("value", "<=", TARGET_S, f"≤ {TARGET_S:.0f} s")], higher_is_better=False,
-               note="baseline: delta-rs DeltaTable.delete(timestamp < cutoff) on a copy of the table")
-    )  # fmt: skip
+        Metric(
+            CASE,
+            "time retention wall time",
+            "s",
+            seconds_s,
+            seconds_b,
+            [Target("value", "<=", TARGET_S, f"≤ {TARGET_S:.0f} s")],
+            higher_is_better=False,
+            note="baseline: delta-rs DeltaTable.delete(timestamp < cutoff) on a copy of the table",
+        )
+    )
     return result

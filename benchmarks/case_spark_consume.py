@@ -84,7 +84,9 @@ def _range_records(ranges: Any, topic: str) -> dict[int, tuple[int, int]]:
     return out
 
 
-def _sparklog_side(ctx: BenchContext, consume: Any, group: str, options: dict[str, str]) -> tuple[list[tuple[int, int, int]], Any, float]:
+def _sparklog_side(
+    ctx: BenchContext, consume: Any, group: str, options: dict[str, str]
+) -> tuple[list[tuple[int, int, int]], Any, float]:
     batch = consume(ctx.spark, group, [TOPIC], startingOffsets="earliest", **options)
     rows = _aggregate(batch.df)
     commit_sec, _ = timed(batch.commit)
@@ -154,14 +156,20 @@ def run(ctx: BenchContext) -> CaseResult:
                 def sparklog_side() -> float:
                     seconds, out = timed(lambda: _sparklog_side(ctx, consume, group, env.options))
                     side_out["sparklog"] = out
-                    ctx.log(CASE, f"run {run_no}/{ctx.runs} sparklog consume: {seconds:.2f} s, {records / seconds:,.0f} records/s "
-                                  f"(commit {out[2] * 1000:.0f} ms)")
+                    ctx.log(
+                        CASE,
+                        f"run {run_no}/{ctx.runs} sparklog consume: {seconds:.2f} s, {records / seconds:,.0f} records/s "
+                        f"(commit {out[2] * 1000:.0f} ms)",
+                    )
                     return seconds
 
                 def baseline_side() -> float:
                     seconds, rows = timed(lambda: _baseline_side(ctx, table_root))
                     side_out["baseline"] = rows
-                    ctx.log(CASE, f"run {run_no}/{ctx.runs} baseline Parquet scan: {seconds:.2f} s, {records / seconds:,.0f} records/s")
+                    ctx.log(
+                        CASE,
+                        f"run {run_no}/{ctx.runs} baseline Parquet scan: {seconds:.2f} s, {records / seconds:,.0f} records/s",
+                    )
                     return seconds
 
                 s_sec, b_sec = alternate(run_no, sparklog_side, baseline_side)
@@ -170,17 +178,34 @@ def run(ctx: BenchContext) -> CaseResult:
                 assert _range_records(ranges, TOPIC) == {p: (0, end) for p, end in hw.items()}, ranges
                 committed = cluster.committed_offsets(group, [TOPIC])
                 assert committed == {(TOPIC, p): end for p, end in hw.items()}, committed
-            result.runs.append(run_record(run_no, records, s_sec, b_sec, commit_seconds=c_sec, live_files=live_files, result=s_rows))
+            result.runs.append(
+                run_record(run_no, records, s_sec, b_sec, commit_seconds=c_sec, live_files=live_files, result=s_rows)
+            )
             sparklog_rates.append(records / s_sec)
             baseline_rates.append(records / b_sec)
             commit_ms.append(c_sec * 1000)
     targets = [] if TARGET_RATIO is None else [Target("ratio", ">=", TARGET_RATIO, f"≥ {TARGET_RATIO:.1f}×")]
     result.metrics.append(
-        Metric(CASE, "consume(fresh group) + action + commit", "records/s", sparklog_rates, baseline_rates, targets,
-               note="baseline: same action over spark.read.parquet(same files)")
+        Metric(
+            CASE,
+            "consume(fresh group) + action + commit",
+            "records/s",
+            sparklog_rates,
+            baseline_rates,
+            targets,
+            note="baseline: same action over spark.read.parquet(same files)",
+        )
     )
     result.metrics.append(
-        Metric(CASE, "GroupBatch.commit()", "ms", commit_ms, None, [], higher_is_better=False,
-               note="informational: offset commit of the batch's ranges (inside the timing above)")
+        Metric(
+            CASE,
+            "GroupBatch.commit()",
+            "ms",
+            commit_ms,
+            None,
+            [],
+            higher_is_better=False,
+            note="informational: offset commit of the batch's ranges (inside the timing above)",
+        )
     )
     return result

@@ -33,7 +33,7 @@ TARGET_RECORDS_PER_S = 1_000_000
 TARGET_RATIO = 0.7
 
 
-def cached_values(ctx: BenchContext, records: int) -> "DataFrame":
+def cached_values(ctx: BenchContext, records: int) -> DataFrame:
     """A cached, materialised DataFrame of ``records`` rows with one column ``value`` (100 random bytes).
 
     ``value`` = the first 100 bytes of two SHA-512 digests (of ``id`` and ``-id-1``), so it
@@ -116,7 +116,9 @@ def run(ctx: BenchContext) -> CaseResult:
 
             s_sec, b_sec = alternate(run_no, sparklog_side, baseline_side)
             with sparklog.connect(env.options) as cluster:
-                files = len(cluster.replicas.leader_table("bench").files(cluster.replicas.leader_table("bench").snapshot()))
+                files = len(
+                    cluster.replicas.leader_table("bench").files(cluster.replicas.leader_table("bench").snapshot())
+                )
             result.runs.append(
                 run_record(
                     run_no,

@@ -48,7 +48,9 @@ def _sparklog_query(ctx: BenchContext, options: dict[str, str]) -> list[tuple[in
 
 def _source_query(ctx: BenchContext, options: dict[str, str]) -> list[tuple[int, int, int]]:
     opts = ", ".join(f"`{k}` '{v}'" for k, v in sorted(options.items()))
-    ctx.spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW bench_c_sparklog USING sparklog OPTIONS (subscribe 'bench', {opts})")
+    ctx.spark.sql(
+        f"CREATE OR REPLACE TEMPORARY VIEW bench_c_sparklog USING sparklog OPTIONS (subscribe 'bench', {opts})"
+    )
     rows = ctx.spark.sql(QUERY.format(view="bench_c_sparklog")).collect()
     return sorted((int(r[0]), int(r[1]), int(r[2])) for r in rows)
 
@@ -109,7 +111,10 @@ def run(ctx: BenchContext) -> CaseResult:
             for side in order:
                 ctx.log(CASE, f"run {run_no}/{ctx.runs} {LABELS[side]} …")
                 seconds[side], answers[side] = timed(sides[side])
-                ctx.log(CASE, f"run {run_no}/{ctx.runs} {side}: {seconds[side]:.2f} s, {records / seconds[side]:,.0f} records/s")
+                ctx.log(
+                    CASE,
+                    f"run {run_no}/{ctx.runs} {side}: {seconds[side]:.2f} s, {records / seconds[side]:,.0f} records/s",
+                )
             s_rows = answers["sparklog"]
             assert s_rows == answers["baseline"] == answers["source"], answers
             assert sum(r[1] for r in s_rows) == records, s_rows
@@ -117,10 +122,16 @@ def run(ctx: BenchContext) -> CaseResult:
             s_sec, b_sec, src_sec = seconds["sparklog"], seconds["baseline"], seconds["source"]
             result.runs.append(
                 run_record(
-                    run_no, records, s_sec, b_sec,
-                    order=order, python_source_seconds=src_sec, live_files=files, result=s_rows,
+                    run_no,
+                    records,
+                    s_sec,
+                    b_sec,
+                    order=order,
+                    python_source_seconds=src_sec,
+                    live_files=files,
+                    result=s_rows,
                 )
-            )  # fmt: skip
+            )
             sparklog_rates.append(records / s_sec)
             baseline_rates.append(records / b_sec)
             source_rates.append(records / src_sec)

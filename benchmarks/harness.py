@@ -246,7 +246,7 @@ class RunEnv:
 class BenchContext:
     """What every case gets: the Spark session, the ZooKeeper server, scale, runs, progress."""
 
-    spark: "SparkSession"
+    spark: SparkSession
     zk_hosts: str  # "127.0.0.1:<port>" of the embedded server
     work_dir: Path
     runs: int = 3
@@ -255,7 +255,7 @@ class BenchContext:
 
     def scaled(self, n: int, minimum: int = 1) -> int:
         """``n`` multiplied by ``--scale`` (at least ``minimum``)."""
-        return max(minimum, int(round(n * self.scale)))
+        return max(minimum, round(n * self.scale))
 
     def log(self, case: str, message: str) -> None:
         """A progress line on stderr: ``[a] run 2/3 …``."""
@@ -322,7 +322,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "java": _java_version(),
         "versions": {p: _version(p) for p in ("sparklog", "pyspark", "deltalake", "pyarrow", "kazoo", "numpy")},
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
 
 
@@ -368,10 +368,10 @@ def format_table(results: Sequence[CaseResult]) -> str:
                 )
             )
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False))
     out = [line, "  ".join("-" * w for w in widths)]
     for row in rows:
-        out.append("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        out.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
     out.append("ratio = sparklog median ÷ baseline median (throughput: higher is better; latency: lower is better)")
     return "\n".join(out)
 

@@ -27,8 +27,8 @@ import faulthandler
 import hashlib
 import json
 import os
-import signal
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -75,12 +75,26 @@ SPARK_CONF = {"spark.driver.memory": "4g"}
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description="sparklog benchmarks vs baselines")
     parser.add_argument("--runs", type=int, default=3, help="runs per case; medians are reported (default 3)")
-    parser.add_argument("--only", "--cases", dest="only", default=",".join(CASES), help="comma-separated cases to run, e.g. a,c or e,f,g,h (default all)")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiplies record counts, e.g. 0.05 for a quick check")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"JSON report path (default {DEFAULT_OUTPUT})")
+    parser.add_argument(
+        "--only",
+        "--cases",
+        dest="only",
+        default=",".join(CASES),
+        help="comma-separated cases to run, e.g. a,c or e,f,g,h (default all)",
+    )
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="multiplies record counts, e.g. 0.05 for a quick check"
+    )
+    parser.add_argument(
+        "--output", type=Path, default=DEFAULT_OUTPUT, help=f"JSON report path (default {DEFAULT_OUTPUT})"
+    )
     parser.add_argument("--no-snapshot", action="store_true", help="run the working tree's sparklog, not a frozen copy")
-    parser.add_argument("--no-merge", dest="merge", action="store_false",
-                        help="do not keep the other cases of an existing report at --output (default: keep them)")
+    parser.add_argument(
+        "--no-merge",
+        dest="merge",
+        action="store_false",
+        help="do not keep the other cases of an existing report at --output (default: keep them)",
+    )
     args = parser.parse_args(argv)
     selected = [c.strip() for c in args.only.split(",") if c.strip()]
     unknown = [c for c in selected if c not in CASES]
@@ -106,8 +120,13 @@ def load_previous(path: Path, selected: list[str]) -> dict[str, object] | None:
     return {**previous, "cases": cases} if cases else None
 
 
-def write_report(path: Path, results: list[CaseResult], machine: dict[str, object], config: dict[str, object],
-                 previous: dict[str, object] | None) -> None:
+def write_report(
+    path: Path,
+    results: list[CaseResult],
+    machine: dict[str, object],
+    config: dict[str, object],
+    previous: dict[str, object] | None,
+) -> None:
     """``write_json``, then add the carried-over cases of ``previous`` (each with its own machine/config)."""
     write_json(path, results, machine, config)
     if previous is None:
@@ -191,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         "spark_master": SPARK_MASTER,
         "spark_conf": SPARK_CONF,
         "sparklog_code": {"frozen_copy": code is not None, "sha256": sha, "files": n_files},
-        "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks.run", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(
+            [os.path.basename(sys.executable), "-m", "benchmarks.run", *(argv if argv is not None else sys.argv[1:])]
+        ),
     }
     started = time.perf_counter()
     spark = None
@@ -202,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_or_create_session(app_name="sparklog-bench", master=SPARK_MASTER, conf=SPARK_CONF)
         if code is not None:
             where = _check_workers_import(spark, code)
-            print(f"[bench] code under test frozen at {code} (sha256 {sha[:12]}); workers import {where}", file=sys.stderr, flush=True)
+            print(
+                f"[bench] code under test frozen at {code} (sha256 {sha[:12]}); workers import {where}",
+                file=sys.stderr,
+                flush=True,
+            )
         ctx = BenchContext(spark=spark, zk_hosts=zk_hosts, work_dir=work_dir, runs=args.runs, scale=args.scale)
         for name in args.only:
             module = CASES[name]

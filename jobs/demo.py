@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import sparklog
 from sparklog.errors import TopicNotFoundError
@@ -45,18 +45,22 @@ def main() -> int:
     spark = get_or_create_session(app_name="sparklog-demo")
     start_ms = int(time.time() * 1000) - 3_600_000  # events spread over the last hour
     pages = F.array(*[F.lit(p) for p in ("/", "/search", "/product", "/cart", "/checkout", "/help")])
-    events = spark.range(records, numPartitions=4).select(
-        F.format_string("user-%d", (F.col("id") * 7919) % 5000).alias("key"),
-        F.to_json(
-            F.struct(
-                F.col("id").alias("event_id"),
-                F.format_string("user-%d", (F.col("id") * 7919) % 5000).alias("user"),
-                F.element_at(pages, (F.col("id") % 6 + 1).cast("int")).alias("page"),
-                F.when(F.col("id") % 10 == 0, "purchase").otherwise("click").alias("action"),
-            )
-        ).alias("value"),
-        (F.lit(start_ms) + F.floor(F.col("id") * 3_600_000 / records)).alias("ts_ms"),
-    ).select("key", "value", F.timestamp_millis("ts_ms").alias("timestamp"))
+    events = (
+        spark.range(records, numPartitions=4)
+        .select(
+            F.format_string("user-%d", (F.col("id") * 7919) % 5000).alias("key"),
+            F.to_json(
+                F.struct(
+                    F.col("id").alias("event_id"),
+                    F.format_string("user-%d", (F.col("id") * 7919) % 5000).alias("user"),
+                    F.element_at(pages, (F.col("id") % 6 + 1).cast("int")).alias("page"),
+                    F.when(F.col("id") % 10 == 0, "purchase").otherwise("click").alias("action"),
+                )
+            ).alias("value"),
+            (F.lit(start_ms) + F.floor(F.col("id") * 3_600_000 / records)).alias("ts_ms"),
+        )
+        .select("key", "value", F.timestamp_millis("ts_ms").alias("timestamp"))
+    )
     events.cache().count()  # generate once, so the produce timing is the produce alone
 
     step(f"Producing {records:,} click events with the Spark producer")
@@ -82,12 +86,12 @@ def main() -> int:
         .option("endingOffsets", f'{{"{TOPIC}":{{"0":1005}}}}')
         .load()
     )
-    replay.selectExpr("partition", "offset", "timestamp", "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value").show(
-        truncate=False
-    )
+    replay.selectExpr(
+        "partition", "offset", "timestamp", "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value"
+    ).show(truncate=False)
 
     middle_ms = start_ms + 1_800_000
-    middle = datetime.fromtimestamp(middle_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    middle = datetime.fromtimestamp(middle_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
     step(f"Replay of partition 0 from timestamp {middle} UTC (5 records)")
     by_time = (
         spark.read.format("sparklog")
@@ -101,14 +105,31 @@ def main() -> int:
 
     step("10 records with the light producer, read back with the console consumer")
     with cluster.producer(acks="all") as producer:
-        sent = [producer.send(TOPIC, f'{{"event_id": "light-{i}", "action": "click"}}', key="light-user") for i in range(10)]
+        sent = [
+            producer.send(TOPIC, f'{{"event_id": "light-{i}", "action": "click"}}', key="light-user") for i in range(10)
+        ]
         metadata = [f.result() for f in sent]
     partition, first = metadata[0].partition, metadata[0].offset
     print(f"Sent 10 records to {TOPIC}-{partition}, offsets {first}..{metadata[-1].offset}")
     command = [
-        sys.executable, "-m", "sparklog.cli.main", "consume", "--topic", TOPIC, "--partition", str(partition),
-        "--offset", str(first), "--max-messages", "10", "--timeout-ms", "10000",
-        "--property", "print.key=true", "--property", "print.offset=true",
+        sys.executable,
+        "-m",
+        "sparklog.cli.main",
+        "consume",
+        "--topic",
+        TOPIC,
+        "--partition",
+        str(partition),
+        "--offset",
+        str(first),
+        "--max-messages",
+        "10",
+        "--timeout-ms",
+        "10000",
+        "--property",
+        "print.key=true",
+        "--property",
+        "print.offset=true",
     ]
     print("$ sparklog " + " ".join(command[3:]), flush=True)
     consumed = subprocess.run(command, check=False)

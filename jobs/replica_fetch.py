@@ -20,7 +20,9 @@ from sparklog.errors import SparklogError
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="replicate", description=__doc__)
-    parser.add_argument("--broker", type=int, action="append", help="follower broker to catch up (repeatable; default: all)")
+    parser.add_argument(
+        "--broker", type=int, action="append", help="follower broker to catch up (repeatable; default: all)"
+    )
     parser.add_argument("--topic", action="append", help="topic to replicate (repeatable; default: all)")
     args = parser.parse_args(argv)
     try:
@@ -37,7 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     for report in reports:
         for topic, partition, copied, log_end in report.copied:
             records += copied
-            print(f"broker {report.broker_id}: {topic}-{partition}: copied {copied} records; log end {log_end}", flush=True)
+            print(
+                f"broker {report.broker_id}: {topic}-{partition}: copied {copied} records; log end {log_end}",
+                flush=True,
+            )
         for topic, partition, offset in report.truncated:
             print(f"broker {report.broker_id}: {topic}-{partition}: truncated to offset {offset}", flush=True)
         for topic, partition, error in report.errors:

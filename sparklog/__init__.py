@@ -33,14 +33,15 @@ def __getattr__(name: str) -> Any:
 
     return getattr(importlib.import_module(module), name)
 
+
 __all__ = [
-    "connect",
     "Cluster",
+    "PartitionDescription",
     "PartitionOffsets",
     "RecordMetadata",
-    "TopicDescription",
-    "PartitionDescription",
     "SparklogError",
+    "TopicDescription",
+    "connect",
 ]
 
 __version__ = "0.1.0"

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from sparklog.group.reset import ResetKind
     from sparklog.maintenance.runner import RetentionResult
 
-__all__ = ["Cluster", "connect", "PartitionOffsets"]
+__all__ = ["Cluster", "PartitionOffsets", "connect"]
 
 
 class Cluster:
@@ -59,7 +59,7 @@ class Cluster:
             return self._replicas
 
     @property
-    def groups(self) -> "GroupCoordinator":
+    def groups(self) -> GroupCoordinator:
         """The group coordinator (``__consumer_offsets`` and membership checks)."""
         with self._lock:
             if self._groups is None:
@@ -75,7 +75,7 @@ class Cluster:
             self._replicas = None
             self._groups = None
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -142,7 +142,7 @@ class Cluster:
 
     def run_retention(
         self, topics: Iterable[str] | None = None, dry_run: bool = False, now_ms: int | None = None
-    ) -> list["RetentionResult"]:
+    ) -> list[RetentionResult]:
         """Apply ``retention.ms``/``retention.bytes`` (metadata-only); see :mod:`sparklog.maintenance.runner`."""
         from sparklog.maintenance.runner import run_retention
 
@@ -161,13 +161,13 @@ class Cluster:
         return log_access.read(self.replicas, topic, partition, start_offset, end_offset, include_headers)
 
     # -- clients -------------------------------------------------------------------------
-    def producer(self, **config: Any) -> "Producer":
+    def producer(self, **config: Any) -> Producer:
         """A light (non-Spark) producer; configs in Kafka's names (``linger_ms`` = ``linger.ms``)."""
         from sparklog.clients.producer import Producer
 
         return Producer(self.replicas, validate_configs(config, PRODUCER_CONFIGS, "producer"))
 
-    def consumer(self, group_id: str | None = None, **config: Any) -> "Consumer":
+    def consumer(self, group_id: str | None = None, **config: Any) -> Consumer:
         """A light consumer; with ``group_id`` it can join that group (``subscribe``) and commit."""
         from sparklog.clients.consumer import Consumer
 
@@ -188,13 +188,13 @@ class Cluster:
         wanted = [(t, p) for t in topics for p in self.partitions_of(t)]
         return self.groups.committed(group_id, wanted)
 
-    def list_groups(self) -> list["GroupListing"]:
+    def list_groups(self) -> list[GroupListing]:
         """Every consumer group with its state (``kafka-consumer-groups --list --state``)."""
         from sparklog.admin import groups
 
         return groups.list_groups(self.groups)
 
-    def describe_group(self, group_id: str) -> "GroupDescription":
+    def describe_group(self, group_id: str) -> GroupDescription:
         """State, members and per-partition CURRENT-OFFSET / LOG-END-OFFSET / LAG of a group."""
         from sparklog.admin import groups
 
@@ -234,8 +234,14 @@ class Cluster:
         from sparklog.admin import groups
 
         return groups.reset_group_offsets(
-            self.groups, group_id, scenario, value, topics=list(topics), partitions=partitions,
-            all_topics=all_topics, execute=execute,
+            self.groups,
+            group_id,
+            scenario,
+            value,
+            topics=list(topics),
+            partitions=partitions,
+            all_topics=all_topics,
+            execute=execute,
         )
 
 

@@ -23,17 +23,17 @@ from typing import Any, Literal
 from sparklog.errors import ConfigError
 
 __all__ = [
+    "CONSUMER_CONFIGS",
+    "PRODUCER_CONFIGS",
+    "TOPIC_CONFIGS",
     "Acks",
-    "parse_acks",
     "ClusterConfig",
     "ConfigSpec",
-    "TOPIC_CONFIGS",
-    "PRODUCER_CONFIGS",
-    "CONSUMER_CONFIGS",
     "load_properties",
+    "normalise_key",
+    "parse_acks",
     "resolve_cluster_config",
     "validate_configs",
-    "normalise_key",
 ]
 
 Acks = Literal["0", "1", "all"]
@@ -77,13 +77,9 @@ class ConfigSpec:
             if self.parse is int and not isinstance(value, int):
                 raise ValueError("not an integer")
         except (ValueError, TypeError) as exc:
-            raise ConfigError(
-                f"Invalid value {raw!r} for configuration {self.name}: allowed {self.allowed}"
-            ) from exc
+            raise ConfigError(f"Invalid value {raw!r} for configuration {self.name}: allowed {self.allowed}") from exc
         if not self.check(value):
-            raise ConfigError(
-                f"Invalid value {raw!r} for configuration {self.name}: allowed {self.allowed}"
-            )
+            raise ConfigError(f"Invalid value {raw!r} for configuration {self.name}: allowed {self.allowed}")
         return value
 
 
@@ -133,9 +129,7 @@ TOPIC_CONFIGS: dict[str, ConfigSpec] = {
         _long("retention.bytes", UNLIMITED, UNLIMITED, "an integer >= -1 (-1 = unlimited)"),
         _long("delete.retention.ms", 86_400_000, 0),
         _long("min.compaction.lag.ms", 0, 0),
-        ConfigSpec(
-            "min.cleanable.dirty.ratio", 0.5, float, "a number between 0 and 1", lambda v: 0.0 <= v <= 1.0
-        ),
+        ConfigSpec("min.cleanable.dirty.ratio", 0.5, float, "a number between 0 and 1", lambda v: 0.0 <= v <= 1.0),
         _long("min.insync.replicas", 1, 1),
         ConfigSpec(
             "unclean.leader.election.enable", False, _parse_bool, "true or false", lambda v: isinstance(v, bool)
@@ -156,7 +150,10 @@ PRODUCER_CONFIGS: dict[str, ConfigSpec] = {
     for spec in (
         # Kafka clients take acks as a number too (acks=1); compare the spelling, not the type.
         ConfigSpec(
-            "acks", "all", str, "0, 1, all or -1",
+            "acks",
+            "all",
+            str,
+            "0, 1, all or -1",
             lambda v: isinstance(v, (str, int)) and not isinstance(v, bool) and str(v) in ("0", "1", "all", "-1"),
         ),
         _long("linger.ms", 5, 0),
@@ -185,7 +182,9 @@ CONSUMER_CONFIGS: dict[str, ConfigSpec] = {
         _long("max.poll.interval.ms", 300_000, 1),
         ConfigSpec("group.instance.id", None, str, "a string"),
         ConfigSpec(
-            "partition.assignment.strategy", "range", _strategies,
+            "partition.assignment.strategy",
+            "range",
+            _strategies,
             "a comma-separated list of range, roundrobin, sticky",
         ),
     )
@@ -207,18 +206,14 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
 }
 
 
-def validate_configs(
-    configs: Mapping[str, Any] | None, specs: Mapping[str, ConfigSpec], kind: str
-) -> dict[str, Any]:
+def validate_configs(configs: Mapping[str, Any] | None, specs: Mapping[str, ConfigSpec], kind: str) -> dict[str, Any]:
     """Parse ``configs`` against ``specs``; unknown keys and bad values raise ``ConfigError``."""
     result: dict[str, Any] = {}
     for raw_key, raw_value in (configs or {}).items():
         key = raw_key if raw_key in specs else normalise_key(raw_key)
         spec = specs.get(key)
         if spec is None:
-            raise ConfigError(
-                f"Unknown {kind} configuration {raw_key!r}. Allowed keys: {', '.join(sorted(specs))}"
-            )
+            raise ConfigError(f"Unknown {kind} configuration {raw_key!r}. Allowed keys: {', '.join(sorted(specs))}")
         result[key] = spec.coerce(raw_value)
     return result
 
@@ -311,7 +306,9 @@ def resolve_cluster_config(
         from_env["sparklog.home"] = env["SPARKLOG_HOME"]
     if env.get("SPARKLOG_ZOOKEEPER"):
         from_env["zookeeper.connect"] = env["SPARKLOG_ZOOKEEPER"]
-    conf_path = env.get("SPARKLOG_CONF") or ("conf/sparklog.properties" if Path("conf/sparklog.properties").is_file() else None)
+    conf_path = env.get("SPARKLOG_CONF") or (
+        "conf/sparklog.properties" if Path("conf/sparklog.properties").is_file() else None
+    )
     from_file: dict[str, str] = {}
     if conf_path:
         for key, value in load_properties(conf_path).items():

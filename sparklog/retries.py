@@ -22,8 +22,13 @@ from dataclasses import dataclass
 from sparklog.errors import RetriesExhaustedError
 
 __all__ = [
-    "RetryBudget", "DELTA_COMMIT", "MAINTENANCE_PLAN", "TABLE_PROPERTIES", "DELTA_LOG_READ", "EPOCH_MARKER",
-]  # fmt: skip
+    "DELTA_COMMIT",
+    "DELTA_LOG_READ",
+    "EPOCH_MARKER",
+    "MAINTENANCE_PLAN",
+    "TABLE_PROPERTIES",
+    "RetryBudget",
+]
 
 
 @dataclass(frozen=True)

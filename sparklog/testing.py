@@ -79,9 +79,11 @@ class BrokerAgents:
         self._log_level = log_level
         self._racks = dict(racks or {})
         self._options = [
-            "--replica-lag-time-max-ms", str(replica_lag_time_max_ms),
-            "--auto-leader-rebalance-enable", "true" if auto_leader_rebalance_enable else "false",
-        ]  # fmt: skip
+            "--replica-lag-time-max-ms",
+            str(replica_lag_time_max_ms),
+            "--auto-leader-rebalance-enable",
+            "true" if auto_leader_rebalance_enable else "false",
+        ]
         if leader_imbalance_check_interval_s is not None:
             self._options += ["--leader-imbalance-check-interval-seconds", str(leader_imbalance_check_interval_s)]
         if probe_interval_ms is not None:
@@ -95,10 +97,12 @@ class BrokerAgents:
         self._cluster: sparklog.Cluster | None = None
 
     # -- context manager -------------------------------------------------------------------
-    def __enter__(self) -> "BrokerAgents":
+    def __enter__(self) -> BrokerAgents:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -132,7 +136,9 @@ class BrokerAgents:
         to expire: an agent refuses an id another live session holds."""
         for broker_id in broker_ids:
             if self.running(broker_id):
-                raise AssertionError(f"broker {broker_id}'s agent is already running (pid {self._processes[broker_id].pid})")
+                raise AssertionError(
+                    f"broker {broker_id}'s agent is already running (pid {self._processes[broker_id].pid})"
+                )
         self.wait_not_live(broker_ids, timeout_s=self.session_timeout_ms / 1000 * 3 + 10)
         for broker_id in broker_ids:
             self._launch(broker_id)
@@ -142,11 +148,24 @@ class BrokerAgents:
     def _launch(self, broker_id: int) -> None:
         self._reap(broker_id, 0)  # an exited predecessor: forget it
         command = [
-            sys.executable, "-c", _LAUNCHER, self._log_level.upper(),
-            "broker", "start", "--id", str(broker_id), "--log-dir", str(self.log_dir(broker_id)),
-            "--zookeeper", self.zk_connect, "--home", str(self.home), "--config", str(self.properties_file),
+            sys.executable,
+            "-c",
+            _LAUNCHER,
+            self._log_level.upper(),
+            "broker",
+            "start",
+            "--id",
+            str(broker_id),
+            "--log-dir",
+            str(self.log_dir(broker_id)),
+            "--zookeeper",
+            self.zk_connect,
+            "--home",
+            str(self.home),
+            "--config",
+            str(self.properties_file),
             *self._options,
-        ]  # fmt: skip
+        ]
         if broker_id in self._racks:
             command += ["--rack", self._racks[broker_id]]
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKLOG_")}
@@ -171,7 +190,9 @@ class BrokerAgents:
         self._signal(broker_id, signal.SIGTERM)
         code = self._reap(broker_id, timeout_s)
         if code is None:
-            raise AssertionError(f"broker {broker_id}'s agent did not stop within {timeout_s} s of SIGTERM\n{self.logs([broker_id])}")
+            raise AssertionError(
+                f"broker {broker_id}'s agent did not stop within {timeout_s} s of SIGTERM\n{self.logs([broker_id])}"
+            )
         if code != 0:
             raise AssertionError(f"broker {broker_id}'s agent exited {code} after SIGTERM\n{self.logs([broker_id])}")
 
@@ -243,16 +264,19 @@ class BrokerAgents:
     def wait_live(self, broker_ids: Iterable[int], timeout_s: float | None = None) -> None:
         wanted = sorted(broker_ids)
         self.wait_for(
-            lambda: set(wanted) <= set(self.live()), timeout_s or self.start_timeout_s, f"brokers {wanted} live",
+            lambda: set(wanted) <= set(self.live()),
+            timeout_s or self.start_timeout_s,
+            f"brokers {wanted} live",
             exited_is_failure=wanted,
-        )  # fmt: skip
+        )
 
     def wait_not_live(self, broker_ids: Iterable[int], timeout_s: float | None = None) -> None:
         gone = sorted(broker_ids)
         self.wait_for(
-            lambda: not set(gone) & set(self.live()), timeout_s or self.session_timeout_ms / 1000 * 3 + 10,
+            lambda: not set(gone) & set(self.live()),
+            timeout_s or self.session_timeout_ms / 1000 * 3 + 10,
             f"brokers {gone} no longer live",
-        )  # fmt: skip
+        )
 
     def wait_controller(self, timeout_s: float | None = None) -> int:
         self.wait_for(lambda: self.controller() is not None, timeout_s or self.start_timeout_s, "a controller")

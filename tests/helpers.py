@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from sparklog.model.batches import normalise_input
 from sparklog.cluster import Cluster
+from sparklog.model.batches import normalise_input
 
 
 def spawn_context() -> SpawnContext:
@@ -84,7 +84,10 @@ def stored_records(cluster: Cluster, topic: str) -> list[StoredRecord]:
     return [
         StoredRecord(p, o, v)
         for p, o, v in zip(
-            table.column("partition").to_pylist(), table.column("offset").to_pylist(), table.column("value").to_pylist()
+            table.column("partition").to_pylist(),
+            table.column("offset").to_pylist(),
+            table.column("value").to_pylist(),
+            strict=False,
         )
     ]
 
@@ -105,7 +108,9 @@ def assert_log_consistent(cluster: Cluster, topic: str, expected_log_start: int 
     offsets = cluster.partition_offsets(topic)
     for partition, (log_start, high_watermark) in offsets.items():
         if expected_log_start is not None:
-            assert log_start == expected_log_start, f"partition {partition}: log starts at {log_start}, expected {expected_log_start}"
+            assert log_start == expected_log_start, (
+                f"partition {partition}: log starts at {log_start}, expected {expected_log_start}"
+            )
         stored = [r.offset for r in grouped.get(partition, [])]
         assert_contiguous(stored, partition, start=log_start)
         assert log_start + len(stored) == high_watermark, (
@@ -158,7 +163,7 @@ class ClusterState:
     znodes: dict[str, tuple[bytes, int]]  # path -> (data, data version), relative to the chroot
     files: dict[str, int]  # path under sparklog.home -> size
 
-    def diff(self, other: "ClusterState") -> list[str]:
+    def diff(self, other: ClusterState) -> list[str]:
         lines = []
         for kind, mine, theirs in (("znode", self.znodes, other.znodes), ("file", self.files, other.files)):
             lines += [f"+ {kind} {p}" for p in sorted(set(theirs) - set(mine))]

@@ -34,7 +34,11 @@ def describe_brokers(replicas: ReplicaManager) -> list[BrokerDescription]:
     controller = current_controller(replicas.zk)
     return [
         BrokerDescription(
-            broker_id=b, host=r.host, rack=r.rack, log_dir=r.log_dir, live=b in live,
+            broker_id=b,
+            host=r.host,
+            rack=r.rack,
+            log_dir=r.log_dir,
+            live=b in live,
             controller=controller is not None and controller.broker_id == b,
         )
         for b, r in sorted(registry.items())

@@ -27,34 +27,81 @@ import re
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
 import pyarrow as pa
 
-from sparklog.metadata.group_registry import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, GroupSnapshot
-from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
-from sparklog.errors import (GroupIdNotFoundError, GroupNotEmptyError, InvalidOffsetSpecError, TopicNotFoundError,
-                             UnknownPartitionError)  # fmt: skip
+from sparklog.errors import (
+    GroupIdNotFoundError,
+    GroupNotEmptyError,
+    InvalidOffsetSpecError,
+    TopicNotFoundError,
+    UnknownPartitionError,
+)
 from sparklog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from sparklog.group.ids import validate_group_id
-from sparklog.group.reset import (SCENARIOS, Bounds, ResetScenario, clamp, parse_datetime, parse_duration,
-                                  parse_reset_csv, plan_reset, reset_scenario)  # fmt: skip
+from sparklog.group.reset import (
+    SCENARIOS,
+    Bounds,
+    ResetScenario,
+    clamp,
+    parse_datetime,
+    parse_duration,
+    parse_reset_csv,
+    plan_reset,
+    reset_scenario,
+)
+from sparklog.metadata.group_registry import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, GroupSnapshot
+from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
 from sparklog.model.topic import validate_topic_name
 from sparklog.server import log_access
 
 __all__ = [
-    "GroupListing", "MemberDescription", "PartitionLag", "GroupDescription", "ResetScenario", "GROUP_STATES",
-    "EMPTY", "PREPARING", "COMPLETING", "STABLE", "DEAD",
-    "SCENARIOS", "LAG_SCHEMA", "list_groups", "describe_group", "consumer_lag", "delete_groups", "delete_group",
-    "delete_group_offsets", "parse_datetime", "parse_duration", "parse_reset_csv", "reset_scenario", "clamp",
-    "plan_reset", "plan_group_reset", "apply_reset", "reset_group_offsets",
-]  # fmt: skip
+    "COMPLETING",
+    "DEAD",
+    "EMPTY",
+    "GROUP_STATES",
+    "LAG_SCHEMA",
+    "PREPARING",
+    "SCENARIOS",
+    "STABLE",
+    "GroupDescription",
+    "GroupListing",
+    "MemberDescription",
+    "PartitionLag",
+    "ResetScenario",
+    "apply_reset",
+    "clamp",
+    "consumer_lag",
+    "delete_group",
+    "delete_group_offsets",
+    "delete_groups",
+    "describe_group",
+    "list_groups",
+    "parse_datetime",
+    "parse_duration",
+    "parse_reset_csv",
+    "plan_group_reset",
+    "plan_reset",
+    "reset_group_offsets",
+    "reset_scenario",
+]
 
 TopicPartition = tuple[str, int]
 GROUP_STATES = (EMPTY, PREPARING, COMPLETING, STABLE, DEAD)
-LAG_SCHEMA = pa.schema([
-    ("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()), ("current_offset", pa.int64()),
-    ("log_end_offset", pa.int64()), ("lag", pa.int64()), ("consumer_id", pa.string()), ("host", pa.string()),
-    ("client_id", pa.string()), ("state", pa.string()),
-])  # fmt: skip
+LAG_SCHEMA = pa.schema(
+    [
+        ("group", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("current_offset", pa.int64()),
+        ("log_end_offset", pa.int64()),
+        ("lag", pa.int64()),
+        ("consumer_id", pa.string()),
+        ("host", pa.string()),
+        ("client_id", pa.string()),
+        ("state", pa.string()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -136,7 +183,9 @@ def _assigned(record: GroupStateRecord | None, member: MemberRecord) -> tuple[To
     return tuple(sorted(record.partitions_of(member.key)))
 
 
-def _describe(groups: GroupCoordinator, group_id: str, watermarks: dict[str, dict[int, int] | None]) -> GroupDescription:
+def _describe(
+    groups: GroupCoordinator, group_id: str, watermarks: dict[str, dict[int, int] | None]
+) -> GroupDescription:
     validate_group_id(group_id)
     registry = groups.registry
     committed = _committed(groups, group_id)
@@ -172,9 +221,16 @@ def _describe(groups: GroupCoordinator, group_id: str, watermarks: dict[str, dic
     record = snap.record if snap.state != EMPTY else None
     coordinator, host = _coordinator(groups, group_id)
     return GroupDescription(
-        group_id, snap.state, record.protocol if record else "", snap.record.generation if snap.record else 0,
-        coordinator, host, record.leader if record else "", members, tuple(rows),
-    )  # fmt: skip
+        group_id,
+        snap.state,
+        record.protocol if record else "",
+        snap.record.generation if snap.record else 0,
+        coordinator,
+        host,
+        record.leader if record else "",
+        members,
+        tuple(rows),
+    )
 
 
 def describe_group(groups: GroupCoordinator, group_id: str) -> GroupDescription:
@@ -219,7 +275,9 @@ def delete_groups(groups: GroupCoordinator, group_ids: Sequence[str]) -> list[st
         )
         if deleted:  # Kafka deletes what it can
             message += " These consumer groups were deleted successfully: " + ", ".join(f"'{g}'" for g in deleted) + "."
-        error = GroupNotEmptyError if any(code == "NON_EMPTY_GROUP" for _g, code, _w in failures) else GroupIdNotFoundError
+        error = (
+            GroupNotEmptyError if any(code == "NON_EMPTY_GROUP" for _g, code, _w in failures) else GroupIdNotFoundError
+        )
         raise error(message)
     return deleted
 
@@ -233,7 +291,11 @@ def _subscribes(member: MemberRecord, topic: str) -> bool:
 
 
 def _select(
-    groups: GroupCoordinator, group_id: str, topic: str, wanted: Iterable[int] | None, leftovers: Mapping[TopicPartition, int]
+    groups: GroupCoordinator,
+    group_id: str,
+    topic: str,
+    wanted: Iterable[int] | None,
+    leftovers: Mapping[TopicPartition, int],
 ) -> list[TopicPartition]:
     """``topic``'s partitions (all, or ``wanted``), each checked to exist; a deleted topic still
     has the partitions in ``leftovers`` (a group's offsets of it, which may be deleted)."""
@@ -247,14 +309,17 @@ def _select(
     missing = [p for p in chosen if p not in existing]
     if missing:
         raise UnknownPartitionError(
-            f"The partitions \"{','.join(f'{topic}-{p}' for p in missing)}\" do not exist (topic {topic} has "
+            f'The partitions "{",".join(f"{topic}-{p}" for p in missing)}" do not exist (topic {topic} has '
             f"partitions {', '.join(map(str, existing))}); group '{group_id}' was left unchanged"
         )
     return [(topic, p) for p in chosen]
 
 
 def delete_group_offsets(
-    groups: GroupCoordinator, group_id: str, topic: str | Mapping[str, Iterable[int] | None], partitions: Iterable[int] | None = None
+    groups: GroupCoordinator,
+    group_id: str,
+    topic: str | Mapping[str, Iterable[int] | None],
+    partitions: Iterable[int] | None = None,
 ) -> list[TopicPartition]:
     """Delete the committed offsets of ``topic`` (all its partitions, or ``partitions``) for an
     inactive group; ``topic`` may also map several topics to partitions (None: all). Returns
@@ -263,12 +328,18 @@ def delete_group_offsets(
     selection = {topic: partitions} if isinstance(topic, str) else dict(topic)
     committed = _committed(groups, group_id)
     if not _exists(groups, group_id, committed):
-        raise GroupIdNotFoundError(f"Offsets of group '{group_id}' cannot be deleted: consumer group '{group_id}' does not exist.")
+        raise GroupIdNotFoundError(
+            f"Offsets of group '{group_id}' cannot be deleted: consumer group '{group_id}' does not exist."
+        )
     targets = sorted(tp for t, wanted in selection.items() for tp in _select(groups, group_id, t, wanted, committed))
     snap = groups.registry.snapshot(group_id)
     if snap.active:
         subscribed = sorted({t for t, _ in targets if any(_subscribes(m, t) for m in _members(snap))})
-        reason = f"GROUP_SUBSCRIBED_TO_TOPIC (it is subscribed to {', '.join(subscribed)})" if subscribed else "NON_EMPTY_GROUP"
+        reason = (
+            f"GROUP_SUBSCRIBED_TO_TOPIC (it is subscribed to {', '.join(subscribed)})"
+            if subscribed
+            else "NON_EMPTY_GROUP"
+        )
         raise GroupNotEmptyError(
             f"Offsets of group '{group_id}' could not be deleted due to: {reason}; the group is {snap.state}: "
             "stop its consumers and retry."
@@ -281,14 +352,21 @@ def delete_group_offsets(
 
 # -- reset: I/O --------------------------------------------------------------------------------
 def _scope(
-    groups: GroupCoordinator, group_id: str, scenario: ResetScenario, committed: Mapping[TopicPartition, int],
-    topics: Sequence[str], partitions: Iterable[TopicPartition], all_topics: bool,
-) -> list[TopicPartition]:  # fmt: skip
+    groups: GroupCoordinator,
+    group_id: str,
+    scenario: ResetScenario,
+    committed: Mapping[TopicPartition, int],
+    topics: Sequence[str],
+    partitions: Iterable[TopicPartition],
+    all_topics: bool,
+) -> list[TopicPartition]:
     """The partitions to reset, each checked to exist (Kafka's reset scopes)."""
     chosen = [(str(t), int(p)) for t, p in partitions] + (list(committed) if all_topics else [])
     if scenario.kind == "from-file":
         if topics or chosen or all_topics:
-            raise InvalidOffsetSpecError("A reset from a file takes its partitions from the file; give no topics, partitions or all_topics")
+            raise InvalidOffsetSpecError(
+                "A reset from a file takes its partitions from the file; give no topics, partitions or all_topics"
+            )
         if group_id not in (scenario.plan or {}):
             raise InvalidOffsetSpecError(f"No reset plan for group {group_id} found in the file")
         chosen = list((scenario.plan or {})[group_id])
@@ -302,9 +380,14 @@ def _scope(
 
 
 def plan_group_reset(
-    groups: GroupCoordinator, group_id: str, scenario: ResetScenario, *, topics: Sequence[str] = (),
-    partitions: Iterable[TopicPartition] = (), all_topics: bool = False,
-) -> dict[TopicPartition, int]:  # fmt: skip
+    groups: GroupCoordinator,
+    group_id: str,
+    scenario: ResetScenario,
+    *,
+    topics: Sequence[str] = (),
+    partitions: Iterable[TopicPartition] = (),
+    all_topics: bool = False,
+) -> dict[TopicPartition, int]:
     """Validate everything and compute the new offsets of ``group_id``; writes nothing."""
     snap = groups.registry.snapshot(validate_group_id(group_id))
     if snap.active:
@@ -332,10 +415,16 @@ def apply_reset(groups: GroupCoordinator, group_id: str, plan: Mapping[TopicPart
 
 
 def reset_group_offsets(
-    groups: GroupCoordinator, group_id: str, scenario: str | ResetScenario, value: object = None, *,
-    topics: Sequence[str] = (), partitions: Iterable[TopicPartition] = (), all_topics: bool = False,
+    groups: GroupCoordinator,
+    group_id: str,
+    scenario: str | ResetScenario,
+    value: object = None,
+    *,
+    topics: Sequence[str] = (),
+    partitions: Iterable[TopicPartition] = (),
+    all_topics: bool = False,
     execute: bool = False,
-) -> list[tuple[str, int, int]]:  # fmt: skip
+) -> list[tuple[str, int, int]]:
     """Kafka's ``--reset-offsets``: a dry run unless ``execute``; returns ``(topic, partition, new offset)``."""
     if isinstance(scenario, str):
         scenario = reset_scenario(scenario, value, group_ids=[group_id])

@@ -20,20 +20,24 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from sparklog.server.controller.admin_requests import split_key
-from sparklog.server.controller.placement import validate_replica_assignment
-from sparklog.server.controller.policy import generate_reassignment as plan_reassignment
+from sparklog.errors import CoordinationError, UnknownPartitionError
 from sparklog.metadata import zkdata
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.controller_election import current_controller
 from sparklog.metadata.zkdata import ElectionRequestRecord, ReassignmentRecord
-from sparklog.errors import CoordinationError, UnknownPartitionError
+from sparklog.server.controller.admin_requests import split_key
+from sparklog.server.controller.placement import validate_replica_assignment
+from sparklog.server.controller.policy import generate_reassignment as plan_reassignment
 from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = [
-    "elect_preferred_leaders", "generate_reassignment", "execute_reassignment", "verify_reassignment",
-    "current_assignment", "pending_reassignments",
-]  # fmt: skip
+    "current_assignment",
+    "elect_preferred_leaders",
+    "execute_reassignment",
+    "generate_reassignment",
+    "pending_reassignments",
+    "verify_reassignment",
+]
 
 TopicPartition = tuple[str, int]
 
@@ -56,7 +60,9 @@ def _check_partitions(replicas: ReplicaManager, partitions: Iterable[TopicPartit
             raise UnknownPartitionError(f"Topic {topic} has no partition {partition}")
 
 
-def current_assignment(replicas: ReplicaManager, topics: Iterable[str] | None = None) -> dict[TopicPartition, list[int]]:
+def current_assignment(
+    replicas: ReplicaManager, topics: Iterable[str] | None = None
+) -> dict[TopicPartition, list[int]]:
     selected = replicas.list_topics() if topics is None else list(topics)
     result: dict[TopicPartition, list[int]] = {}
     for topic in selected:
@@ -75,7 +81,9 @@ def elect_preferred_leaders(
     _require_controller(replicas)
     before = {tp: replicas.states(tp[0], [tp[1]])[tp[1]] for tp in wanted}
     replicas.metadata.create_admin_request(
-        zkdata.ADMIN_PREFERRED_ELECTION, ElectionRequestRecord(partitions=[_key(tp) for tp in wanted]), "preferred leader election"
+        zkdata.ADMIN_PREFERRED_ELECTION,
+        ElectionRequestRecord(partitions=[_key(tp) for tp in wanted]),
+        "preferred leader election",
     )
     _await_taken(lambda: replicas.metadata.preferred_election_request() is None, timeout_s, "preferred leader election")
     assignment = current_assignment(replicas, {t for t, _ in wanted})
@@ -111,7 +119,9 @@ def generate_reassignment(
     return current, dict(sorted(proposed.items()))
 
 
-def execute_reassignment(replicas: ReplicaManager, target: Mapping[TopicPartition, Sequence[int]]) -> dict[TopicPartition, list[int]]:
+def execute_reassignment(
+    replicas: ReplicaManager, target: Mapping[TopicPartition, Sequence[int]]
+) -> dict[TopicPartition, list[int]]:
     """Validate ``target`` and hand it to the controller; returns the current assignment
     (save it to roll back)."""
     if not target:
@@ -125,9 +135,10 @@ def execute_reassignment(replicas: ReplicaManager, target: Mapping[TopicPartitio
     _require_controller(replicas)
     current = current_assignment(replicas, {t for t, _ in target})
     replicas.metadata.create_admin_request(
-        zkdata.ADMIN_REASSIGN, ReassignmentRecord(partitions={_key(tp): list(r) for tp, r in sorted(target.items())}),
+        zkdata.ADMIN_REASSIGN,
+        ReassignmentRecord(partitions={_key(tp): list(r) for tp, r in sorted(target.items())}),
         "partition reassignment",
-    )  # fmt: skip
+    )
     return {tp: current[tp] for tp in sorted(target)}
 
 
@@ -136,7 +147,9 @@ def pending_reassignments(replicas: ReplicaManager) -> set[TopicPartition]:
     return {split_key(key) for key in replicas.metadata.reassignment_request() or {}}
 
 
-def verify_reassignment(replicas: ReplicaManager, target: Mapping[TopicPartition, Sequence[int]]) -> dict[TopicPartition, bool]:
+def verify_reassignment(
+    replicas: ReplicaManager, target: Mapping[TopicPartition, Sequence[int]]
+) -> dict[TopicPartition, bool]:
     """Per partition: has its assignment reached the target (and the controller finished it)?"""
     pending = replicas.metadata.reassignment_request() or {}
     current = current_assignment(replicas, {t for t, _ in target})

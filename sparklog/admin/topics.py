@@ -31,8 +31,14 @@ from sparklog.server.controller.placement import (
 from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = [
-    "create_topic", "describe_topic", "alter_topic_config", "create_partitions", "delete_topic",
-    "parse_replica_assignment", "topic_history", "HISTORY_COLUMNS",
+    "HISTORY_COLUMNS",
+    "alter_topic_config",
+    "create_partitions",
+    "create_topic",
+    "delete_topic",
+    "describe_topic",
+    "parse_replica_assignment",
+    "topic_history",
 ]
 
 

@@ -21,14 +21,16 @@ __all__ = ["register"]
 _LIST_HEADER = ["ID", "HOST", "RACK", "LOG-DIR", "STATE", "CONTROLLER"]
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     broker = subparsers.add_parser("broker", help="run a broker agent (broker start ...)")
     actions = broker.add_subparsers(dest="action", metavar="ACTION", required=True)
     run = add_command(actions, "start", _start, "run the agent of one broker until SIGTERM", description=__doc__)
     run.add_argument("--id", type=int, required=True, dest="broker_id", help="the broker id (an integer >= 0)")
     run.add_argument("--log-dir", required=True, help="the broker's storage root (path or URI)")
     run.add_argument("--rack", help="rack (or availability zone) for rack-aware replica placement")
-    run.add_argument("--replica-lag-time-max-ms", type=int, default=10_000, help="ISR: max follower lag (default 10000)")
+    run.add_argument(
+        "--replica-lag-time-max-ms", type=int, default=10_000, help="ISR: max follower lag (default 10000)"
+    )
     run.add_argument("--auto-leader-rebalance-enable", choices=("true", "false"), default="true")
     run.add_argument("--leader-imbalance-check-interval-seconds", type=float, default=300.0)
     run.add_argument("--probe-interval-ms", type=int, default=1_000, help="storage probe period (default 1000)")
@@ -45,7 +47,9 @@ def _start(args: argparse.Namespace) -> int:
 
     if args.broker_id < 0:
         raise ConfigError(f"--id must be >= 0, got {args.broker_id}")
-    config = replace(cluster_config(args), broker_id=args.broker_id, log_dir=args.log_dir, broker_rack=args.rack or None)
+    config = replace(
+        cluster_config(args), broker_id=args.broker_id, log_dir=args.log_dir, broker_rack=args.rack or None
+    )
     settings = BrokerSettings(
         probe_interval_ms=args.probe_interval_ms,
         controller=ControllerSettings(
@@ -73,18 +77,30 @@ def _list(args: argparse.Namespace) -> int:
     with connect(args) as cluster:
         brokers = describe_brokers(cluster.replicas)
     rows = [
-        {"id": b.broker_id, "host": b.host, "rack": b.rack, "log_dir": b.log_dir, "state": "live" if b.live else "down",
-         "controller": b.controller}
+        {
+            "id": b.broker_id,
+            "host": b.host,
+            "rack": b.rack,
+            "log_dir": b.log_dir,
+            "state": "live" if b.live else "down",
+            "controller": b.controller,
+        }
         for b in brokers
     ]
     if args.output == "json":
         write_json(rows)
         return 0
     cells = [
-        [str(r["id"]), str(r["host"] or "-"), str(r["rack"] or "-"), str(r["log_dir"]), str(r["state"]),
-         "yes" if r["controller"] else "no"]
+        [
+            str(r["id"]),
+            str(r["host"] or "-"),
+            str(r["rack"] or "-"),
+            str(r["log_dir"]),
+            str(r["state"]),
+            "yes" if r["controller"] else "no",
+        ]
         for r in rows
-    ]  # fmt: skip
+    ]
     widths = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(_LIST_HEADER[:-1])]
     write_lines(table_lines(_LIST_HEADER, cells, widths))
     return 0

@@ -22,13 +22,13 @@ from sparklog.cli.output import add_output_option, write_json, write_lines
 if TYPE_CHECKING:
     from sparklog.cluster import Cluster
 
-__all__ = ["register", "parse_add_config", "config_entries"]
+__all__ = ["config_entries", "parse_add_config", "register"]
 
 _DYNAMIC = "DYNAMIC_TOPIC_CONFIG"
 _DEFAULT = "DEFAULT_CONFIG"
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     configs = subparsers.add_parser(
         "configs", help="describe and alter topic configs", description="Topic config administration (kafka-configs)."
     )
@@ -119,7 +119,7 @@ def config_entries(
     return rows
 
 
-def _entries_of(cluster: "Cluster", topic: str, all_configs: bool) -> list[tuple[str, str, list[tuple[str, str]]]]:
+def _entries_of(cluster: Cluster, topic: str, all_configs: bool) -> list[tuple[str, str, list[tuple[str, str]]]]:
     overrides = cluster.describe_topic(topic).configs
     return config_entries(overrides, cluster.topic_config(topic) if all_configs else None)
 
@@ -135,8 +135,13 @@ def _describe(args: argparse.Namespace) -> int:
                 {
                     "topic": topic,
                     "configs": [
-                        {"name": key, "value": value, "source": synonyms[0][0], "sensitive": False,
-                         "synonyms": [{"source": s, "value": v} for s, v in synonyms]}  # fmt: skip
+                        {
+                            "name": key,
+                            "value": value,
+                            "source": synonyms[0][0],
+                            "sensitive": False,
+                            "synonyms": [{"source": s, "value": v} for s, v in synonyms],
+                        }
                         for key, value, synonyms in rows
                     ],
                 }

@@ -51,10 +51,10 @@ from sparklog.errors import OffsetOutOfRangeError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from sparklog.cluster import Cluster
     from sparklog.clients.consumer import Consumer
+    from sparklog.cluster import Cluster
 
-__all__ = ["register", "ConsoleRecord", "MessageFormatter", "records_of", "FORMATTER_PROPERTIES"]
+__all__ = ["FORMATTER_PROPERTIES", "ConsoleRecord", "MessageFormatter", "records_of", "register"]
 
 FORMATTER_PROPERTIES: dict[str, str | None] = {
     "print.timestamp": "false",
@@ -83,7 +83,7 @@ class ConsoleRecord(NamedTuple):
     headers: list[tuple[str, bytes | None]] | None
 
 
-def records_of(table: "pa.Table") -> Iterator[ConsoleRecord]:
+def records_of(table: pa.Table) -> Iterator[ConsoleRecord]:
     """Rows of a :meth:`Cluster.read` table, timestamps in ms."""
     import pyarrow as pa
 
@@ -121,7 +121,7 @@ class MessageFormatter:
     null_literal: str = "null"
 
     @classmethod
-    def from_properties(cls, props: dict[str, str | None]) -> "MessageFormatter":
+    def from_properties(cls, props: dict[str, str | None]) -> MessageFormatter:
         flags = {name: bool_property(props, name) for name in props if name.startswith("print.")}
         return cls(
             **{name.replace(".", "_"): value for name, value in flags.items()},
@@ -182,7 +182,7 @@ def _offset_arg(text: str) -> int | str:
     return value
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers, "consume", _consume, "print a topic's records (kafka-console-consumer)", description=__doc__
     )
@@ -193,9 +193,10 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "group's committed offsets, and the position is committed while consuming and on exit",
     )
     parser.add_argument(
-        "--from-beginning", action="store_true",
+        "--from-beginning",
+        action="store_true",
         help="start at the log start instead of the end (with --group: where the group has no committed offset)",
-    )  # fmt: skip
+    )
     parser.add_argument("--partition", type=int, help="consume only this partition")
     parser.add_argument("--offset", type=_offset_arg, help="start offset of --partition: a number, earliest or latest")
     parser.add_argument("--max-messages", type=int, help="exit after this many records")
@@ -225,7 +226,7 @@ def _check_options(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
 
 
-def _start_positions(cluster: "Cluster", args: argparse.Namespace) -> dict[int, int]:
+def _start_positions(cluster: Cluster, args: argparse.Namespace) -> dict[int, int]:
     from sparklog.errors import UnknownPartitionError
 
     offsets = cluster.partition_offsets(args.topic)
@@ -260,9 +261,13 @@ def _raise_stop(_signum: int, _frame: FrameType | None) -> None:
 
 
 def _poll_once(
-    cluster: "Cluster", topic: str, positions: dict[int, int], follow_new: bool, limit: int | None,
+    cluster: Cluster,
+    topic: str,
+    positions: dict[int, int],
+    follow_new: bool,
+    limit: int | None,
     emit: Callable[[ConsoleRecord], None],
-) -> int:  # fmt: skip
+) -> int:
     """Emit what was committed since the last poll (at most ``limit``); return how many."""
     count = 0
     for partition, (log_start, high_watermark) in sorted(cluster.partition_offsets(topic).items()):
@@ -282,7 +287,7 @@ def _poll_once(
     return count
 
 
-def _poll_group(consumer: "Consumer", limit: int | None, emit: Callable[[ConsoleRecord], None]) -> int:
+def _poll_group(consumer: Consumer, limit: int | None, emit: Callable[[ConsoleRecord], None]) -> int:
     """One poll as a group member (never more than ``limit`` records, so the position the
     consumer commits is exactly past the last record printed)."""
     table = consumer.poll_arrow(0, limit)
@@ -291,7 +296,7 @@ def _poll_group(consumer: "Consumer", limit: int | None, emit: Callable[[Console
     return int(table.num_rows)
 
 
-def _group_consumer(cluster: "Cluster", args: argparse.Namespace) -> "Consumer":
+def _group_consumer(cluster: Cluster, args: argparse.Namespace) -> Consumer:
     reset = "earliest" if args.from_beginning else "latest"
     consumer = cluster.consumer(args.group, **{"client.id": "console-consumer", "auto.offset.reset": reset})
     try:

@@ -24,16 +24,16 @@ from sparklog.cli.options import UsageError, add_command, connect
 from sparklog.cli.output import add_output_option, print_stderr, table_lines, write_json, write_lines
 
 if TYPE_CHECKING:
-    from sparklog.cluster import Cluster
     from sparklog.admin.groups import GroupDescription
+    from sparklog.cluster import Cluster
 
-__all__ = ["register", "parse_group_states", "offsets_lines", "members_lines", "state_lines", "reset_lines"]
+__all__ = ["members_lines", "offsets_lines", "parse_group_states", "register", "reset_lines", "state_lines"]
 
 MISSING = "-"
 TopicArg = tuple[str, frozenset[int] | None]
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     groups = subparsers.add_parser(
         "groups",
         help="list, describe, reset offsets of and delete consumer groups",
@@ -43,9 +43,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
     listing = add_command(actions, "list", _list, "list consumer groups, one per line")
     listing.add_argument(
-        "--state", nargs="?", const=frozenset(), type=parse_group_states, metavar="STATES",
+        "--state",
+        nargs="?",
+        const=frozenset(),
+        type=parse_group_states,
+        metavar="STATES",
         help="show each group's state; with a value (e.g. Stable,Empty) only groups in those states",
-    )  # fmt: skip
+    )
     add_output_option(listing)
 
     describe = add_command(actions, "describe", _describe, "describe groups: offsets and lag, members or state")
@@ -60,8 +64,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     reset = add_command(actions, "reset-offsets", _reset, "reset the committed offsets of inactive groups")
     _add_group_selection(reset)
     scope = reset.add_mutually_exclusive_group()
-    scope.add_argument("--topic", action="append", type=_topic_arg, metavar="TOPIC[:P,P]",
-                       help="a topic, or some of its partitions (repeatable)")  # fmt: skip
+    scope.add_argument(
+        "--topic",
+        action="append",
+        type=_topic_arg,
+        metavar="TOPIC[:P,P]",
+        help="a topic, or some of its partitions (repeatable)",
+    )
     scope.add_argument("--all-topics", action="store_true", help="every partition the group has an offset for")
     scenario = reset.add_mutually_exclusive_group(required=True)
     for flag, meta, kind, text in (
@@ -70,7 +79,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         ("--to-current", None, None, "the committed offset (log end where none)"),
         ("--to-offset", "N", int, "offset N (clamped into the log)"),
         ("--shift-by", "N", int, "the committed offset plus N (may be negative; clamped)"),
-        ("--to-datetime", "DATETIME", str, "the first offset at or after YYYY-MM-DDTHH:mm:SS.sss[zone] (UTC by default)"),
+        (
+            "--to-datetime",
+            "DATETIME",
+            str,
+            "the first offset at or after YYYY-MM-DDTHH:mm:SS.sss[zone] (UTC by default)",
+        ),
         ("--by-duration", "DURATION", str, "the first offset at or after now minus an ISO-8601 duration, e.g. PT30M"),
         ("--from-file", "CSV", str, "offsets of a topic,partition,offset file (as --export writes)"),
     ):
@@ -86,16 +100,27 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
     delete_offsets = add_command(actions, "delete-offsets", _delete_offsets, "delete a group's offsets of topics")
     delete_offsets.add_argument("--group", required=True, help="the consumer group")
-    delete_offsets.add_argument("--topic", action="append", required=True, type=_topic_arg, metavar="TOPIC[:P,P]",
-                                help="a topic, or some of its partitions (repeatable)")  # fmt: skip
+    delete_offsets.add_argument(
+        "--topic",
+        action="append",
+        required=True,
+        type=_topic_arg,
+        metavar="TOPIC[:P,P]",
+        help="a topic, or some of its partitions (repeatable)",
+    )
     add_output_option(delete_offsets)
 
 
 class _Scenario(argparse.Action):
     """Records which reset scenario was chosen, and its value, as ``args.scenario``."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: str | None = None) -> None:  # fmt: skip
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
         namespace.scenario = (self.dest.replace("_", "-"), None if values == [] else values)
 
 
@@ -124,7 +149,7 @@ def _topic_arg(text: str) -> TopicArg:
     return topic, parse_partitions(partitions) if colon else None
 
 
-def _selected_groups(cluster: "Cluster", args: argparse.Namespace) -> list[str]:
+def _selected_groups(cluster: Cluster, args: argparse.Namespace) -> list[str]:
     from sparklog.admin.groups import list_groups
 
     if args.all_groups:
@@ -140,17 +165,44 @@ def _width(values: Sequence[str], minimum: int = 15) -> int:
     return max([minimum, *map(len, values)])
 
 
-def offsets_lines(d: "GroupDescription") -> list[str]:
+def offsets_lines(d: GroupDescription) -> list[str]:
     rows = [
-        [d.group_id, r.topic, str(r.partition), _text(r.current_offset), _text(r.log_end_offset), _text(r.lag),
-         _text(r.consumer_id), _text(r.host), _text(r.client_id)]
+        [
+            d.group_id,
+            r.topic,
+            str(r.partition),
+            _text(r.current_offset),
+            _text(r.log_end_offset),
+            _text(r.lag),
+            _text(r.consumer_id),
+            _text(r.host),
+            _text(r.client_id),
+        ]
         for r in d.partitions
-    ]  # fmt: skip
+    ]
     if not rows:
         return []
-    header = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
-    widths = [_width([r[0] for r in rows]), _width([r[1] for r in rows]), 10, 15, 15, 15,
-              _width([r[6] for r in rows]), _width([r[7] for r in rows])]  # fmt: skip
+    header = [
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
+    ]
+    widths = [
+        _width([r[0] for r in rows]),
+        _width([r[1] for r in rows]),
+        10,
+        15,
+        15,
+        15,
+        _width([r[6] for r in rows]),
+        _width([r[7] for r in rows]),
+    ]
     return ["", *table_lines(header, rows, widths)]
 
 
@@ -162,16 +214,23 @@ def _assignment(partitions: Sequence[tuple[str, int]]) -> str:
     return text or MISSING
 
 
-def members_lines(d: "GroupDescription", verbose: bool = False) -> list[str]:
+def members_lines(d: GroupDescription, verbose: bool = False) -> list[str]:
     if not d.members:
         return []
     static = any(m.instance_id for m in d.members)
     header = ["GROUP", "CONSUMER-ID", *(["GROUP-INSTANCE-ID"] if static else []), "HOST", "CLIENT-ID", "#PARTITIONS"]
     rows = [
-        [d.group_id, m.member_id, *([m.instance_id or ""] if static else []), m.host, m.client_id, str(len(m.partitions)),
-         *([_assignment(m.partitions)] if verbose else [])]
+        [
+            d.group_id,
+            m.member_id,
+            *([m.instance_id or ""] if static else []),
+            m.host,
+            m.client_id,
+            str(len(m.partitions)),
+            *([_assignment(m.partitions)] if verbose else []),
+        ]
         for m in d.members
-    ]  # fmt: skip
+    ]
     widths = [_width([r[i] for r in rows], 17 if static and i == 2 else 15) for i in range(len(header) - 1)]
     if verbose:
         header.append("ASSIGNMENT")
@@ -179,7 +238,7 @@ def members_lines(d: "GroupDescription", verbose: bool = False) -> list[str]:
     return ["", *table_lines(header, rows, widths)]
 
 
-def state_lines(d: "GroupDescription") -> list[str]:
+def state_lines(d: GroupDescription) -> list[str]:
     coordinator = f"{d.coordinator_host}  ({d.coordinator})"
     row = [d.group_id, coordinator, d.protocol or MISSING, d.state, str(len(d.members))]
     header = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
@@ -194,7 +253,7 @@ def reset_lines(plans: dict[str, list[tuple[str, int, int]]]) -> list[str]:
     return ["", *table_lines(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows, widths)]
 
 
-def _state_note(d: "GroupDescription") -> str | None:
+def _state_note(d: GroupDescription) -> str | None:
     from sparklog.admin.groups import COMPLETING, EMPTY, PREPARING
 
     if d.state == EMPTY:
@@ -257,22 +316,36 @@ def _reset(args: argparse.Namespace) -> int:
         groups = _selected_groups(cluster, args)
         scenario = admin.reset_scenario(kind, value, group_ids=groups)
         plans = {
-            g: admin.plan_group_reset(cluster.groups, g, scenario, topics=topics, partitions=partitions, all_topics=args.all_topics)
+            g: admin.plan_group_reset(
+                cluster.groups, g, scenario, topics=topics, partitions=partitions, all_topics=args.all_topics
+            )
             for g in groups
         }  # every group is checked and planned before the first write
         if args.execute:
             for group_id, plan in plans.items():
                 admin.apply_reset(cluster.groups, group_id, plan)
     if not (args.execute or args.dry_run):
-        print_stderr("WARN: No action will be performed as the --execute option is missing. "
-                     "Add --dry-run to say so explicitly, or --execute to commit the new offsets.")  # fmt: skip
+        print_stderr(
+            "WARN: No action will be performed as the --execute option is missing. "
+            "Add --dry-run to say so explicitly, or --execute to commit the new offsets."
+        )
     rows = {g: [(t, p, o) for (t, p), o in sorted(plan.items())] for g, plan in plans.items()}
     if args.output == "json":
-        write_json([{"group": g, "topic": t, "partition": p, "offset": o} for g, plan in rows.items() for t, p, o in plan])
+        write_json(
+            [{"group": g, "topic": t, "partition": p, "offset": o} for g, plan in rows.items() for t, p, o in plan]
+        )
     elif args.export:
         with_group = bool(args.all_groups) or len(groups) != 1
-        write_lines([*(",".join(map(str, (g, t, p, o) if with_group else (t, p, o))) for g, plan in rows.items()
-                       for t, p, o in plan), ""])  # fmt: skip
+        write_lines(
+            [
+                *(
+                    ",".join(map(str, (g, t, p, o) if with_group else (t, p, o)))
+                    for g, plan in rows.items()
+                    for t, p, o in plan
+                ),
+                "",
+            ]
+        )
     else:
         write_lines(reset_lines(rows))
     return 0

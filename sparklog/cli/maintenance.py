@@ -34,20 +34,31 @@ from sparklog.cli.output import add_output_option, print_stderr, table_lines, wr
 __all__ = ["register"]
 
 _RETENTION_HEADER = ["TOPIC", "PARTITION", "REMOVED-FILES", "REMOVED-RECORDS", "REMOVED-BYTES", "LOG-START-OFFSET"]
-_OPTIMIZE_HEADER = ["TOPIC", "PARTITION", "FILES-MERGED", "FILES-WRITTEN", "BYTES-MERGED", "BYTES-WRITTEN", "LIVE-FILES"]
+_OPTIMIZE_HEADER = [
+    "TOPIC",
+    "PARTITION",
+    "FILES-MERGED",
+    "FILES-WRITTEN",
+    "BYTES-MERGED",
+    "BYTES-WRITTEN",
+    "LIVE-FILES",
+]
 _VACUUM_HEADER = ["TOPIC", "FILES-DELETED", "BYTES-DELETED"]
 _DRY_RUN_LINE = "DRY RUN: nothing was changed"
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     retention = subparsers.add_parser("retention", help="apply retention policies (delete policy)")
     actions = retention.add_subparsers(dest="action", metavar="ACTION", required=True)
     run = add_command(actions, "run", _retention_run, "apply retention.ms / retention.bytes now", description=__doc__)
     _add_topics_and_dry_run(run, "print what would be removed; change nothing")
     delete = add_command(
-        subparsers, "delete-records", _delete_records, "delete records below an offset (kafka-delete-records)",
+        subparsers,
+        "delete-records",
+        _delete_records,
+        "delete records below an offset (kafka-delete-records)",
         description=__doc__,
-    )  # fmt: skip
+    )
     delete.add_argument("--topic", required=True)
     delete.add_argument("--partition", type=int, required=True)
     delete.add_argument("--offset", type=int, required=True, help="records below this offset are deleted")
@@ -57,9 +68,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     _add_topics_and_dry_run(optimize, "print what would be merged; change nothing")
     vacuum = add_command(
-        subparsers, "vacuum", _vacuum, "delete data files removed longer than file.delete.delay.ms ago",
+        subparsers,
+        "vacuum",
+        _vacuum,
+        "delete data files removed longer than file.delete.delay.ms ago",
         description=__doc__,
-    )  # fmt: skip
+    )
     _add_topics_and_dry_run(vacuum, "print what would be deleted; delete nothing")
     history = add_command(subparsers, "history", _history, "the commit history of a topic's table", description=__doc__)
     history.add_argument("--topic", required=True)
@@ -100,10 +114,16 @@ def _retention_run(args: argparse.Namespace) -> int:
         write_json([asdict(r) for r in results])
         return 0
     rows = [
-        [r.topic, str(r.partition), str(r.removed_files), str(r.removed_records), str(r.removed_bytes),
-         _arrow(r.old_log_start, r.new_log_start)]
+        [
+            r.topic,
+            str(r.partition),
+            str(r.removed_files),
+            str(r.removed_records),
+            str(r.removed_bytes),
+            _arrow(r.old_log_start, r.new_log_start),
+        ]
         for r in results
-    ]  # fmt: skip
+    ]
     _print_table(_RETENTION_HEADER, rows, args.dry_run)
     return 0
 
@@ -114,11 +134,13 @@ def _delete_records(args: argparse.Namespace) -> int:
     if args.output == "json":
         write_json({"topic": args.topic, "partition": args.partition, "low_watermark": low})
         return 0
-    write_lines([
-        "Executing records delete operation",
-        "Records delete operation completed:",
-        f"partition: {args.topic}-{args.partition}\tlow_watermark: {low}",
-    ])  # fmt: skip
+    write_lines(
+        [
+            "Executing records delete operation",
+            "Records delete operation completed:",
+            f"partition: {args.topic}-{args.partition}\tlow_watermark: {low}",
+        ]
+    )
     return 0
 
 
@@ -132,10 +154,17 @@ def _optimize(args: argparse.Namespace) -> int:
         write_json({"partitions": [asdict(r) for r in results], "checkpoints": [asdict(c) for c in checkpoints]})
         return 0
     rows = [
-        [r.topic, str(r.partition), str(r.files_merged), str(r.files_written), str(r.bytes_merged), str(r.bytes_written),
-         _arrow(r.live_files_before, r.live_files_after)]
+        [
+            r.topic,
+            str(r.partition),
+            str(r.files_merged),
+            str(r.files_written),
+            str(r.bytes_merged),
+            str(r.bytes_written),
+            _arrow(r.live_files_before, r.live_files_after),
+        ]
         for r in results
-    ]  # fmt: skip
+    ]
     _print_table(_OPTIMIZE_HEADER, rows, args.dry_run)
     return 0
 
@@ -147,13 +176,25 @@ def _vacuum(args: argparse.Namespace) -> int:
     with connect(args) as cluster:
         results = run_vacuum(cluster.replicas, args.topic, dry_run=args.dry_run, progress=print_stderr)
     if args.output == "json":
-        write_json([{**asdict(r), "candidates": list(r.candidates), "by_directory": {
-            d: {"files": f, "bytes": b} for d, (f, b) in r.by_directory.items()}} for r in results])  # fmt: skip
+        write_json(
+            [
+                {
+                    **asdict(r),
+                    "candidates": list(r.candidates),
+                    "by_directory": {d: {"files": f, "bytes": b} for d, (f, b) in r.by_directory.items()},
+                }
+                for r in results
+            ]
+        )
         return 0
     rows = [
-        [r.topic, str(len(r.candidates) if r.dry_run else r.deleted_files), str(r.candidate_bytes if r.dry_run else r.deleted_bytes)]
+        [
+            r.topic,
+            str(len(r.candidates) if r.dry_run else r.deleted_files),
+            str(r.candidate_bytes if r.dry_run else r.deleted_bytes),
+        ]
         for r in results
-    ]  # fmt: skip
+    ]
     _print_table(_VACUUM_HEADER, rows, args.dry_run)
     return 0
 

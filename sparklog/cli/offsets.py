@@ -17,7 +17,7 @@ from sparklog.cli.output import add_output_option, write_json, write_lines
 from sparklog.errors import InvalidOffsetSpecError, TopicNotFoundError, UnknownPartitionError
 from sparklog.model.offsets import OffsetSpec, parse_offset_spec
 
-__all__ = ["register", "parse_partitions", "parse_time"]
+__all__ = ["parse_partitions", "parse_time", "register"]
 
 
 def parse_time(text: str) -> OffsetSpec:
@@ -44,11 +44,14 @@ def parse_partitions(text: str) -> frozenset[int]:
     return frozenset(result)
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
-        subparsers, "get-offsets", _get_offsets, "print offsets per partition at a time (kafka-get-offsets)",
+        subparsers,
+        "get-offsets",
+        _get_offsets,
+        "print offsets per partition at a time (kafka-get-offsets)",
         description=__doc__,
-    )  # fmt: skip
+    )
     parser.add_argument("--topic", help="a topic name or a regular expression over names (default: all topics)")
     parser.add_argument("--partitions", type=parse_partitions, help="partition ids, e.g. 0,1,4-6 (default: all)")
     parser.add_argument(

@@ -32,17 +32,17 @@ if TYPE_CHECKING:
     from sparklog.config import ClusterConfig
 
 __all__ = [
-    "UsageError",
     "Handler",
-    "add_global_options",
+    "UsageError",
     "add_command",
+    "add_global_options",
+    "bool_property",
     "cluster_config",
     "connect",
     "key_value",
     "parse_properties",
-    "bool_property",
-    "text_property",
     "select_topics",
+    "text_property",
 ]
 
 Handler = Callable[[argparse.Namespace], int]
@@ -78,7 +78,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool, conf
 
 
 def add_command(
-    subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]",
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     name: str,
     handler: Handler,
     help: str,
@@ -98,7 +98,7 @@ def add_command(
     return parser
 
 
-def cluster_config(args: argparse.Namespace) -> "ClusterConfig":
+def cluster_config(args: argparse.Namespace) -> ClusterConfig:
     from sparklog.config import resolve_cluster_config
 
     environ: Mapping[str, str] = os.environ
@@ -108,7 +108,7 @@ def cluster_config(args: argparse.Namespace) -> "ClusterConfig":
     return resolve_cluster_config(settings, environ=environ)
 
 
-def connect(args: argparse.Namespace) -> "Cluster":
+def connect(args: argparse.Namespace) -> Cluster:
     """A cluster handle for the command's options; use it as a context manager."""
     from sparklog.cluster import Cluster
 
@@ -160,7 +160,7 @@ def _is_topic_name(text: str) -> bool:
 
 
 def select_topics(
-    cluster: "Cluster", pattern: str | None, *, exclude_internal: bool = False, must_exist: bool = True
+    cluster: Cluster, pattern: str | None, *, exclude_internal: bool = False, must_exist: bool = True
 ) -> list[str]:
     """Topics named by ``--topic``: all topics, one exact name, or a regular expression.
 

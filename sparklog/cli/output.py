@@ -21,16 +21,16 @@ from typing import Any
 __all__ = [
     "OUTPUT_FORMATS",
     "add_output_option",
+    "comma_list",
+    "decode_bytes",
+    "error_line",
+    "print_error",
+    "print_stderr",
+    "table_lines",
     "use_utf8_streams",
-    "write_lines",
     "write_json",
     "write_json_line",
-    "print_stderr",
-    "print_error",
-    "error_line",
-    "decode_bytes",
-    "comma_list",
-    "table_lines",
+    "write_lines",
 ]
 
 OUTPUT_FORMATS = ("text", "json")
@@ -101,7 +101,8 @@ def comma_list(values: Iterable[object]) -> str:
 def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], widths: Sequence[int]) -> list[str]:
     """Kafka's printf layout: each column but the last left-aligned in its width, one space
     apart (a longer value widens only its own row, as ``%-15s`` does)."""
+
     def line(cells: Sequence[str]) -> str:
-        return " ".join([*(c.ljust(w) for c, w in zip(cells[:-1], widths)), cells[-1]]).rstrip()
+        return " ".join([*(c.ljust(w) for c, w in zip(cells[:-1], widths, strict=False)), cells[-1]]).rstrip()
 
     return [line(header), *(line(row) for row in rows)]

@@ -23,7 +23,6 @@ from sparklog.errors import InvalidReplicaAssignmentError, SparklogError
 from sparklog.model.topic import validate_topic_name
 
 __all__ = [
-    "register",
     "ELECT_DESCRIPTION",
     "REASSIGN_DESCRIPTION",
     "election_lines",
@@ -31,6 +30,7 @@ __all__ = [
     "parse_election_json",
     "parse_reassignment_json",
     "parse_topics_to_move_json",
+    "register",
 ]
 
 TopicPartition = tuple[str, int]
@@ -84,11 +84,14 @@ _REQUIRED = {
 _REASSIGN_OPTIONS = ("topics_to_move_json_file", "broker_list", "reassignment_json_file")
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     elect = add_command(
-        subparsers, "elect-leaders", _elect, "elect preferred leaders (kafka-leader-election)",
+        subparsers,
+        "elect-leaders",
+        _elect,
+        "elect preferred leaders (kafka-leader-election)",
         description=ELECT_DESCRIPTION,
-    )  # fmt: skip
+    )
     elect.add_argument(
         "--election-type", type=_election_type, metavar="TYPE", help="PREFERRED (UNCLEAN is not supported on request)"
     )
@@ -101,11 +104,16 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
 
     reassign = add_command(
-        subparsers, "reassign", _reassign, "move partition replicas between brokers (kafka-reassign-partitions)",
+        subparsers,
+        "reassign",
+        _reassign,
+        "move partition replicas between brokers (kafka-reassign-partitions)",
         description=REASSIGN_DESCRIPTION,
-    )  # fmt: skip
+    )
     actions = reassign.add_mutually_exclusive_group(required=True)
-    actions.add_argument("--generate", action="store_true", help="propose an assignment of some topics over some brokers")
+    actions.add_argument(
+        "--generate", action="store_true", help="propose an assignment of some topics over some brokers"
+    )
     actions.add_argument("--execute", action="store_true", help="start the reassignment of a plan")
     actions.add_argument("--verify", action="store_true", help="tell whether the reassignment of a plan is complete")
     reassign.add_argument(
@@ -171,7 +179,9 @@ def _check_version(document: Mapping[str, Any], source: str, error: type[Sparklo
         raise error(f"Not supported version field value {version!r} in {source}: only version 1 exists")
 
 
-def _entries(document: Mapping[str, Any], key: str, source: str, example: str, error: type[SparklogError]) -> list[dict[str, Any]]:
+def _entries(
+    document: Mapping[str, Any], key: str, source: str, example: str, error: type[SparklogError]
+) -> list[dict[str, Any]]:
     entries = document.get(key)
     if not isinstance(entries, list):
         missing = "is missing from" if key not in document else "is not a list in"
@@ -213,7 +223,9 @@ def parse_election_json(text: str, source: str) -> list[TopicPartition]:
     document = _json_object(text, source)
     if "partitions" not in document:
         raise SparklogError(f'Replica election data is missing "partitions" field ({source})')
-    entries = _entries(document, "partitions", source, '{"partitions": [{"topic": "t", "partition": 0}]}', SparklogError)
+    entries = _entries(
+        document, "partitions", source, '{"partitions": [{"topic": "t", "partition": 0}]}', SparklogError
+    )
     partitions = []
     for index, entry in enumerate(entries):
         where = f"{source}, partition entry {index}"
@@ -232,7 +244,7 @@ def parse_topics_to_move_json(text: str, source: str) -> list[str]:
     entries = _entries(document, "topics", source, '{"topics": [{"topic": "t"}], "version": 1}', SparklogError)
     topics = [_topic_field(entry, f"{source}, topic entry {i}", SparklogError) for i, entry in enumerate(entries)]
     if not topics:
-        raise SparklogError(f"{source} names no topics; expected e.g. {{\"topics\": [{{\"topic\": \"t\"}}], \"version\": 1}}")
+        raise SparklogError(f'{source} names no topics; expected e.g. {{"topics": [{{"topic": "t"}}], "version": 1}}')
     duplicates = _duplicates(topics)
     if duplicates:
         raise SparklogError(f"List of topics to reassign contains duplicate entries: {','.join(duplicates)}")
@@ -283,7 +295,7 @@ def _check_log_dirs(
         )
     if any(d != _ANY_LOG_DIR for d in log_dirs):
         raise error(
-            f'{where} ({_tp(tp)}): log_dirs {json.dumps(log_dirs)} name log dirs; a sparklog broker has exactly one '
+            f"{where} ({_tp(tp)}): log_dirs {json.dumps(log_dirs)} name log dirs; a sparklog broker has exactly one "
             f'log dir, so each entry must be "{_ANY_LOG_DIR}" (or leave log_dirs out)'
         )
 
@@ -298,7 +310,9 @@ def format_reassignment_json(assignment: Mapping[TopicPartition, Sequence[int]])
 
 
 # -- elect-leaders -------------------------------------------------------------------------
-def election_lines(election_type: str, outcome: Mapping[TopicPartition, str], *, report_already: bool = True) -> list[str]:
+def election_lines(
+    election_type: str, outcome: Mapping[TopicPartition, str], *, report_already: bool = True
+) -> list[str]:
     """Kafka's ``LeaderElectionCommand`` output for per-partition outcomes (``elected``,
     ``already`` or the reason of a failure); partitions in topic-partition order."""
     ordered = sorted(outcome.items())
@@ -306,7 +320,9 @@ def election_lines(election_type: str, outcome: Mapping[TopicPartition, str], *,
     already = [tp for tp, result in ordered if result == "already"]
     lines = []
     if elected:
-        lines.append(f"Successfully completed leader election ({election_type}) for partitions {', '.join(map(_tp, elected))}")
+        lines.append(
+            f"Successfully completed leader election ({election_type}) for partitions {', '.join(map(_tp, elected))}"
+        )
     if already and report_already:
         lines.append(f"Valid replica already elected for partitions {', '.join(map(_tp, already))}")
     lines += [
@@ -326,7 +342,9 @@ def _check_election_options(args: argparse.Namespace) -> str:
         raise UsageError("Missing required option(s): election-type (or --preferred)")
     scopes = [args.topic is not None, args.all_topic_partitions, args.path_to_json_file is not None]
     if sum(scopes) != 1:
-        raise UsageError("One and only one of the following options is required: topic, all-topic-partitions, path-to-json-file")
+        raise UsageError(
+            "One and only one of the following options is required: topic, all-topic-partitions, path-to-json-file"
+        )
     if args.partition is not None and args.topic is None:
         raise UsageError("Option partition is only allowed if topic is used")
     if args.partition is not None and args.partition < 0:
@@ -393,10 +411,15 @@ def _generate(args: argparse.Namespace, topics: list[str]) -> int:
 
     with connect(args) as cluster:
         current, proposed = generate_reassignment(cluster.replicas, topics, args.broker_list)
-    write_lines([
-        "Current partition replica assignment", format_reassignment_json(current), "",
-        "Proposed partition reassignment configuration", format_reassignment_json(proposed),
-    ])  # fmt: skip
+    write_lines(
+        [
+            "Current partition replica assignment",
+            format_reassignment_json(current),
+            "",
+            "Proposed partition reassignment configuration",
+            format_reassignment_json(proposed),
+        ]
+    )
     return 0
 
 
@@ -406,11 +429,16 @@ def _execute(args: argparse.Namespace, target: dict[TopicPartition, list[int]]) 
     with connect(args) as cluster:
         previous = execute_reassignment(cluster.replicas, target)
     plural = "" if len(target) == 1 else "s"
-    write_lines([
-        "Current partition replica assignment", "", format_reassignment_json(previous), "",
-        "Save this to use as the --reassignment-json-file option during rollback",
-        f"Successfully started partition reassignment{plural} for {','.join(map(_tp, sorted(target)))}",
-    ])  # fmt: skip
+    write_lines(
+        [
+            "Current partition replica assignment",
+            "",
+            format_reassignment_json(previous),
+            "",
+            "Save this to use as the --reassignment-json-file option during rollback",
+            f"Successfully started partition reassignment{plural} for {','.join(map(_tp, sorted(target)))}",
+        ]
+    )
     return 0
 
 

@@ -42,7 +42,7 @@ from sparklog.errors import ConfigError, SparklogError
 if TYPE_CHECKING:
     from sparklog.model.records import RecordMetadata
 
-__all__ = ["register", "LineReader", "ParsedLine", "MalformedLineError", "READER_PROPERTIES"]
+__all__ = ["READER_PROPERTIES", "LineReader", "MalformedLineError", "ParsedLine", "register"]
 
 READER_PROPERTIES: dict[str, str | None] = {
     "parse.key": "false",
@@ -86,7 +86,7 @@ class LineReader:
     ignore_error: bool = False
 
     @classmethod
-    def from_properties(cls, props: dict[str, str | None]) -> "LineReader":
+    def from_properties(cls, props: dict[str, str | None]) -> LineReader:
         reader = cls(
             parse_key=bool_property(props, "parse.key"),
             key_separator=text_property(props, "key.separator"),
@@ -149,7 +149,7 @@ class LineReader:
         return ParsedLine(key, self._null(rest), headers)
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         subparsers,
         "produce",
@@ -174,8 +174,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         metavar="KEY=VALUE",
         help="producer config, e.g. linger.ms=100 (repeatable)",
     )
-    parser.add_argument("--producer.config", "--producer-config", dest="producer_config", metavar="FILE",
-                        help="producer configs from a properties file")  # fmt: skip
+    parser.add_argument(
+        "--producer.config",
+        "--producer-config",
+        dest="producer_config",
+        metavar="FILE",
+        help="producer configs from a properties file",
+    )
     parser.add_argument(
         "--request-required-acks", choices=["0", "1", "all", "-1"], help="acks of each request (default all)"
     )
@@ -200,7 +205,7 @@ def _encode(text: str | None) -> bytes | None:
     return None if text is None else text.encode("utf-8", "surrogateescape")
 
 
-def _raise_failed(pending: "deque[Future[RecordMetadata]]", wait: bool) -> None:
+def _raise_failed(pending: deque[Future[RecordMetadata]], wait: bool) -> None:
     """Drop acknowledged futures from the front; raise the first failure."""
     while pending and (wait or pending[0].done()):
         pending.popleft().result()

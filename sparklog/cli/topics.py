@@ -31,12 +31,12 @@ if TYPE_CHECKING:
     from sparklog.cluster import Cluster
     from sparklog.model.topic import TopicDescription
 
-__all__ = ["register", "describe_lines", "description_json", "PartitionFilter"]
+__all__ = ["PartitionFilter", "describe_lines", "description_json", "register"]
 
 PartitionFilter = Callable[[PartitionDescription], bool]
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     topics = subparsers.add_parser(
         "topics",
         help="create, list, describe, alter and delete topics",
@@ -102,7 +102,7 @@ def _add_selection_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def describe_lines(description: "TopicDescription", partition_filter: PartitionFilter | None = None) -> list[str]:
+def describe_lines(description: TopicDescription, partition_filter: PartitionFilter | None = None) -> list[str]:
     """``kafka-topics --describe`` lines of one topic; with ``partition_filter`` (one of the
     report options) only the partition lines it keeps, and no topic line."""
     d = description
@@ -124,7 +124,7 @@ def describe_lines(description: "TopicDescription", partition_filter: PartitionF
     return lines
 
 
-def description_json(description: "TopicDescription", partition_filter: PartitionFilter | None = None) -> dict[str, Any]:
+def description_json(description: TopicDescription, partition_filter: PartitionFilter | None = None) -> dict[str, Any]:
     d = description
     return {
         "topic": d.name,
@@ -194,7 +194,7 @@ def _describe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _partition_filter(cluster: "Cluster", args: argparse.Namespace) -> PartitionFilter | None:
+def _partition_filter(cluster: Cluster, args: argparse.Namespace) -> PartitionFilter | None:
     """The report option's predicate (kafka-topics' ``DescribeOptions``), or None for all."""
     if args.under_replicated_partitions:
         return lambda p: len(p.isr) < len(p.replicas)

@@ -21,12 +21,12 @@ from sparklog.cli.output import add_output_option, write_json, write_lines
 if TYPE_CHECKING:
     from sparklog.metadata.embedded import EmbeddedZooKeeperStatus
 
-__all__ = ["register", "status_line", "EXIT_NOT_RUNNING"]
+__all__ = ["EXIT_NOT_RUNNING", "register", "status_line"]
 
 EXIT_NOT_RUNNING = 3
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     zookeeper = subparsers.add_parser(
         "zookeeper",
         help="start, stop or check the embedded ZooKeeper of --home",
@@ -42,7 +42,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     add_output_option(status)
 
 
-def status_line(status: "EmbeddedZooKeeperStatus") -> str:
+def status_line(status: EmbeddedZooKeeperStatus) -> str:
     if not status.running:
         return "ZooKeeper is not running"
     return f"ZooKeeper is running at {status.connect} (pid {status.pid}, data {status.data_dir})"
@@ -52,7 +52,7 @@ def _home(args: argparse.Namespace) -> str:
     return cluster_config(args).home
 
 
-def _report(args: argparse.Namespace, status: "EmbeddedZooKeeperStatus") -> int:
+def _report(args: argparse.Namespace, status: EmbeddedZooKeeperStatus) -> int:
     if args.output == "json":
         write_json(asdict(status))
     else:

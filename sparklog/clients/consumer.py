@@ -26,8 +26,8 @@ import pyarrow as pa
 
 from sparklog.config import CONSUMER_CONFIGS, with_defaults
 from sparklog.errors import (
-    CoordinationError,
     ConsumerClosedError,
+    CoordinationError,
     GroupError,
     InvalidOffsetSpecError,
     OffsetOutOfRangeError,
@@ -109,7 +109,9 @@ class Consumer:
         if self.group_id is None:
             raise GroupError("subscribe() needs a group id: Cluster.consumer(group_id=...); use assign() without one")
         if self._manual:
-            raise GroupError("Subscription to topics, partitions and pattern are mutually exclusive (assign() was used)")
+            raise GroupError(
+                "Subscription to topics, partitions and pattern are mutually exclusive (assign() was used)"
+            )
         if isinstance(topics, str):
             topics = [topics]
         if pattern is not None:
@@ -123,18 +125,26 @@ class Consumer:
         self._member = self._new_member(list(topics or []), pattern)
         self._member.join()
 
-    def _new_member(self, topics: list[str], pattern: str | None) -> "GroupMember":
+    def _new_member(self, topics: list[str], pattern: str | None) -> GroupMember:
+        from sparklog.group.assignors import MemberSubscription, assign
         from sparklog.metadata.group_member import GroupMember
         from sparklog.metadata.session import ZkSession
-        from sparklog.group.assignors import MemberSubscription, assign
 
-        def run_assignor(protocol: str, members: Sequence[Any], subscriptions: Mapping[str, Sequence[str]], counts: Mapping[str, int], previous: Mapping[str, list[TopicPartition]]) -> dict[str, list[TopicPartition]]:
+        def run_assignor(
+            protocol: str,
+            members: Sequence[Any],
+            subscriptions: Mapping[str, Sequence[str]],
+            counts: Mapping[str, int],
+            previous: Mapping[str, list[TopicPartition]],
+        ) -> dict[str, list[TopicPartition]]:
             subs = [MemberSubscription(m.key, tuple(subscriptions[m.key]), m.instance_id) for m in members]
             return assign(protocol, subs, counts, previous)
 
         assert self.group_id is not None
         session_timeout_ms = int(self.configs["session.timeout.ms"])
-        self._zk = ZkSession(self.replicas.zk.connect_string, session_timeout_ms, self.replicas.config.zookeeper_connection_timeout_ms).start()
+        self._zk = ZkSession(
+            self.replicas.zk.connect_string, session_timeout_ms, self.replicas.config.zookeeper_connection_timeout_ms
+        ).start()
         return GroupMember(
             self._zk,
             self.group_id,
@@ -155,7 +165,9 @@ class Consumer:
         """Take ``partitions`` by hand (no group membership; commits need an inactive group)."""
         self._check_open()
         if self._member is not None:
-            raise GroupError("Subscription to topics, partitions and pattern are mutually exclusive (subscribe() was used)")
+            raise GroupError(
+                "Subscription to topics, partitions and pattern are mutually exclusive (subscribe() was used)"
+            )
         wanted = sorted({(str(t), int(p)) for t, p in partitions})
         for topic, partition in wanted:
             if partition not in self.replicas.partitions_of(topic):
@@ -169,7 +181,9 @@ class Consumer:
     def group_metadata(self) -> GroupMetadata:
         member = self._member
         generation = member.assignment.generation if member is not None and member.assignment is not None else -1
-        return GroupMetadata(self.group_id, generation, member.member_id if member is not None else "", self.instance_id)
+        return GroupMetadata(
+            self.group_id, generation, member.member_id if member is not None else "", self.instance_id
+        )
 
     def unsubscribe(self) -> None:
         self._leave()
@@ -210,7 +224,9 @@ class Consumer:
     def _require_assigned(self, tp: TopicPartition) -> TopicPartition:
         tp = (str(tp[0]), int(tp[1]))
         if tp not in self._assigned:
-            raise GroupError(f"Partition {tp[0]}-{tp[1]} is not assigned to this consumer (assignment: {sorted(self._assigned)})")
+            raise GroupError(
+                f"Partition {tp[0]}-{tp[1]} is not assigned to this consumer (assignment: {sorted(self._assigned)})"
+            )
         return tp
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
@@ -251,7 +267,9 @@ class Consumer:
         for (topic, partition), ts in timestamps.items():
             table = self.replicas.leader_table(topic, int(partition))
             found = offset_for_timestamp(table, table.snapshot(), int(partition), int(ts))
-            result[(topic, int(partition))] = None if found is None else max(found, self._bounds((topic, int(partition)))[0])
+            result[(topic, int(partition))] = (
+                None if found is None else max(found, self._bounds((topic, int(partition)))[0])
+            )
         return result
 
     def _bounds(self, tp: TopicPartition) -> tuple[int, int]:
@@ -404,7 +422,7 @@ class Consumer:
             self._leave()
             self._closed = True
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -412,7 +430,10 @@ class Consumer:
 
 
 def _to_records(table: pa.Table) -> list[ConsumerRecord]:
-    cols = {name: table.column(name).to_pylist() for name in ("topic", "partition", "offset", "timestampType", "key", "value", "headers")}
+    cols = {
+        name: table.column(name).to_pylist()
+        for name in ("topic", "partition", "offset", "timestampType", "key", "value", "headers")
+    }
     stamps = table.column("timestamp").cast(pa.int64()).to_pylist()
     return [
         ConsumerRecord(

@@ -25,7 +25,6 @@ from typing import Any
 import pyarrow as pa
 
 from sparklog.config import PRODUCER_CONFIGS, parse_acks, with_defaults
-from sparklog.metadata.lease import WriterLease
 from sparklog.errors import (
     ProducerClosedError,
     RecordTooLargeError,
@@ -36,14 +35,14 @@ from sparklog.errors import (
 )
 from sparklog.log.append import AppendResult
 from sparklog.log.segment import parquet_compression
+from sparklog.metadata.lease import WriterLease
 from sparklog.model.batches import normalise_input
+from sparklog.model.records import RecordMetadata, partition_for_key, records_to_arrow, to_bytes
 from sparklog.model.sizes import record_size
 from sparklog.server.produce_request import RequestSettings, TopicWriteSettings, produce_request
-from sparklog.model.records import RecordMetadata, partition_for_key, records_to_arrow, to_bytes
-
 from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["Producer", "BatchMetadata"]
+__all__ = ["BatchMetadata", "Producer"]
 
 HeadersArg = Iterable[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 _FENCED_RETRIES = 5
@@ -227,7 +226,7 @@ class Producer:
                 except Exception:  # noqa: BLE001 - best effort: an unreleased lease just expires
                     pass
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -255,7 +254,11 @@ class Producer:
                 # The topic may have grown since we cached it.
                 self._topics.pop(topic, None)
                 info = self._topic_info(topic)
-                if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < info.partitions:
+                if (
+                    isinstance(partition, bool)
+                    or not isinstance(partition, int)
+                    or not 0 <= partition < info.partitions
+                ):
                     raise UnknownPartitionError(
                         f"Partition {partition!r} of topic {topic} does not exist (partitions 0..{info.partitions - 1})"
                     )
@@ -375,5 +378,8 @@ class Producer:
 
 def _to_arrow(records: list[_Pending]) -> pa.Table:
     return records_to_arrow(
-        [r.key for r in records], [r.value for r in records], [r.timestamp_ms for r in records], [r.headers for r in records]
+        [r.key for r in records],
+        [r.value for r in records],
+        [r.timestamp_ms for r in records],
+        [r.headers for r in records],
     )

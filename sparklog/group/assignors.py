@@ -213,7 +213,5 @@ def assign(
     """
     assignor = _STRATEGIES.get(strategy)
     if assignor is None:
-        raise ConfigError(
-            f"Unknown partition assignment strategy {strategy!r}; allowed values: {', '.join(ASSIGNORS)}"
-        )
+        raise ConfigError(f"Unknown partition assignment strategy {strategy!r}; allowed values: {', '.join(ASSIGNORS)}")
     return assignor(members, partitions_per_topic, previous)

@@ -25,7 +25,7 @@ from sparklog.log.table import TopicTable
 from sparklog.metadata.group_registry import GroupRegistry
 from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["GroupCoordinator", "OFFSETS_TOPIC", "OffsetCommit", "java_string_hash", "NO_GENERATION"]
+__all__ = ["NO_GENERATION", "OFFSETS_TOPIC", "GroupCoordinator", "OffsetCommit", "java_string_hash"]
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TopicPartition = tuple[str, int]
@@ -74,7 +74,9 @@ class GroupCoordinator:
             deadline = time.monotonic() + 30
             while not table.exists():
                 if time.monotonic() > deadline:
-                    raise StorageError(f"The {OFFSETS_TOPIC} topic exists in ZooKeeper but has no table at {table.root}")
+                    raise StorageError(
+                        f"The {OFFSETS_TOPIC} topic exists in ZooKeeper but has no table at {table.root}"
+                    )
                 time.sleep(0.05)
             self._table = table
         return self._table
@@ -99,7 +101,10 @@ class GroupCoordinator:
         self._check_offsets(group_id, commits)
         if generation == NO_GENERATION:
             # ensure_group costs 3+ round trips: only when the group has no state yet.
-            if self.registry.require_inactive(group_id, f"Committing offsets of group {group_id} without joining it") is None:
+            if (
+                self.registry.require_inactive(group_id, f"Committing offsets of group {group_id} without joining it")
+                is None
+            ):
                 self.registry.ensure_group(group_id)
         else:
             self.registry.check_commit(group_id, generation, member_id, member_key or member_id)
@@ -115,9 +120,7 @@ class GroupCoordinator:
         self._check_offsets(group_id, commits)
         self.registry.require_inactive(group_id, f"Resetting offsets of group {group_id}")
         self.registry.ensure_group(group_id)  # a group reset into being is listed like any other
-        group_offsets.commit_offsets(
-            self.offsets_table(), self.log_partition(group_id), group_id, commits, reset=True
-        )
+        group_offsets.commit_offsets(self.offsets_table(), self.log_partition(group_id), group_id, commits, reset=True)
 
     def _check_offsets(self, group_id: str, commits: Mapping[TopicPartition, OffsetCommit]) -> None:
         for (topic, partition), commit in commits.items():

@@ -12,7 +12,7 @@ import uuid
 
 from sparklog.errors import InvalidGroupIdError
 
-__all__ = ["validate_group_id", "validate_instance_id", "new_member_id", "MAX_GROUP_ID_LENGTH"]
+__all__ = ["MAX_GROUP_ID_LENGTH", "new_member_id", "validate_group_id", "validate_instance_id"]
 
 MAX_GROUP_ID_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
@@ -26,9 +26,7 @@ def _validate(value: object, what: str) -> str:
     if len(value) > MAX_GROUP_ID_LENGTH:
         raise InvalidGroupIdError(f"{what} is longer than {MAX_GROUP_ID_LENGTH} characters: {value[:40]}...")
     if not _LEGAL.fullmatch(value):
-        raise InvalidGroupIdError(
-            f"{what} {value!r} is illegal: use only ASCII alphanumerics, '.', '_' and '-'"
-        )
+        raise InvalidGroupIdError(f"{what} {value!r} is illegal: use only ASCII alphanumerics, '.', '_' and '-'")
     return value
 
 

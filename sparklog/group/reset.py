@@ -15,25 +15,34 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Literal, get_args
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Literal, get_args
 
 from sparklog.errors import InvalidOffsetSpecError
 from sparklog.group.ids import validate_group_id
 from sparklog.model.topic import validate_topic_name
 
 __all__ = [
+    "SCENARIOS",
+    "Bounds",
     "ResetKind",
-    "SCENARIOS", "Bounds", "ResetScenario", "parse_datetime", "parse_duration", "parse_reset_csv", "reset_scenario",
-    "clamp", "plan_reset",
-]  # fmt: skip
+    "ResetScenario",
+    "clamp",
+    "parse_datetime",
+    "parse_duration",
+    "parse_reset_csv",
+    "plan_reset",
+    "reset_scenario",
+]
 
 TopicPartition = tuple[str, int]
 Bounds = tuple[int, int]  # (log-start, log-end)
-ResetKind = Literal["to-earliest", "to-latest", "to-current", "to-offset", "shift-by", "to-datetime", "by-duration", "from-file"]
+ResetKind = Literal[
+    "to-earliest", "to-latest", "to-current", "to-offset", "shift-by", "to-datetime", "by-duration", "from-file"
+]
 SCENARIOS: tuple[ResetKind, ...] = get_args(ResetKind)
 _VALUED = frozenset({"to-offset", "shift-by", "to-datetime", "by-duration", "from-file"})
 
@@ -54,7 +63,7 @@ def parse_datetime(text: str) -> int:
     year, month, day, hour, minute, second = (int(match[i]) for i in range(1, 7))
     zone = match[8]
     try:
-        tz = timezone.utc
+        tz = UTC
         if zone and zone != "Z":
             sign = -1 if zone[0] == "-" else 1
             tz = timezone(sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[-2:]) if len(zone) > 3 else 0))
@@ -90,7 +99,9 @@ def parse_reset_csv(text: str, group_ids: Sequence[str]) -> dict[str, dict[Topic
         fields = [f.strip() for f in line.split(",")]
         where = f"Reset plan line {number} {line!r}"
         if len(fields) == 3 and len(group_ids) != 1:
-            raise InvalidOffsetSpecError(f"{where}: topic,partition,offset lines need exactly one group; write group,topic,partition,offset")
+            raise InvalidOffsetSpecError(
+                f"{where}: topic,partition,offset lines need exactly one group; write group,topic,partition,offset"
+            )
         if len(fields) not in (3, 4):
             raise InvalidOffsetSpecError(f"{where}: expected topic,partition,offset (or group,topic,partition,offset)")
         group, topic, partition, offset = fields if len(fields) == 4 else [group_ids[0], *fields]
@@ -127,9 +138,15 @@ def reset_scenario(
     if kind is None:
         raise InvalidOffsetSpecError(f"Unknown reset scenario {name!r}: use one of {', '.join(SCENARIOS)}")
     if (kind in _VALUED) != (value is not None):
-        raise InvalidOffsetSpecError(f"Reset scenario {kind} {'needs a value' if kind in _VALUED else 'takes no value'}")
+        raise InvalidOffsetSpecError(
+            f"Reset scenario {kind} {'needs a value' if kind in _VALUED else 'takes no value'}"
+        )
     if kind in ("to-offset", "shift-by"):
-        if isinstance(value, bool) or not isinstance(value, (int, str)) or not re.fullmatch(r"[-+]?\d+", str(value).strip()):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, str))
+            or not re.fullmatch(r"[-+]?\d+", str(value).strip())
+        ):
             raise InvalidOffsetSpecError(f"Reset scenario {kind} needs an integer, got {value!r}")
         return ResetScenario(kind, offset=int(str(value)))
     if kind == "to-datetime":
@@ -172,11 +189,18 @@ def plan_reset(
             )
         found = (by_time or {}).get(tp)
         plan[tp] = (
-            start if kind == "to-earliest" else end if kind == "to-latest"
-            else committed.get(tp, end) if kind == "to-current"
-            else clamp(shift, bounds[tp]) if kind == "to-offset"
-            else clamp(committed[tp] + shift, bounds[tp]) if kind == "shift-by"
-            else (end if found is None or found < 0 else found) if kind in ("to-datetime", "by-duration")
+            start
+            if kind == "to-earliest"
+            else end
+            if kind == "to-latest"
+            else committed.get(tp, end)
+            if kind == "to-current"
+            else clamp(shift, bounds[tp])
+            if kind == "to-offset"
+            else clamp(committed[tp] + shift, bounds[tp])
+            if kind == "shift-by"
+            else (end if found is None or found < 0 else found)
+            if kind in ("to-datetime", "by-duration")
             else clamp((scenario.plan or {})[group_id][tp], bounds[tp])  # from-file
-        )  # fmt: skip
+        )
     return plan

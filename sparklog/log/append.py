@@ -32,15 +32,20 @@ import pyarrow as pa
 
 from sparklog.errors import FencedError, NotLeaderError, StorageError
 from sparklog.log.segment import PRODUCER_KEY, SEQUENCE_KEY, SegmentFile, split_for_size, write_segment
-
-COPIED_BATCHES_KEY = "sparklog.copied"  # commit info of a follower fetch: producer batches it copied
 from sparklog.log.table import (
-    CommitConflict, TopicTable, end_app_id, fence_app_id, leader_app_id, leader_fence_app_id, producer_app_id,
-)  # fmt: skip
+    CommitConflict,
+    TopicTable,
+    end_app_id,
+    fence_app_id,
+    leader_app_id,
+    leader_fence_app_id,
+    producer_app_id,
+)
 
-__all__ = ["AppendResult", "append", "commit_reserved", "with_append_time", "MAX_COMMIT_ATTEMPTS", "COPIED_BATCHES_KEY"]
+__all__ = ["COPIED_BATCHES_KEY", "MAX_COMMIT_ATTEMPTS", "AppendResult", "append", "commit_reserved", "with_append_time"]
 
 MAX_COMMIT_ATTEMPTS = 50
+COPIED_BATCHES_KEY = "sparklog.copied"  # commit info of a follower fetch: producer batches it copied
 
 
 @dataclass(frozen=True)
@@ -138,10 +143,19 @@ def append(
                     records = with_append_time(records, append_ms)
                 next_offset = base_offsets[partition]
                 for piece in split_for_size(records, segment_bytes):
-                    segments.append(write_segment(
-                        table.root, partition, next_offset, piece, compression, fsync, metadata=file_metadata,
-                        stage_roots=stage_roots, hard_links=hard_links,
-                    ))  # fmt: skip
+                    segments.append(
+                        write_segment(
+                            table.root,
+                            partition,
+                            next_offset,
+                            piece,
+                            compression,
+                            fsync,
+                            metadata=file_metadata,
+                            stage_roots=stage_roots,
+                            hard_links=hard_links,
+                        )
+                    )
                     next_offset += piece.num_rows
             transactions = {fence_app_id(p): epochs[p] for p in pending}
             transactions.update({end_app_id(p): base_offsets[p] + pending[p].num_rows for p in pending})

@@ -54,29 +54,33 @@ from sparklog.errors import StorageError
 from sparklog.log.plans import CompactionPlan, compact_records, compaction_plan
 from sparklog.log.reader import read_files
 from sparklog.log.segment import (
-    SegmentFile, discard_segments, parquet_compression, split_for_size, write_placeholder, write_segment,
-)  # fmt: skip
+    SegmentFile,
+    discard_segments,
+    parquet_compression,
+    split_for_size,
+    write_placeholder,
+    write_segment,
+)
 from sparklog.log.table import CommitConflict, FileEntry, TopicTable, cleaned_app_id
 
 __all__ = [
-    "cleaned_app_id",
-    "CompactionTask",
-    "TaskOutput",
-    "PartitionPlan",
+    "OPERATION",
     "CompactionResult",
+    "CompactionTask",
+    "PartitionPlan",
+    "TaskOutput",
     "TaskRunner",
-    "plan_partition",
-    "compact_task",
+    "cleaned_app_id",
     "commit_partition",
     "compact_partitions",
+    "compact_task",
+    "plan_partition",
     "run_in_process",
-    "OPERATION",
 ]
 
 OPERATION = "COMPACTION"
 MAX_COMMIT_ATTEMPTS = 50  # check + commit rounds lost to concurrent commits (appends)
 MAX_PLAN_ROUNDS = 5  # re-plans after losing to another rewrite of the same files
-
 
 
 @dataclass(frozen=True)
@@ -172,17 +176,21 @@ def plan_partition(
     files = [f for f in table.files(dt, {partition}) if f.last_offset >= start]
     cleaned = table.app_version(dt, cleaned_app_id(partition))
     ask: dict[str, Any] = dict(
-        partition=partition, log_end=end, now_ms=now_ms, cleaned_up_to=cleaned or 0,
+        partition=partition,
+        log_end=end,
+        now_ms=now_ms,
+        cleaned_up_to=cleaned or 0,
         min_compaction_lag_ms=int(configs["min.compaction.lag.ms"]),
-    )  # fmt: skip
+    )
     threshold = float(configs["min.cleanable.dirty.ratio"])
     plan = compaction_plan(files, min_cleanable_dirty_ratio=threshold, **ask)
     if plan is None:
         probe = compaction_plan(files, min_cleanable_dirty_ratio=0.0, **ask)
         reason = (
-            f"below min.cleanable.dirty.ratio {threshold}" if probe is not None
+            f"below min.cleanable.dirty.ratio {threshold}"
+            if probe is not None
             else "nothing to clean: no records since the last run outside the head and min.compaction.lag.ms"
-        )  # fmt: skip
+        )
         return CompactionResult(table.topic, partition, "skipped", probe.dirty_ratio if probe else None, reason=reason)
     rewrite: tuple[FileEntry, ...] = plan.rewrite  # type: ignore[assignment]  # FileEntry in, FileEntry out
     task = CompactionTask(
@@ -223,9 +231,11 @@ def compact_task(task: CompactionTask) -> TaskOutput:
     if min(f.base_offset for f in task.files) < task.log_start:  # a straddling file (the filter copies every column)
         records = records.filter(pc.greater_equal(records.column("offset"), task.log_start))
     survivors = compact_records(
-        records, now_ms=task.now_ms, delete_retention_ms=task.delete_retention_ms,
+        records,
+        now_ms=task.now_ms,
+        delete_retention_ms=task.delete_retention_ms,
         first_uncleanable_offset=task.first_uncleanable_offset,
-    )  # fmt: skip
+    )
     if survivors.num_rows == read:  # nothing to drop: keep the files as they are
         return TaskOutput(task.partition, (), records.num_rows, survivors.num_rows, unchanged=True)
     try:
@@ -254,7 +264,7 @@ def _write_tiling(table: TopicTable, task: CompactionTask, survivors: pa.Table) 
         raise
     starts = [task.range_start] + [s.base_offset for s in written[1:]]
     ends = [s.base_offset - 1 for s in written[1:]] + [task.range_end]
-    return [replace(s, base_offset=lo, last_offset=hi) for s, lo, hi in zip(written, starts, ends)]
+    return [replace(s, base_offset=lo, last_offset=hi) for s, lo, hi in zip(written, starts, ends, strict=False)]
 
 
 def _write_placeholder(table: TopicTable, task: CompactionTask) -> SegmentFile:
@@ -281,18 +291,24 @@ def commit_partition(table: TopicTable, planned: PartitionPlan, output: TaskOutp
     segments = [SegmentFile.from_dict(d) for d in output.segments]
     p = planned.task.partition
     metadata = {
-        "sparklog.operation": OPERATION, "sparklog.partition": str(p),
+        "sparklog.operation": OPERATION,
+        "sparklog.partition": str(p),
         "sparklog.cleaned": str(planned.plan.first_uncleanable_offset),
-    }  # fmt: skip
+    }
     for attempt in range(MAX_COMMIT_ATTEMPTS):
         dt, valid = _still_valid(table, planned)
         if not valid or output.missing is not None:
             break
         try:
             table.commit(
-                dt, segments, {cleaned_app_id(p): planned.plan.first_uncleanable_offset}, metadata,
-                removes=[] if output.unchanged else list(planned.task.files), data_change=True, max_commit_retries=0,
-            )  # fmt: skip
+                dt,
+                segments,
+                {cleaned_app_id(p): planned.plan.first_uncleanable_offset},
+                metadata,
+                removes=[] if output.unchanged else list(planned.task.files),
+                data_change=True,
+                max_commit_retries=0,
+            )
             return True
         except CommitConflict:
             time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
@@ -318,15 +334,23 @@ def compact_partitions(
     results: list[CompactionResult] = []
     ordered = sorted(partitions)
     for first in range(0, len(ordered), max(1, wave_size)):
-        for result in _compact_wave(table, ordered[first : first + max(1, wave_size)], configs, now_ms, run_tasks, dry_run):
+        for result in _compact_wave(
+            table, ordered[first : first + max(1, wave_size)], configs, now_ms, run_tasks, dry_run
+        ):
             results.append(result)
             if progress is not None:
                 progress(result)
     return sorted(results, key=lambda r: r.partition)
 
 
-def _compact_wave(table: TopicTable, partitions: list[int], configs: Mapping[str, Any], now_ms: int,
-                  run_tasks: TaskRunner, dry_run: bool) -> Iterable[CompactionResult]:  # fmt: skip
+def _compact_wave(
+    table: TopicTable,
+    partitions: list[int],
+    configs: Mapping[str, Any],
+    now_ms: int,
+    run_tasks: TaskRunner,
+    dry_run: bool,
+) -> Iterable[CompactionResult]:
     pending = partitions
     for _round in range(MAX_PLAN_ROUNDS):
         started = time.monotonic()
@@ -337,7 +361,9 @@ def _compact_wave(table: TopicTable, partitions: list[int], configs: Mapping[str
                 yield planned
             else:
                 plans[p] = planned
-        outputs = {out.partition: out for out in run_tasks([planned.task for planned in plans.values()])} if plans else {}
+        outputs = (
+            {out.partition: out for out in run_tasks([planned.task for planned in plans.values()])} if plans else {}
+        )
         lost = []
         for p, planned in plans.items():
             output = outputs[p]
@@ -355,7 +381,9 @@ def _compact_wave(table: TopicTable, partitions: list[int], configs: Mapping[str
     )
 
 
-def _result(topic: str, planned: PartitionPlan, output: TaskOutput, dry_run: bool, elapsed_s: float) -> CompactionResult:
+def _result(
+    topic: str, planned: PartitionPlan, output: TaskOutput, dry_run: bool, elapsed_s: float
+) -> CompactionResult:
     segments = [SegmentFile.from_dict(d) for d in output.segments]
     size = sum(f.size_bytes for f in planned.task.files)
     if output.unchanged:

@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -45,7 +45,7 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 from sparklog.errors import FencedError, SchemaMismatchError, StorageError
 from sparklog.retries import DELTA_COMMIT
 
-__all__ = ["DeltaSink", "DataFile", "input_app_id", "check_input_offsets", "write_task_files", "TARGET_FILE_BYTES"]
+__all__ = ["TARGET_FILE_BYTES", "DataFile", "DeltaSink", "check_input_offsets", "input_app_id", "write_task_files"]
 
 TARGET_FILE_BYTES = 128 << 20  # in-memory Arrow bytes per data file before rolling to the next
 
@@ -82,7 +82,7 @@ class DataFile:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, int | str]) -> "DataFile":
+    def from_dict(cls, raw: Mapping[str, int | str]) -> DataFile:
         return cls(**raw)  # type: ignore[arg-type]
 
 
@@ -128,7 +128,7 @@ def _write_file(root: str, table: pa.Table, prefix: str) -> DataFile:
 def _stats(table: pa.Table) -> str:
     """Delta file stats: record count, null counts, min/max of integer, date and (UTC) timestamp columns."""
     stats: dict[str, Any] = {"numRecords": table.num_rows, "nullCount": {}, "minValues": {}, "maxValues": {}}
-    for field, column in zip(table.schema, table.columns):
+    for field, column in zip(table.schema, table.columns, strict=False):
         kind = field.type
         if pa.types.is_nested(kind):
             continue
@@ -147,17 +147,17 @@ def _stats(table: pa.Table) -> str:
 def _stat_value(value: Any, ceil: bool) -> Any:
     if isinstance(value, datetime):
         # Delta keeps milliseconds: round outward so pruning never drops a matching file.
-        moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
         micros = (moment - _EPOCH) // timedelta(microseconds=1)
         millis = -(-micros // 1000) if ceil else micros // 1000
-        text = datetime.fromtimestamp(millis / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.")
+        text = datetime.fromtimestamp(millis / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.")
         return text + f"{millis % 1000:03d}Z"
     if isinstance(value, date):
         return value.isoformat()
     return value
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # -- driver side ---------------------------------------------------------------------------
@@ -248,7 +248,9 @@ class DeltaSink:
                     dt = self._open()
                     current = dt.schema()
                     _require_same(current, _delta_schema(schema, self.root), self.root)
-                    check_input_offsets(f"Delta table at {self.root}", _versions(dt, list(expected), self.root), expected)
+                    check_input_offsets(
+                        f"Delta table at {self.root}", _versions(dt, list(expected), self.root), expected
+                    )
                     try:
                         dt.create_write_transaction(actions, "append", current, commit_properties=properties)
                         return
@@ -267,7 +269,8 @@ class DeltaSink:
                         continue  # another writer created the table first
                     raise StorageError(f"Cannot create the Delta table at {self.root}: {exc}") from exc
             raise DELTA_COMMIT.exhausted(
-                f"Commit to the Delta table at {self.root}", "nothing committed; are many writers appending to it at once?"
+                f"Commit to the Delta table at {self.root}",
+                "nothing committed; are many writers appending to it at once?",
             )
         except BaseException:
             self.discard(files)
@@ -317,7 +320,9 @@ def _require_same(current: Schema, wanted: Schema, root: str) -> None:
     problems = [f"missing column {n!r}" for n in have if n not in want]
     problems += [f"new column {n!r}" for n in want if n not in have]
     problems += [
-        f"column {n!r} is {have[n]} in the table but {want[n]} in the output" for n in want if n in have and have[n] != want[n]
+        f"column {n!r} is {have[n]} in the table but {want[n]} in the output"
+        for n in want
+        if n in have and have[n] != want[n]
     ]
     raise SchemaMismatchError(
         f"The output does not match the schema of the Delta table at {root}: {'; '.join(problems)}. "
@@ -332,7 +337,11 @@ def _columns(schema: Schema) -> dict[str, str]:
 def _bare(kind: Any) -> Any:
     """A Delta type without nullability flags and metadata, for comparison."""
     if isinstance(kind, dict):
-        return {k: _bare(v) for k, v in kind.items() if k not in ("nullable", "containsNull", "valueContainsNull", "metadata")}
+        return {
+            k: _bare(v)
+            for k, v in kind.items()
+            if k not in ("nullable", "containsNull", "valueContainsNull", "metadata")
+        }
     if isinstance(kind, list):
         return [_bare(v) for v in kind]
     return kind

@@ -31,7 +31,6 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-
 from typing import Any
 
 import pyarrow as pa
@@ -45,15 +44,15 @@ from sparklog.model.records import records_to_arrow
 from sparklog.model.schema import FILE_SCHEMA
 
 __all__ = [
-    "OffsetCommit",
-    "group_fence_app_id",
-    "group_offset_app_id",
-    "commit_offsets",
-    "commit_generation",
-    "committed_offsets",
-    "group_generation",
-    "offset_records",
     "NO_GENERATION",
+    "OffsetCommit",
+    "commit_generation",
+    "commit_offsets",
+    "committed_offsets",
+    "group_fence_app_id",
+    "group_generation",
+    "group_offset_app_id",
+    "offset_records",
 ]
 
 NO_GENERATION = -1  # commits from outside any generation (admin, standalone consumers)
@@ -122,7 +121,9 @@ def commit_offsets(
                     f"Offset commit of group {group_id} for {topic}-{partition} rejected: {commit.offset} is "
                     f"below the committed offset {current} (offsets only move forward; use reset-offsets)"
                 )
-            transactions[group_offset_app_id(group_id, topic, partition)] = -1 if commit.offset is None else commit.offset
+            transactions[group_offset_app_id(group_id, topic, partition)] = (
+                -1 if commit.offset is None else commit.offset
+            )
         now_ms = int(time.time() * 1000)
         ordered = sorted(keys, key=lambda k: keys[k])
         values = [_value(offsets[keys[k]], generation, member_id, now_ms) for k in ordered]
@@ -197,7 +198,9 @@ def commit_generation(table: TopicTable, group_id: str, generation: int) -> None
             return
         try:
             table.commit(
-                dt, [], {group_fence_app_id(group_id): generation},
+                dt,
+                [],
+                {group_fence_app_id(group_id): generation},
                 {"sparklog.operation": "GENERATION MARKER", "sparklog.group": group_id},
             )
             return
@@ -222,7 +225,9 @@ def committed_offsets(table: TopicTable, group_id: str, partitions: list[TopicPa
     return result
 
 
-def offset_records(table: TopicTable, log_partition: int, group_id: str | None = None) -> dict[tuple[str, str, int], dict[str, object] | None]:
+def offset_records(
+    table: TopicTable, log_partition: int, group_id: str | None = None
+) -> dict[tuple[str, str, int], dict[str, object] | None]:
     """Latest value per (group, topic, partition) key in ``log_partition`` (None = tombstone)."""
     dt = table.snapshot()
     latest: dict[tuple[str, str, int], dict[str, object] | None] = {}
@@ -230,5 +235,7 @@ def offset_records(table: TopicTable, log_partition: int, group_id: str | None =
         parsed = json.loads(key)
         if group_id is None or parsed["group"] == group_id:
             value = row["value"]
-            latest[(parsed["group"], parsed["topic"], int(parsed["partition"]))] = None if value is None else json.loads(value)
+            latest[(parsed["group"], parsed["topic"], int(parsed["partition"]))] = (
+                None if value is None else json.loads(value)
+            )
     return latest

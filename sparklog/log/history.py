@@ -27,7 +27,7 @@ Only the versions whose commit files are still in the log appear: checkpoints pl
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from deltalake.exceptions import DeltaError
@@ -38,9 +38,22 @@ from sparklog.log.table import TopicTable
 __all__ = ["HISTORY_COLUMNS", "topic_history"]
 
 HISTORY_COLUMNS = (
-    "version", "timestamp", "userId", "userName", "operation", "operationParameters", "job", "notebook", "clusterId",
-    "readVersion", "isolationLevel", "isBlindAppend", "operationMetrics", "userMetadata", "engineInfo",
-)  # fmt: skip
+    "version",
+    "timestamp",
+    "userId",
+    "userName",
+    "operation",
+    "operationParameters",
+    "job",
+    "notebook",
+    "clusterId",
+    "readVersion",
+    "isolationLevel",
+    "isBlindAppend",
+    "operationMetrics",
+    "userMetadata",
+    "engineInfo",
+)
 # commitInfo keys that are Delta's own (not surfaced through userMetadata).
 _STANDARD_KEYS = frozenset(HISTORY_COLUMNS) | {"clientVersion", "txnId", "inCommitTimestamp", "tags"}
 
@@ -66,5 +79,5 @@ def _row(info: dict[str, Any]) -> dict[str, Any]:
     if row["engineInfo"] is None:
         row["engineInfo"] = info.get("clientVersion")
     if isinstance(row["timestamp"], (int, float)):
-        row["timestamp"] = datetime.fromtimestamp(row["timestamp"] / 1000.0, tz=timezone.utc)
+        row["timestamp"] = datetime.fromtimestamp(row["timestamp"] / 1000.0, tz=UTC)
     return row

@@ -50,19 +50,24 @@ from deltalake.exceptions import DeltaError
 from sparklog.errors import StorageError
 from sparklog.log.plans import SegmentLike, optimize_plan
 from sparklog.log.reader import read_files
-from sparklog.retries import MAINTENANCE_PLAN
 from sparklog.log.segment import SegmentFile, discard_segments, write_placeholder, write_segment
 from sparklog.log.table import CommitConflict, TopicTable, rewrite_app_id, start_app_id
+from sparklog.retries import MAINTENANCE_PLAN
 
 __all__ = [
-    "rewrite_app_id", "OptimizeResult", "LogCheckpoint", "optimize_topic", "optimize_partition", "checkpoint_log",
-    "MAX_COMMIT_RETRIES", "OPERATION",
-]  # fmt: skip
+    "MAX_COMMIT_RETRIES",
+    "OPERATION",
+    "LogCheckpoint",
+    "OptimizeResult",
+    "checkpoint_log",
+    "optimize_partition",
+    "optimize_topic",
+    "rewrite_app_id",
+]
 
 MAX_COMMIT_RETRIES = 10  # rebases over concurrent appends per commit attempt
 OPERATION = "OPTIMIZE"  # the commit's sparklog.operation (shown by `sparklog history`)
 _HISTORY_LOOKBACK = 200
-
 
 
 @dataclass(frozen=True)
@@ -185,9 +190,13 @@ def _merge(table: TopicTable, partition: int, group: Sequence[SegmentLike], comp
             stamps = [t for e in group for t in (e.min_timestamp_us, e.max_timestamp_us) if t is not None]
             return write_placeholder(table.root, partition, first, last, stamps, compression)
         merged = write_segment(
-            table.root, partition, first, records.drop_columns(["offset"]), compression,
+            table.root,
+            partition,
+            first,
+            records.drop_columns(["offset"]),
+            compression,
             offsets=records.column("offset").combine_chunks(),
-        )  # fmt: skip
+        )
     except OSError as exc:
         raise StorageError(
             f"Optimize of {table.topic}-{partition} cannot write a merged file under {table.root}: {exc}. "

@@ -25,6 +25,7 @@ stats are missing (``None``) are never old enough: not time-retained, not cleana
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -35,15 +36,15 @@ import pyarrow.compute as pc
 from sparklog.errors import DeleteRecordsOffsetError, PolicyError
 
 __all__ = [
-    "SegmentLike",
-    "RetentionPlan",
     "CompactionPlan",
     "DeleteRecordsOffsetError",
-    "retention_plan",
-    "delete_records_plan",
-    "compaction_plan",
+    "RetentionPlan",
+    "SegmentLike",
     "compact_records",
+    "compaction_plan",
+    "delete_records_plan",
     "optimize_plan",
+    "retention_plan",
     "vacuum_candidates",
 ]
 
@@ -97,7 +98,7 @@ class CompactionPlan:
 def _partition_segments(segments: Sequence[SegmentLike], partition: int) -> list[SegmentLike]:
     """The segments of ``partition`` in offset order; overlapping offset ranges raise."""
     mine = sorted((s for s in segments if s.partition == partition), key=lambda s: (s.base_offset, s.last_offset))
-    for prev, nxt in zip(mine, mine[1:]):
+    for prev, nxt in itertools.pairwise(mine):
         if nxt.base_offset <= prev.last_offset:
             raise PolicyError(
                 f"Partition {partition}: segments {prev.path} (offsets {prev.base_offset}..{prev.last_offset}) and "
@@ -116,8 +117,14 @@ def _older_than(timestamp_us: int | None, now_ms: int, age_ms: int) -> bool:
     return timestamp_us is not None and timestamp_us < (now_ms - age_ms) * 1000
 
 
-def _plan(partition: int, removed: list[SegmentLike], kept: list[SegmentLike], log_start: int,
-          log_end: int, reason: dict[str, str]) -> RetentionPlan:  # fmt: skip
+def _plan(
+    partition: int,
+    removed: list[SegmentLike],
+    kept: list[SegmentLike],
+    log_start: int,
+    log_end: int,
+    reason: dict[str, str],
+) -> RetentionPlan:
     if not removed:
         return RetentionPlan(partition, (), log_start, {})
     first_kept = kept[0].base_offset if kept else log_end
@@ -169,7 +176,7 @@ def retention_plan(
         removed.append(seg)
         reason[seg.path] = why
         remaining -= seg.size_bytes
-    return _plan(partition, removed, ordered[len(removed):], log_start, log_end, reason)
+    return _plan(partition, removed, ordered[len(removed) :], log_start, log_end, reason)
 
 
 def delete_records_plan(

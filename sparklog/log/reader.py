@@ -20,7 +20,12 @@ from sparklog.log.table import FileEntry, TopicTable, start_app_id
 from sparklog.model.schema import FILE_SCHEMA, read_schema
 
 __all__ = [
-    "files_for_ranges", "read_segment_range", "read_ranges", "read_files", "offset_for_timestamp", "empty_read_table",
+    "empty_read_table",
+    "files_for_ranges",
+    "offset_for_timestamp",
+    "read_files",
+    "read_ranges",
+    "read_segment_range",
 ]
 
 
@@ -38,9 +43,7 @@ def empty_read_table(include_headers: bool) -> pa.Table:
     return read_schema(include_headers).empty_table()
 
 
-def read_segment_range(
-    path: str, partition: int, topic: str, start: int, end: int, include_headers: bool
-) -> pa.Table:
+def read_segment_range(path: str, partition: int, topic: str, start: int, end: int, include_headers: bool) -> pa.Table:
     """Rows of one segment file with ``start <= offset < end``, in the read schema."""
     columns = [f.name for f in FILE_SCHEMA if include_headers or f.name != "headers"]
     try:

@@ -37,17 +37,34 @@ from sparklog.errors import FencedError, StorageError
 from sparklog.log.append import COPIED_BATCHES_KEY
 from sparklog.log.reader import read_files
 from sparklog.log.segment import (
-    PRODUCER_KEY, SEQUENCE_KEY, SegmentFile, discard_segments, fsync_path, place_copy, write_placeholder,
+    PRODUCER_KEY,
+    SEQUENCE_KEY,
+    SegmentFile,
+    discard_segments,
+    fsync_path,
+    place_copy,
+    write_placeholder,
     write_segment,
-)  # fmt: skip
+)
 from sparklog.log.table import (
-    CommitConflict, FileEntry, TopicTable, end_app_id, leader_app_id, leader_fence_app_id, producer_app_id,
+    CommitConflict,
+    FileEntry,
+    TopicTable,
+    end_app_id,
+    leader_app_id,
+    leader_fence_app_id,
+    producer_app_id,
     start_app_id,
-)  # fmt: skip
+)
 
 __all__ = [
-    "FollowerPosition", "CopyResult", "follower_position", "truncate", "copy_from_leader", "MAX_ROUNDS",
-]  # fmt: skip
+    "MAX_ROUNDS",
+    "CopyResult",
+    "FollowerPosition",
+    "copy_from_leader",
+    "follower_position",
+    "truncate",
+]
 
 MAX_ROUNDS = 20  # re-plans after conflicting concurrent commits
 _SLICE_SUFFIX = ".slice.parquet"
@@ -91,7 +108,11 @@ def truncate(follower: TopicTable, partition: int, offset: int, leader_epoch: in
                 if entry.base_offset < target:
                     written.append(_prefix(follower, entry, target))
             transactions = {end_app_id(partition): target, **_followed(follower, dt, partition, leader_epoch)}
-            metadata = {"sparklog.operation": "TRUNCATE", "sparklog.partition": str(partition), "sparklog.offset": str(target)}
+            metadata = {
+                "sparklog.operation": "TRUNCATE",
+                "sparklog.partition": str(partition),
+                "sparklog.offset": str(target),
+            }
             follower.commit(dt, written, transactions, metadata, removes=doomed)
             return target < end
         except CommitConflict:
@@ -125,14 +146,22 @@ def _prefix(table: TopicTable, entry: FileEntry, offset: int) -> SegmentFile:
         stamps = [t for t in (entry.min_timestamp_us, entry.max_timestamp_us) if t is not None]
         return write_placeholder(table.root, entry.partition, entry.base_offset, offset - 1, stamps, "snappy")
     segment = write_segment(
-        table.root, entry.partition, entry.base_offset, kept.drop_columns(["offset"]),
+        table.root,
+        entry.partition,
+        entry.base_offset,
+        kept.drop_columns(["offset"]),
         offsets=kept.column("offset").combine_chunks(),
-    )  # fmt: skip
+    )
     return replace(segment, base_offset=entry.base_offset, last_offset=offset - 1)
 
 
 def copy_from_leader(
-    leader: TopicTable, follower: TopicTable, partition: int, leader_epoch: int, *, fsync: bool = False,
+    leader: TopicTable,
+    follower: TopicTable,
+    partition: int,
+    leader_epoch: int,
+    *,
+    fsync: bool = False,
     hard_links: bool = True,
 ) -> CopyResult:
     """Copy what the follower's partition lacks from the leader (one commit on the follower).
@@ -151,7 +180,11 @@ def copy_from_leader(
             return CopyResult(partition, 0, 0, 0, have, leader_end, start_now)
         leader_start = leader.log_start(ldt, partition)
         wanted = [f for f in leader.files(ldt, {partition}) if f.last_offset >= have]
-        below = [f for f in follower.files(fdt, {partition}) if f.last_offset < leader_start] if leader_start > start_now else []
+        below = (
+            [f for f in follower.files(fdt, {partition}) if f.last_offset < leader_start]
+            if leader_start > start_now
+            else []
+        )
         if not wanted and not below and follower.leader_epoch(fdt, partition) == leader_epoch:
             return CopyResult(partition, 0, 0, 0, have, leader_end, max(start_now, 0))
         copied: list[SegmentFile] = []
@@ -170,15 +203,23 @@ def copy_from_leader(
             transactions.update({producer_app_id(pid, partition): seq for pid, seq in sequences.items()})
             if below:
                 transactions[start_app_id(partition)] = leader_start
-            metadata = {"sparklog.operation": "REPLICA FETCH", "sparklog.partition": str(partition),
-                        "sparklog.leader_epoch": str(leader_epoch)}  # fmt: skip
+            metadata = {
+                "sparklog.operation": "REPLICA FETCH",
+                "sparklog.partition": str(partition),
+                "sparklog.leader_epoch": str(leader_epoch),
+            }
             if batches:  # so a producer's retry, deduplicated here once this replica leads, learns its offsets
                 metadata[COPIED_BATCHES_KEY] = json.dumps(batches, sort_keys=True)
             follower.commit(fdt, copied, transactions, metadata, fsync=fsync, removes=below)
             return CopyResult(
-                partition, len(copied), sum(s.num_records for s in copied), sum(s.size_bytes for s in copied),
-                new_end, leader_end, max(leader_start if below else start_now, 0),
-            )  # fmt: skip
+                partition,
+                len(copied),
+                sum(s.num_records for s in copied),
+                sum(s.size_bytes for s in copied),
+                new_end,
+                leader_end,
+                max(leader_start if below else start_now, 0),
+            )
         except CommitConflict:
             discard_segments(follower.root, _own_names(copied))
         except FileNotFoundError:
@@ -225,11 +266,16 @@ def _copy_file(
         if fsync:
             fsync_path(target)
         segment = SegmentFile(
-            path=relative, partition=entry.partition, base_offset=entry.base_offset, last_offset=entry.last_offset,
-            size_bytes=os.path.getsize(target), min_timestamp_us=entry.min_timestamp_us or 0,
-            max_timestamp_us=entry.max_timestamp_us or 0, modification_time_ms=_mtime_ms(target),
+            path=relative,
+            partition=entry.partition,
+            base_offset=entry.base_offset,
+            last_offset=entry.last_offset,
+            size_bytes=os.path.getsize(target),
+            min_timestamp_us=entry.min_timestamp_us or 0,
+            max_timestamp_us=entry.max_timestamp_us or 0,
+            modification_time_ms=_mtime_ms(target),
             record_count=entry.num_records,
-        )  # fmt: skip
+        )
         return segment, producer
     records = read_files(leader, [entry])
     tail = records.filter(pc.greater_equal(records.column("offset"), have))
@@ -238,9 +284,13 @@ def _copy_file(
         segment = write_placeholder(follower.root, entry.partition, have, entry.last_offset, stamps, "snappy")
     else:
         segment = write_segment(
-            follower.root, entry.partition, have, tail.drop_columns(["offset"]), fsync=fsync,
+            follower.root,
+            entry.partition,
+            have,
+            tail.drop_columns(["offset"]),
+            fsync=fsync,
             offsets=tail.column("offset").combine_chunks(),
-        )  # fmt: skip
+        )
     sliced = segment.path[: -len(".parquet")] + _SLICE_SUFFIX
     os.replace(follower.full_path(segment.path), follower.full_path(sliced))
     return replace(segment, path=sliced, base_offset=have, last_offset=entry.last_offset), producer

@@ -65,7 +65,9 @@ def apply_delete_policy(
                 retention_bytes=int(configs["retention.bytes"]),
             )
             plans.append((plan, start))
-        changes = {plan.partition: plan.new_log_start for plan, start in plans if plan.removed or plan.new_log_start > start}
+        changes = {
+            plan.partition: plan.new_log_start for plan, start in plans if plan.removed or plan.new_log_start > start
+        }
         removed = [f for plan, _start in plans for f in plan.removed]
         if dry_run or not changes or table.advance_log_starts(changes, removed, "RETENTION"):
             return [_result(table.topic, plan, start, dry_run) for plan, start in plans]

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -28,9 +28,17 @@ from sparklog.errors import PolicyError
 from sparklog.model.schema import FILE_SCHEMA
 
 __all__ = [
-    "SegmentFile", "write_segment", "write_placeholder", "split_for_size", "fsync_path", "parquet_compression",
-    "discard_segments", "place_copy", "PRODUCER_KEY", "SEQUENCE_KEY",
-]  # fmt: skip
+    "PRODUCER_KEY",
+    "SEQUENCE_KEY",
+    "SegmentFile",
+    "discard_segments",
+    "fsync_path",
+    "parquet_compression",
+    "place_copy",
+    "split_for_size",
+    "write_placeholder",
+    "write_segment",
+]
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +92,14 @@ class SegmentFile:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, int | str]) -> "SegmentFile":
+    def from_dict(cls, raw: dict[str, int | str]) -> SegmentFile:
         return cls(**raw)  # type: ignore[arg-type]
 
 
 def _iso_ms(micros: int, ceil: bool) -> str:
     # Delta stats keep milliseconds: round outward so pruning never drops a matching file.
     millis = -(-micros // 1000) if ceil else micros // 1000
-    moment = datetime.fromtimestamp(millis / 1000.0, tz=timezone.utc)
+    moment = datetime.fromtimestamp(millis / 1000.0, tz=UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}Z"
 
 
@@ -123,8 +131,8 @@ def write_segment(
     compression: str = "snappy",
     fsync: bool = False,
     offsets: pa.Array | None = None,
-    metadata: "dict[str, str] | None" = None,
-    stage_roots: "Sequence[str]" = (),
+    metadata: dict[str, str] | None = None,
+    stage_roots: Sequence[str] = (),
     hard_links: bool = True,
 ) -> SegmentFile:
     """Write ``records`` (FILE_SCHEMA minus ``offset``) with offsets from ``base_offset``.
@@ -157,9 +165,11 @@ def write_segment(
     # No dictionary encoding: payloads rarely repeat, and trying costs more than the write.
     # Row groups of 128k records let a small read skip most of a large segment.
     options = dict(
-        compression=compression, use_dictionary=False, write_statistics=["offset", "timestamp"],
+        compression=compression,
+        use_dictionary=False,
+        write_statistics=["offset", "timestamp"],
         row_group_size=ROW_GROUP_RECORDS,
-    )  # fmt: skip
+    )
     pq.write_table(table, full, **options)
     for root in stage_roots:
         try:
@@ -215,7 +225,7 @@ def place_copy(source: str, target: str, hard_links: bool = True) -> None:
 
 
 def write_placeholder(
-    table_root: str, partition: int, first_offset: int, last_offset: int, timestamps_us: "list[int]", compression: str
+    table_root: str, partition: int, first_offset: int, last_offset: int, timestamps_us: list[int], compression: str
 ) -> SegmentFile:
     """A file with no records that holds ``[first_offset, last_offset]`` in its stats.
 
@@ -241,11 +251,10 @@ def write_placeholder(
     )
 
 
-def discard_segments(table_root: str, segments: "list[SegmentFile]") -> None:
+def discard_segments(table_root: str, segments: list[SegmentFile]) -> None:
     """Delete files written for a commit that did not land (conflict, error, duplicate)."""
     for seg in segments:
         try:
             os.remove(os.path.join(table_root, seg.path))
         except FileNotFoundError:
             pass
-

@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, RemoveAction
 
 from sparklog.errors import FencedError, StorageError
+from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile, fsync_path
 from sparklog.log.transactions import (
     cleaned_app_id,
@@ -60,18 +61,31 @@ from sparklog.log.transactions import (
     producer_app_id,
     rewrite_app_id,
     start_app_id,
+)
+from sparklog.log.transactions import (
     transaction_version as _transaction_version,
+)
+from sparklog.log.transactions import (
     transactions_at as _transactions_at,
 )
-from sparklog.log.plans import SegmentLike
 from sparklog.model.schema import TABLE_SCHEMA
 from sparklog.retries import EPOCH_MARKER, TABLE_PROPERTIES
 
 __all__ = [
-    "TopicTable", "FileEntry", "CommitConflict", "end_app_id", "start_app_id", "fence_app_id", "producer_app_id",
-    "leader_app_id", "leader_fence_app_id",
-    "cleaned_app_id", "rewrite_app_id", "log_properties", "CHECKPOINT_INTERVAL",
-]  # fmt: skip
+    "CHECKPOINT_INTERVAL",
+    "CommitConflict",
+    "FileEntry",
+    "TopicTable",
+    "cleaned_app_id",
+    "end_app_id",
+    "fence_app_id",
+    "leader_app_id",
+    "leader_fence_app_id",
+    "log_properties",
+    "producer_app_id",
+    "rewrite_app_id",
+    "start_app_id",
+]
 # The app ids are re-exported: callers name them through the table module.
 
 CHECKPOINT_INTERVAL = 100  # commits between the checkpoints delta-rs writes after a commit
@@ -148,7 +162,9 @@ class TopicTable:
             except CommitFailedError:
                 continue
             except (DeltaError, OSError) as exc:
-                raise StorageError(f"Cannot set the log properties of topic {self.topic} at {self.root}: {exc}") from exc
+                raise StorageError(
+                    f"Cannot set the log properties of topic {self.topic} at {self.root}: {exc}"
+                ) from exc
         raise TABLE_PROPERTIES.exhausted(
             f"Setting the log properties of topic {self.topic} at {self.root}", "run the maintenance again"
         )
@@ -244,8 +260,10 @@ class TopicTable:
     @staticmethod
     def fenced_leader_epoch(dt: DeltaTable, partition: int) -> int:
         """Writers of an older leader epoch than this are refused by this replica."""
-        return max(_transaction_version(dt, leader_app_id(partition)) or 0,
-                   _transaction_version(dt, leader_fence_app_id(partition)) or 0)  # fmt: skip
+        return max(
+            _transaction_version(dt, leader_app_id(partition)) or 0,
+            _transaction_version(dt, leader_fence_app_id(partition)) or 0,
+        )
 
     def drop_partition(self, partition: int) -> None:
         """Remove every file of ``partition`` from this replica and reset its offsets (a
@@ -255,8 +273,13 @@ class TopicTable:
             files = self.files(dt, {partition})
             transactions = {end_app_id(partition): 0, start_app_id(partition): 0, leader_app_id(partition): 0}
             try:
-                self.commit(dt, [], transactions, {"sparklog.operation": "DROP REPLICA", "sparklog.partition": str(partition)},
-                            removes=files)  # fmt: skip
+                self.commit(
+                    dt,
+                    [],
+                    transactions,
+                    {"sparklog.operation": "DROP REPLICA", "sparklog.partition": str(partition)},
+                    removes=files,
+                )
                 return
             except CommitConflict:
                 continue
@@ -268,17 +291,23 @@ class TopicTable:
         fence. Any writer of an older epoch is refused afterwards; a concurrent one conflicts."""
         for _ in range(50):
             dt = self.snapshot()
-            if self.fenced_leader_epoch(dt, partition) >= epoch and (not lineage or self.leader_epoch(dt, partition) >= epoch):
+            if self.fenced_leader_epoch(dt, partition) >= epoch and (
+                not lineage or self.leader_epoch(dt, partition) >= epoch
+            ):
                 return
             transactions = {leader_fence_app_id(partition): epoch}
             if lineage:
                 transactions[leader_app_id(partition)] = epoch
             try:
-                self.commit(dt, [], transactions, {"sparklog.operation": "LEADER EPOCH", "sparklog.partition": str(partition)})
+                self.commit(
+                    dt, [], transactions, {"sparklog.operation": "LEADER EPOCH", "sparklog.partition": str(partition)}
+                )
                 return
             except CommitConflict:
                 continue
-        raise StorageError(f"Could not commit leader epoch {epoch} of {self.topic}-{partition} at {self.root}: too many conflicts")
+        raise StorageError(
+            f"Could not commit leader epoch {epoch} of {self.topic}-{partition} at {self.root}: too many conflicts"
+        )
 
     @staticmethod
     def producer_sequence(dt: DeltaTable, producer_id: str, partition: int) -> int | None:
@@ -293,7 +322,9 @@ class TopicTable:
         """Live files (optionally of some partitions), ordered by partition and offset."""
         actions = self._actions(dt)
         if partitions is not None and actions.num_rows:
-            actions = actions.filter(pc.is_in(actions.column("partition.partition"), pa.array(sorted(partitions), pa.int32())))
+            actions = actions.filter(
+                pc.is_in(actions.column("partition.partition"), pa.array(sorted(partitions), pa.int32()))
+            )
         if actions.num_rows == 0:
             return []
         cols: dict[str, list[Any]] = {
@@ -339,7 +370,11 @@ class TopicTable:
         if actions.num_rows == 0:
             return {}
         grouped = actions.group_by("partition.partition").aggregate([("min.offset", "min")])
-        smallest = zip(grouped.column("partition.partition").to_pylist(), grouped.column("min.offset_min").to_pylist())
+        smallest = zip(
+            grouped.column("partition.partition").to_pylist(),
+            grouped.column("min.offset_min").to_pylist(),
+            strict=False,
+        )
         return {p: max(first, _transaction_version(dt, start_app_id(p)) or 0) for p, first in smallest}
 
     def log_start(self, dt: DeltaTable, partition: int) -> int:
@@ -392,7 +427,9 @@ class TopicTable:
             app_transactions=[Transaction(app_id, version) for app_id, version in sorted(transactions.items())],
         )
         try:
-            dt.create_write_transaction(actions, "append", TABLE_SCHEMA, partition_by=["partition"], commit_properties=properties)
+            dt.create_write_transaction(
+                actions, "append", TABLE_SCHEMA, partition_by=["partition"], commit_properties=properties
+            )
         except CommitFailedError as exc:
             raise CommitConflict(str(exc)) from exc
         except (DeltaError, OSError) as exc:
@@ -409,11 +446,15 @@ class TopicTable:
                 fsync_path(os.path.join(log_dir, name))
         fsync_path(log_dir)
 
-    def advance_log_start(self, partition: int, new_log_start: int, removed: Sequence[SegmentLike], operation: str) -> bool:
+    def advance_log_start(
+        self, partition: int, new_log_start: int, removed: Sequence[SegmentLike], operation: str
+    ) -> bool:
         """:meth:`advance_log_starts` for one partition."""
         return self.advance_log_starts({partition: new_log_start}, removed, operation)
 
-    def advance_log_starts(self, new_log_starts: dict[int, int], removed: Sequence[SegmentLike], operation: str) -> bool:
+    def advance_log_starts(
+        self, new_log_starts: dict[int, int], removed: Sequence[SegmentLike], operation: str
+    ) -> bool:
         """Remove ``removed`` (whole files, metadata only) and raise the log-start offset of
         each partition in ``new_log_starts``, all in one commit. Returns False when a
         concurrent commit got there first (a file is no longer live, or a log-start moved
@@ -460,8 +501,8 @@ def _micros(value: Any) -> int | None:
     if isinstance(value, int):
         return value
     # pyarrow gives datetime for timestamp stats
-    moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    moment = value if value.tzinfo else value.replace(tzinfo=UTC)
     return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

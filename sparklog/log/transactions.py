@@ -18,9 +18,17 @@ from sparklog.errors import StorageError
 from sparklog.log.txn_state import app_transactions, local_root
 
 __all__ = [
-    "end_app_id", "start_app_id", "cleaned_app_id", "rewrite_app_id", "fence_app_id", "leader_app_id",
-    "leader_fence_app_id", "producer_app_id", "transaction_version", "transactions_at",
-]  # fmt: skip
+    "cleaned_app_id",
+    "end_app_id",
+    "fence_app_id",
+    "leader_app_id",
+    "leader_fence_app_id",
+    "producer_app_id",
+    "rewrite_app_id",
+    "start_app_id",
+    "transaction_version",
+    "transactions_at",
+]
 
 
 def end_app_id(partition: int) -> str:
@@ -84,7 +92,9 @@ def transaction_version(dt: DeltaTable, app_id: str) -> int | None:
     # fails here, not in snapshot(). Keep deltalake's errors inside this module.
     try:
         version = dt.version()
-        cached: tuple[int, Mapping[str, int] | None, dict[str, int | None]] | None = getattr(dt, _TXN_CACHE_ATTRIBUTE, None)
+        cached: tuple[int, Mapping[str, int] | None, dict[str, int | None]] | None = getattr(
+            dt, _TXN_CACHE_ATTRIBUTE, None
+        )
         if cached is None or cached[0] != version:
             cached = (version, transactions_at(dt, version), {})
             setattr(dt, _TXN_CACHE_ATTRIBUTE, cached)

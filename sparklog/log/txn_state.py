@@ -106,7 +106,10 @@ def _from_checkpoint(root: str, version: int) -> tuple[int, dict[str, int]] | No
         return None
     parts = int(last.get("parts") or 0)
     if parts:
-        paths = [os.path.join(log_dir, f"{checkpoint:020d}.checkpoint.{i:010d}.{parts:010d}.parquet") for i in range(1, parts + 1)]
+        paths = [
+            os.path.join(log_dir, f"{checkpoint:020d}.checkpoint.{i:010d}.{parts:010d}.parquet")
+            for i in range(1, parts + 1)
+        ]
     else:
         paths = [os.path.join(log_dir, f"{checkpoint:020d}.checkpoint.parquet")]
     versions: dict[str, int] = {}

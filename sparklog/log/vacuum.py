@@ -41,14 +41,19 @@ from sparklog.log.plans import vacuum_candidates
 from sparklog.log.table import TopicTable
 from sparklog.retries import DELTA_LOG_READ
 
-__all__ = ["VacuumResult", "vacuum_topic", "removed_files", "data_files_on_disk", "DEFAULT_DELETED_FILE_RETENTION_MS"]
+__all__ = ["DEFAULT_DELETED_FILE_RETENTION_MS", "VacuumResult", "data_files_on_disk", "removed_files", "vacuum_topic"]
 
 DEFAULT_DELETED_FILE_RETENTION_MS = 7 * 86_400_000  # Delta's "interval 1 week"
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d+)\.(\d+))?\.parquet$")
 _INTERVAL_UNITS_MS = {
-    "millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000, "week": 604_800_000,
-}  # fmt: skip
+    "millisecond": 1,
+    "second": 1000,
+    "minute": 60_000,
+    "hour": 3_600_000,
+    "day": 86_400_000,
+    "week": 604_800_000,
+}
 
 
 @dataclass(frozen=True)
@@ -152,7 +157,9 @@ def removed_files(table: TopicTable) -> list[tuple[str, int]]:
         try:
             names = os.listdir(log_dir)
             checkpoint_version, parts = _newest_checkpoint(names)
-            commits = sorted(int(m.group(1)) for m in map(_COMMIT.match, names) if m and int(m.group(1)) > checkpoint_version)
+            commits = sorted(
+                int(m.group(1)) for m in map(_COMMIT.match, names) if m and int(m.group(1)) > checkpoint_version
+            )
             if commits and commits != list(range(checkpoint_version + 1, commits[-1] + 1)):
                 continue  # log cleanup or a checkpoint raced the listing: look again
             removed = [r for part in parts for r in _checkpoint_removes(os.path.join(log_dir, part))]
@@ -163,7 +170,9 @@ def removed_files(table: TopicTable) -> list[tuple[str, int]]:
             continue  # a file listed was cleaned up meanwhile
         except (OSError, ValueError, pa.ArrowInvalid) as exc:
             raise StorageError(f"Vacuum of topic {table.topic} cannot read the Delta log at {log_dir}: {exc}") from exc
-    raise DELTA_LOG_READ.exhausted(f"Vacuum of topic {table.topic} reading the Delta log at {log_dir}", "run vacuum again")
+    raise DELTA_LOG_READ.exhausted(
+        f"Vacuum of topic {table.topic} reading the Delta log at {log_dir}", "run vacuum again"
+    )
 
 
 def _newest_checkpoint(names: list[str]) -> tuple[int, list[str]]:
@@ -225,7 +234,7 @@ def _interval_ms(table: TopicTable, text: str) -> int:
     if not words or len(words) % 2:
         raise ConfigError(f"Topic {table.topic}: cannot read delta.deletedFileRetentionDuration={text!r}")
     total = 0
-    for amount, unit in zip(words[::2], words[1::2]):
+    for amount, unit in zip(words[::2], words[1::2], strict=False):
         unit = unit.rstrip("s") if unit != "ms" else "millisecond"
         if not amount.isdigit() or unit not in _INTERVAL_UNITS_MS:
             raise ConfigError(

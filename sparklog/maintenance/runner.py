@@ -30,16 +30,25 @@ from sparklog.log.retention import RetentionResult, apply_delete_policy
 from sparklog.log.segment import parquet_compression
 from sparklog.log.vacuum import VacuumResult, vacuum_topic
 from sparklog.model.topic import is_internal
-
 from sparklog.server.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
     from sparklog.log.table import TopicTable
 
 __all__ = [
-    "run_retention", "run_compaction", "run_optimize", "run_vacuum", "run_maintenance", "leader_tables",
-    "MaintenanceReport", "RetentionResult", "CompactionResult", "OptimizeResult", "LogCheckpoint", "VacuumResult",
-]  # fmt: skip
+    "CompactionResult",
+    "LogCheckpoint",
+    "MaintenanceReport",
+    "OptimizeResult",
+    "RetentionResult",
+    "VacuumResult",
+    "leader_tables",
+    "run_compaction",
+    "run_maintenance",
+    "run_optimize",
+    "run_retention",
+    "run_vacuum",
+]
 
 Progress = Callable[[str], None]
 
@@ -74,7 +83,7 @@ def _policies(configs: dict[str, Any]) -> set[str]:
     return set(str(configs["cleanup.policy"]).split(","))
 
 
-def leader_tables(replicas: ReplicaManager, topic: str) -> list[tuple["TopicTable", list[int]]]:
+def leader_tables(replicas: ReplicaManager, topic: str) -> list[tuple[TopicTable, list[int]]]:
     """The topic's tables (one per leader replica) with the partitions each one leads."""
     return replicas.leader_tables(topic)
 
@@ -102,8 +111,15 @@ def _runner(spark: Any) -> tuple[TaskRunner, int]:
     return runner, runner.wave_size
 
 
-def _compact_topic(replicas: ReplicaManager, topic: str, configs: dict[str, Any], runner: tuple[TaskRunner, int],
-                   dry_run: bool, now: int, progress: Progress | None) -> list[CompactionResult]:  # fmt: skip
+def _compact_topic(
+    replicas: ReplicaManager,
+    topic: str,
+    configs: dict[str, Any],
+    runner: tuple[TaskRunner, int],
+    dry_run: bool,
+    now: int,
+    progress: Progress | None,
+) -> list[CompactionResult]:
     report = None if progress is None else (lambda r: progress(r.line()))
     run_tasks, wave_size = runner
     return [
@@ -115,7 +131,9 @@ def _compact_topic(replicas: ReplicaManager, topic: str, configs: dict[str, Any]
     ]
 
 
-def _retain_topic(replicas: ReplicaManager, topic: str, configs: dict[str, Any], now: int, dry_run: bool) -> list[RetentionResult]:
+def _retain_topic(
+    replicas: ReplicaManager, topic: str, configs: dict[str, Any], now: int, dry_run: bool
+) -> list[RetentionResult]:
     return [
         result
         for table, partitions in leader_tables(replicas, topic)
@@ -150,7 +168,10 @@ def run_compaction(
 
 
 def run_optimize(
-    replicas: ReplicaManager, topics: Iterable[str] | None = None, dry_run: bool = False, progress: Progress | None = None
+    replicas: ReplicaManager,
+    topics: Iterable[str] | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
 ) -> tuple[list[OptimizeResult], list[LogCheckpoint]]:
     """Merge small files of ``topics`` (default: every topic), then per table
     sync its log properties with ``history.retention.ms``, checkpoint and clean the log."""
@@ -163,17 +184,23 @@ def run_optimize(
     return results, checkpoints
 
 
-def _optimize_topic(replicas: ReplicaManager, topic: str, configs: dict[str, Any], dry_run: bool,
-                    progress: Progress | None) -> tuple[list[OptimizeResult], list[LogCheckpoint]]:  # fmt: skip
+def _optimize_topic(
+    replicas: ReplicaManager, topic: str, configs: dict[str, Any], dry_run: bool, progress: Progress | None
+) -> tuple[list[OptimizeResult], list[LogCheckpoint]]:
     report = None if progress is None else (lambda r: progress(_optimize_line(r)))
     results: list[OptimizeResult] = []
     checkpoints: list[LogCheckpoint] = []
     # Every replica, followers too: their fetches add small files and log entries as well.
     for table, partitions in replicas.replica_tables(topic):
         results += optimize_topic(
-            table, partitions, int(configs["segment.bytes"]), dry_run=dry_run,
-            compression=parquet_compression(str(configs["compression.type"])), checkpoint=False, progress=report,
-        )  # fmt: skip
+            table,
+            partitions,
+            int(configs["segment.bytes"]),
+            dry_run=dry_run,
+            compression=parquet_compression(str(configs["compression.type"])),
+            checkpoint=False,
+            progress=report,
+        )
         if dry_run:
             continue
         table.set_history_retention(int(configs["history.retention.ms"]))
@@ -198,8 +225,9 @@ def run_vacuum(
     return results
 
 
-def _vacuum_topic(replicas: ReplicaManager, topic: str, configs: dict[str, Any], dry_run: bool, now: int,
-                  progress: Progress | None) -> list[VacuumResult]:  # fmt: skip
+def _vacuum_topic(
+    replicas: ReplicaManager, topic: str, configs: dict[str, Any], dry_run: bool, now: int, progress: Progress | None
+) -> list[VacuumResult]:
     verb = "would delete" if dry_run else "deleted"
 
     def report(directory: str, files: int, size: int) -> None:

@@ -17,10 +17,10 @@ import threading
 from kazoo.exceptions import NodeExistsError
 from kazoo.protocol.states import KazooState
 
+from sparklog.errors import ConfigError
 from sparklog.metadata import zkdata
 from sparklog.metadata.session import ZkSession, zk_errors
 from sparklog.metadata.zkdata import BrokerRecord, encode
-from sparklog.errors import ConfigError
 
 __all__ = ["BrokerRegistration", "live_broker_ids"]
 

@@ -118,7 +118,9 @@ class ControllerElection:
         if client.exists(zkdata.CONTROLLER) is not None:
             return
         txn = client.transaction()
-        txn.create(zkdata.CONTROLLER, encode(ControllerRecord(broker_id=self.broker_id, epoch=epoch + 1)), ephemeral=True)
+        txn.create(
+            zkdata.CONTROLLER, encode(ControllerRecord(broker_id=self.broker_id, epoch=epoch + 1)), ephemeral=True
+        )
         txn.set_data(zkdata.CONTROLLER_EPOCH, str(epoch + 1).encode(), version=stat.version)
         results = txn.commit()
         if any(isinstance(r, Exception) for r in results):

@@ -38,8 +38,13 @@ from pathlib import Path
 from sparklog.errors import ZooKeeperUnavailableError
 
 __all__ = [
-    "EmbeddedZooKeeperStatus", "ensure_started", "start", "stop", "status", "find_zookeeper_jars",
-]  # fmt: skip
+    "EmbeddedZooKeeperStatus",
+    "ensure_started",
+    "find_zookeeper_jars",
+    "start",
+    "status",
+    "stop",
+]
 
 _HOST = "127.0.0.1"
 _MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
@@ -256,19 +261,32 @@ def _log_tail(lay: _Layout, offset: int, lines: int = 20) -> str:
 
 def _launch(lay: _Layout, java: str, jars: Path) -> tuple[subprocess.Popen[bytes], list[str], int]:
     cmd = [
-        java, "-Xmx256m", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true",
-        "-Dzookeeper.admin.enableServer=false", f"-Dlog4j2.configurationFile={lay.log4j}",
-        "-Dzookeeper.jmx.log4j.disable=true", "-cp", f"{jars}/*", _MAIN_CLASS, str(lay.cfg),
-    ]  # fmt: skip
+        java,
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        "-Djava.net.preferIPv4Stack=true",
+        "-Dzookeeper.admin.enableServer=false",
+        f"-Dlog4j2.configurationFile={lay.log4j}",
+        "-Dzookeeper.jmx.log4j.disable=true",
+        "-cp",
+        f"{jars}/*",
+        _MAIN_CLASS,
+        str(lay.cfg),
+    ]
     with open(lay.log, "ab") as log:
         offset = log.tell()
         log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(cmd)}\n".encode())
         log.flush()
         # A new session keeps the terminal's SIGINT/SIGHUP away: the server must outlive us.
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            close_fds=True, start_new_session=True, cwd=lay.root,
-        )  # fmt: skip
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+            start_new_session=True,
+            cwd=lay.root,
+        )
     _CHILDREN[proc.pid] = proc
     return proc, cmd, offset
 

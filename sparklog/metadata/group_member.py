@@ -43,23 +43,34 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, RolledBackError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import KazooState
 
+from sparklog.errors import FencedInstanceIdError, SparklogError, ZooKeeperUnavailableError
 from sparklog.metadata import zkdata
-from sparklog.metadata.group_registry import COMPLETING, EMPTY, PREPARING, STABLE, GroupRegistry, StaticDeparture, now_ms
+from sparklog.metadata.group_registry import (
+    COMPLETING,
+    EMPTY,
+    PREPARING,
+    STABLE,
+    GroupRegistry,
+    StaticDeparture,
+    now_ms,
+)
 from sparklog.metadata.session import ZkSession, zk_errors
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord, encode
-from sparklog.errors import FencedInstanceIdError, SparklogError, ZooKeeperUnavailableError
 from sparklog.model.topic import is_internal
 
-__all__ = ["GroupMember", "Assignment", "AssignFn", "SyncAction", "SyncResult"]
+__all__ = ["AssignFn", "Assignment", "GroupMember", "SyncAction", "SyncResult"]
 
 log = logging.getLogger("sparklog.group")
 
 TopicPartition = tuple[str, int]
 # (protocol, members, partition counts, previous assignment) -> key -> partitions
-AssignFn = Callable[[str, Sequence[MemberRecord], Mapping[str, Sequence[str]], Mapping[str, int], Mapping[str, list[TopicPartition]]], dict[str, list[TopicPartition]]]
+AssignFn = Callable[
+    [str, Sequence[MemberRecord], Mapping[str, Sequence[str]], Mapping[str, int], Mapping[str, list[TopicPartition]]],
+    dict[str, list[TopicPartition]],
+]
 
 
 @dataclass(frozen=True)
@@ -148,7 +159,9 @@ class GroupMember:
         self.zk.client.add_listener(self._on_connection_state)
         self._register()
         self.status = "JOINED"
-        self._leader_thread = threading.Thread(target=self._lead_loop, name=f"sparklog-group-{self.group_id}", daemon=True)
+        self._leader_thread = threading.Thread(
+            target=self._lead_loop, name=f"sparklog-group-{self.group_id}", daemon=True
+        )
         self._leader_thread.start()
         self.wakeup()
 
@@ -183,7 +196,11 @@ class GroupMember:
             txn.create(self.path, data, ephemeral=True)
             if record is not None and self.key in record.members:
                 members = dict(record.members, **{self.key: self.member_id})
-                txn.set_data(zkdata.group_state_path(self.group_id), encode(replace(record, members=members)), version=state_version)
+                txn.set_data(
+                    zkdata.group_state_path(self.group_id),
+                    encode(replace(record, members=members)),
+                    version=state_version,
+                )
                 # The generation stays the same: sync() hands us the predecessor's partitions.
             if not any(isinstance(r, Exception) for r in txn.commit()):
                 return
@@ -313,7 +330,7 @@ class GroupMember:
             except NodeExistsError:
                 pass
             try:
-                data, stat = client.get(path, watch=self._leader_wake_watch)
+                _data, stat = client.get(path, watch=self._leader_wake_watch)
             except NoNodeError:
                 self._leader_wake.set()
                 return False
@@ -356,7 +373,9 @@ class GroupMember:
             return wait
         if record.state in (STABLE, EMPTY) or (record.state == COMPLETING and record.signature != signature):
             deadline = now + max(m.rebalance_timeout_ms for m in everyone.values())
-            self._write(replace(record, state=PREPARING, rebalance_deadline_ms=deadline, leader=self.member_id), version)
+            self._write(
+                replace(record, state=PREPARING, rebalance_deadline_ms=deadline, leader=self.member_id), version
+            )
             return 0.05
         if record.state == PREPARING:
             owners = [k for k, parts in record.assignment.items() if parts and k in members]
@@ -368,7 +387,9 @@ class GroupMember:
                 return 0.5
             protocol = _choose_protocol(self.record.protocols, eligible.values())
             previous = {k: [(str(t), int(p)) for t, p in parts] for k, parts in record.assignment.items()}
-            assignment = self._assign(protocol, list(eligible.values()), {k: subscriptions[k] for k in eligible}, counts, previous)
+            assignment = self._assign(
+                protocol, list(eligible.values()), {k: subscriptions[k] for k in eligible}, counts, previous
+            )
             record = replace(
                 record,
                 state=COMPLETING,
@@ -391,11 +412,15 @@ class GroupMember:
         """Leader write, fenced by our leader znode's version; returns the new state version."""
         client = self.zk.client
         txn = client.transaction()
-        txn.check(zkdata.group_leader_path(self.group_id), self._leader_version if self._leader_version is not None else -2)
+        txn.check(
+            zkdata.group_leader_path(self.group_id), self._leader_version if self._leader_version is not None else -2
+        )
         txn.set_data(zkdata.group_state_path(self.group_id), encode(record), version=version)
         with zk_errors(f"recording the state of group {self.group_id}"):
             results = txn.commit()
-        if any(isinstance(r, (BadVersionError, NoNodeError, RolledBackError)) or isinstance(r, Exception) for r in results):
+        if any(
+            isinstance(r, (BadVersionError, NoNodeError, RolledBackError)) or isinstance(r, Exception) for r in results
+        ):
             raise SparklogError(f"Group {self.group_id}: state changed under the leader; re-reading")
         return results[1].version
 
@@ -444,5 +469,8 @@ def _choose_protocol(preferred: Sequence[str], records: Iterable[MemberRecord]) 
 
 
 def _signature(subscriptions: Mapping[str, Sequence[str]], counts: Mapping[str, int]) -> str:
-    payload = json.dumps({"members": {k: list(v) for k, v in sorted(subscriptions.items())}, "partitions": dict(sorted(counts.items()))}, sort_keys=True)
+    payload = json.dumps(
+        {"members": {k: list(v) for k, v in sorted(subscriptions.items())}, "partitions": dict(sorted(counts.items()))},
+        sort_keys=True,
+    )
     return hashlib.sha1(payload.encode()).hexdigest()

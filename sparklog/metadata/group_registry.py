@@ -20,11 +20,8 @@ import json
 import time
 from dataclasses import dataclass
 
-from kazoo.exceptions import NoNodeError, NodeExistsError, NotEmptyError
+from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
-from sparklog.metadata import zkdata
-from sparklog.metadata.session import ZkSession, zk_errors
-from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord, encode
 from sparklog.errors import (
     FencedInstanceIdError,
     GroupNotEmptyError,
@@ -32,8 +29,11 @@ from sparklog.errors import (
     RebalanceInProgressError,
     UnknownMemberError,
 )
+from sparklog.metadata import zkdata
+from sparklog.metadata.session import ZkSession, zk_errors
+from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord, encode
 
-__all__ = ["GroupRegistry", "GroupSnapshot", "StaticDeparture", "EMPTY", "STABLE", "PREPARING", "COMPLETING", "DEAD"]
+__all__ = ["COMPLETING", "DEAD", "EMPTY", "PREPARING", "STABLE", "GroupRegistry", "GroupSnapshot", "StaticDeparture"]
 
 EMPTY = "Empty"
 PREPARING = "PreparingRebalance"
@@ -61,7 +61,7 @@ class StaticDeparture:
         ).encode()
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> "StaticDeparture":
+    def decode(cls, data: bytes, path: str) -> StaticDeparture:
         raw = zkdata.decode_json(data, path)
         return cls(MemberRecord.decode(json.dumps(raw["member"]).encode(), path), int(raw["departed_ms"]))
 
@@ -162,7 +162,9 @@ class GroupRegistry:
         now = now_ms()
         departed = {k: d for k, d in self.departures(group_id).items() if d.expires_ms > now}
         members = self.members(group_id)
-        return GroupSnapshot(group_id, record, version, members, {k: d for k, d in departed.items() if k not in members})
+        return GroupSnapshot(
+            group_id, record, version, members, {k: d for k, d in departed.items() if k not in members}
+        )
 
     def check_commit(self, group_id: str, generation: int, member_id: str, member_key: str) -> GroupStateRecord:
         """Raise unless ``member_id`` may commit in ``generation`` now (Kafka's coordinator checks)."""

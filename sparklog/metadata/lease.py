@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from sparklog.errors import FencedError, LeaseTimeoutError, TopicNotFoundError
 from sparklog.metadata import zkdata
 from sparklog.metadata.session import ZkSession, zk_errors
 from sparklog.metadata.zkdata import WriterLeaseRecord, decode_json, encode
-from sparklog.errors import FencedError, LeaseTimeoutError, TopicNotFoundError
 
-__all__ = ["LeaseGrant", "WriterLease", "reserve_offsets", "now_ms"]
+__all__ = ["LeaseGrant", "WriterLease", "now_ms", "reserve_offsets"]
 
 
 def now_ms() -> int:
@@ -150,7 +150,7 @@ class WriterLease:
                         f"until {record.expires_ms - now} ms from now. Retry later or raise max.block.ms."
                     )
                 changed = threading.Event()
-                stat = client.exists(self.path, watch=lambda _event: changed.set())
+                stat = client.exists(self.path, watch=lambda _event, changed=changed: changed.set())
                 if stat is None or stat.version != version:
                     continue  # changed (e.g. released) since we read it: the watch would never fire
                 changed.wait(min(remaining, max(0.001, (record.expires_ms - now) / 1000.0 + 0.002)))

@@ -20,10 +20,10 @@ from collections.abc import Iterable
 
 from kazoo.recipe.watchers import DataWatch
 
+from sparklog.errors import TopicNotFoundError
 from sparklog.metadata import zkdata
 from sparklog.metadata.session import ZkSession, zk_errors
 from sparklog.metadata.zkdata import PartitionState
-from sparklog.errors import TopicNotFoundError
 
 __all__ = ["PartitionStateCache"]
 

@@ -58,7 +58,9 @@ def zk_errors(what: str) -> Iterator[None]:
     try:
         yield
     except (SessionExpiredError, ConnectionLoss, KazooTimeoutError) as exc:
-        raise ZooKeeperUnavailableError(f"{what}: ZooKeeper unreachable or session lost ({type(exc).__name__})") from exc
+        raise ZooKeeperUnavailableError(
+            f"{what}: ZooKeeper unreachable or session lost ({type(exc).__name__})"
+        ) from exc
     except KazooException as exc:
         raise CoordinationError(f"{what}: {type(exc).__name__} {exc}") from exc
 
@@ -74,7 +76,7 @@ class ZkSession:
         self.retry = KazooRetry(max_tries=5, delay=0.05, max_delay=1.0, ignore_expire=False)
 
     @classmethod
-    def from_config(cls, config: ClusterConfig) -> "ZkSession":
+    def from_config(cls, config: ClusterConfig) -> ZkSession:
         return cls(resolve_connect(config), config.zookeeper_session_timeout_ms, config.zookeeper_connection_timeout_ms)
 
     @property
@@ -108,7 +110,7 @@ class ZkSession:
                 "(`sparklog zookeeper status`)"
             ) from exc
 
-    def start(self) -> "ZkSession":
+    def start(self) -> ZkSession:
         if self._client is not None:
             return self
         root = self._new_client(self.hosts)
@@ -152,7 +154,7 @@ class ZkSession:
             finally:
                 client.close()
 
-    def __enter__(self) -> "ZkSession":
+    def __enter__(self) -> ZkSession:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -12,14 +12,14 @@ import socket
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
+from sparklog.errors import ConfigError, CoordinationError, TopicExistsError, TopicNotFoundError
 from sparklog.metadata import zkdata
 from sparklog.metadata.session import ZkSession, zk_errors
-from sparklog.errors import ConfigError, CoordinationError, TopicExistsError, TopicNotFoundError
 from sparklog.metadata.zkdata import (
     BrokerRecord,
     ElectionRequestRecord,
-    ReassignmentRecord,
     PartitionState,
+    ReassignmentRecord,
     TopicAssignment,
     TopicConfigRecord,
     encode,

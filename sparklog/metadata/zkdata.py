@@ -18,41 +18,41 @@ from sparklog.group.ids import validate_group_id, validate_instance_id
 from sparklog.model.topic import validate_topic_name
 
 __all__ = [
-    "BROKER_REGISTRY",
+    "ADMIN_PREFERRED_ELECTION",
+    "ADMIN_REASSIGN",
     "BROKER_IDS",
-    "TOPICS",
+    "BROKER_REGISTRY",
     "CONFIG_TOPICS",
-    "topic_path",
-    "partitions_path",
-    "partition_path",
-    "partition_state_path",
-    "writer_path",
-    "topic_config_path",
-    "broker_registry_path",
-    "broker_ids_path",
+    "CONSUMERS",
     "CONTROLLER",
     "CONTROLLER_EPOCH",
-    "ADMIN_REASSIGN",
-    "ADMIN_PREFERRED_ELECTION",
-    "ControllerRecord",
-    "ReassignmentRecord",
-    "ElectionRequestRecord",
-    "TopicAssignment",
-    "PartitionState",
-    "WriterLeaseRecord",
+    "TOPICS",
     "BrokerRecord",
-    "encode",
-    "decode_json",
-    "CONSUMERS",
-    "group_path",
-    "group_members_path",
-    "group_member_path",
-    "group_state_path",
-    "group_leader_path",
-    "group_static_path",
-    "MemberRecord",
+    "ControllerRecord",
+    "ElectionRequestRecord",
     "GroupStateRecord",
+    "MemberRecord",
+    "PartitionState",
+    "ReassignmentRecord",
     "StaticDepartureRecord",
+    "TopicAssignment",
+    "WriterLeaseRecord",
+    "broker_ids_path",
+    "broker_registry_path",
+    "decode_json",
+    "encode",
+    "group_leader_path",
+    "group_member_path",
+    "group_members_path",
+    "group_path",
+    "group_state_path",
+    "group_static_path",
+    "partition_path",
+    "partition_state_path",
+    "partitions_path",
+    "topic_config_path",
+    "topic_path",
+    "writer_path",
 ]
 
 BROKER_IDS = "/brokers/ids"
@@ -149,7 +149,7 @@ class TopicAssignment:
     version: int = 1
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> "TopicAssignment":
+    def decode(cls, data: bytes, path: str) -> TopicAssignment:
         raw = decode_json(data, path)
         return cls(topic_id=raw["topic_id"], partitions={str(k): list(v) for k, v in raw["partitions"].items()})
 
@@ -170,7 +170,7 @@ class PartitionState:
     version: int = 1
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> "PartitionState":
+    def decode(cls, data: bytes, path: str) -> PartitionState:
         raw = decode_json(data, path)
         epochs = raw.get("epochs") or [[int(raw["leader_epoch"]), 0]]
         return cls(
@@ -198,7 +198,7 @@ class WriterLeaseRecord:
     version: int = 1
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> "WriterLeaseRecord":
+    def decode(cls, data: bytes, path: str) -> WriterLeaseRecord:
         raw = decode_json(data, path)
         return cls(
             owner=str(raw["owner"]),
@@ -219,7 +219,7 @@ class BrokerRecord:
     version: int = 1
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> "BrokerRecord":
+    def decode(cls, data: bytes, path: str) -> BrokerRecord:
         raw = decode_json(data, path)
         return cls(log_dir=str(raw["log_dir"]), rack=raw.get("rack"), host=str(raw.get("host", "")))
 
@@ -232,7 +232,7 @@ class TopicConfigRecord:
     version: int = 1
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> "TopicConfigRecord":
+    def decode(cls, data: bytes, path: str) -> TopicConfigRecord:
         raw = decode_json(data, path)
         return cls(config={str(k): str(v) for k, v in raw.get("config", {}).items()})
 
@@ -263,7 +263,7 @@ class MemberRecord:
         return self.instance_id or self.member_id
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> "MemberRecord":
+    def decode(cls, data: bytes, path: str) -> MemberRecord:
         raw = decode_json(data, path)
         return cls(
             member_id=str(raw["member_id"]),
@@ -299,7 +299,7 @@ class GroupStateRecord:
     version: int = 1
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> "GroupStateRecord":
+    def decode(cls, data: bytes, path: str) -> GroupStateRecord:
         raw = decode_json(data, path)
         return cls(
             state=str(raw["state"]),
@@ -327,7 +327,7 @@ class StaticDepartureRecord:
     version: int = 1
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> "StaticDepartureRecord":
+    def decode(cls, data: bytes, path: str) -> StaticDepartureRecord:
         raw = decode_json(data, path)
         return cls(str(raw["member_id"]), int(raw["departed_ms"]), int(raw["session_timeout_ms"]))
 
@@ -342,7 +342,7 @@ class ControllerRecord:
     version: int = 1
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> "ControllerRecord":
+    def decode(cls, data: bytes, path: str) -> ControllerRecord:
         raw = decode_json(data, path)
         return cls(broker_id=int(raw["broker_id"]), epoch=int(raw["epoch"]))
 
@@ -355,7 +355,7 @@ class ReassignmentRecord:
     version: int = 1
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> "ReassignmentRecord":
+    def decode(cls, data: bytes, path: str) -> ReassignmentRecord:
         raw = decode_json(data, path)
         return cls(partitions={str(k): [int(b) for b in v] for k, v in dict(raw["partitions"]).items()})
 
@@ -369,6 +369,6 @@ class ElectionRequestRecord:
     version: int = 1
 
     @classmethod
-    def decode(cls, data: bytes, path: str) -> "ElectionRequestRecord":
+    def decode(cls, data: bytes, path: str) -> ElectionRequestRecord:
         raw = decode_json(data, path)
         return cls(partitions=[str(k) for k in raw["partitions"]])

@@ -21,7 +21,7 @@ from sparklog.model.records import partitions_for_keys
 from sparklog.model.schema import FILE_SCHEMA, HEADERS_TYPE
 from sparklog.model.sizes import check_record_sizes, record_sizes
 
-__all__ = ["normalise_input", "SINK_COLUMNS", "spread"]
+__all__ = ["SINK_COLUMNS", "normalise_input", "spread"]
 
 SINK_COLUMNS = ("key", "value", "partition", "headers", "timestamp", "topic")
 _TIMESTAMP = FILE_SCHEMA.field("timestamp").type

@@ -12,17 +12,17 @@ Malformed input raises :class:`~sparklog.errors.InvalidOffsetSpecError` quoting 
 from __future__ import annotations
 
 import json
-from typing import Literal, Union
+from typing import Literal
 
 from sparklog.errors import InvalidOffsetSpecError
 from sparklog.model.topic import validate_topic_name
 
-__all__ = ["EARLIEST", "LATEST", "OffsetSpec", "parse_offsets_json", "parse_assign_json", "parse_offset_spec"]
+__all__ = ["EARLIEST", "LATEST", "OffsetSpec", "parse_assign_json", "parse_offset_spec", "parse_offsets_json"]
 
 EARLIEST = -2
 LATEST = -1
 
-OffsetSpec = Union[Literal["earliest", "latest"], int]
+OffsetSpec = Literal["earliest", "latest"] | int
 
 
 def _load(text: str, option: str) -> object:
@@ -41,13 +41,17 @@ def parse_offsets_json(text: str, option: str = "startingOffsets") -> dict[str, 
     for topic, partitions in raw.items():
         validate_topic_name(topic)
         if not isinstance(partitions, dict):
-            raise InvalidOffsetSpecError(f"{option}: partitions of topic {topic!r} must be an object, got {partitions!r}")
+            raise InvalidOffsetSpecError(
+                f"{option}: partitions of topic {topic!r} must be an object, got {partitions!r}"
+            )
         parsed: dict[int, int] = {}
         for partition, offset in partitions.items():
             try:
                 p = int(partition)
             except (TypeError, ValueError):
-                raise InvalidOffsetSpecError(f"{option}: partition {partition!r} of topic {topic!r} is not a number") from None
+                raise InvalidOffsetSpecError(
+                    f"{option}: partition {partition!r} of topic {topic!r} is not a number"
+                ) from None
             if p < 0 or isinstance(offset, bool) or not isinstance(offset, int) or offset < -2:
                 raise InvalidOffsetSpecError(
                     f"{option}: bad entry {partition!r}: {offset!r} for topic {topic!r} "
@@ -65,7 +69,9 @@ def parse_assign_json(text: str) -> dict[str, list[int]]:
     result: dict[str, list[int]] = {}
     for topic, partitions in raw.items():
         validate_topic_name(topic)
-        if not isinstance(partitions, list) or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions):
+        if not isinstance(partitions, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions
+        ):
             raise InvalidOffsetSpecError(f"assign: partitions of topic {topic!r} must be a list of numbers >= 0")
         result[topic] = sorted(set(partitions))
     return result

@@ -15,14 +15,14 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "Header",
+    "RecordMetadata",
     "murmur2",
-    "to_positive",
     "partition_for_key",
     "partitions_for_keys",
-    "RecordMetadata",
-    "Header",
-    "to_bytes",
     "records_to_arrow",
+    "to_bytes",
+    "to_positive",
 ]
 
 _M = 0x5BD1E995
@@ -154,7 +154,7 @@ def records_to_arrow(
     values: Sequence[bytes | None],
     timestamps_ms: Sequence[int],
     headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None = None,
-) -> "pa.Table":
+) -> pa.Table:
     """Records (CreateTime) as the Arrow layout segments are written from (no offsets)."""
     import pyarrow as pa
 
@@ -173,4 +173,3 @@ def records_to_arrow(
             ),
         }
     )
-

@@ -10,19 +10,17 @@ from __future__ import annotations
 import pyarrow as pa
 
 __all__ = [
-    "HEADERS_TYPE",
-    "TABLE_SCHEMA",
     "FILE_SCHEMA",
+    "HEADERS_TYPE",
     "READ_SCHEMA",
     "READ_SCHEMA_WITH_HEADERS",
     "SPARK_READ_DDL",
     "SPARK_READ_DDL_WITH_HEADERS",
+    "TABLE_SCHEMA",
     "read_schema",
 ]
 
-HEADERS_TYPE = pa.list_(
-    pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
-)
+HEADERS_TYPE = pa.list_(pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 
 # Delta table schema; ``partition`` is the Delta partition column (not stored in files).
@@ -54,8 +52,7 @@ READ_SCHEMA = pa.schema(
 READ_SCHEMA_WITH_HEADERS = READ_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
 
 SPARK_READ_DDL = (
-    "key binary, value binary, topic string, partition int, offset bigint, "
-    "timestamp timestamp, timestampType int"
+    "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"
 )
 SPARK_READ_DDL_WITH_HEADERS = SPARK_READ_DDL + ", headers array<struct<key: string, value: binary>>"
 

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from sparklog.errors import RecordTooLargeError
 
-__all__ = ["RECORD_OVERHEAD_BYTES", "record_size", "record_sizes", "check_record_sizes"]
+__all__ = ["RECORD_OVERHEAD_BYTES", "check_record_sizes", "record_size", "record_sizes"]
 
 RECORD_OVERHEAD_BYTES = 21  # approx. what a record costs beyond its key/value/headers (Kafka v2)
 

@@ -14,10 +14,10 @@ from sparklog.errors import InvalidTopicError
 
 __all__ = [
     "MAX_TOPIC_NAME_LENGTH",
-    "validate_topic_name",
-    "is_internal",
     "PartitionDescription",
     "TopicDescription",
+    "is_internal",
+    "validate_topic_name",
 ]
 
 MAX_TOPIC_NAME_LENGTH = 249
@@ -40,8 +40,7 @@ def validate_topic_name(name: object) -> str:
         )
     if not _LEGAL.fullmatch(name):
         raise InvalidTopicError(
-            f"Topic name {name!r} is illegal, it contains a character other than "
-            "ASCII alphanumerics, '.', '_' and '-'"
+            f"Topic name {name!r} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
         )
     return name
 

@@ -27,11 +27,11 @@ import uuid
 from dataclasses import dataclass, field
 
 from sparklog.config import ClusterConfig
-from sparklog.server.controller.controller import Controller, ControllerSettings
+from sparklog.log.segment import fsync_path
 from sparklog.metadata.broker_registration import BrokerRegistration
 from sparklog.metadata.controller_election import ControllerElection
 from sparklog.metadata.zkdata import BrokerRecord
-from sparklog.log.segment import fsync_path
+from sparklog.server.controller.controller import Controller, ControllerSettings
 from sparklog.server.replica_fetcher import ReplicaFetcher
 from sparklog.server.replica_manager import ReplicaManager
 
@@ -78,7 +78,7 @@ class BrokerAgent:
         self._election: ControllerElection | None = None
         self.healthy = False
 
-    def start(self) -> "BrokerAgent":
+    def start(self) -> BrokerAgent:
         # The persistent registry says where this broker's storage is, also while it is down.
         self.replicas.metadata.register_broker(self.broker_id, self.config.log_dir, self.config.broker_rack)
         record = BrokerRecord(log_dir=self.config.log_dir, rack=self.config.broker_rack, host=socket.gethostname())
@@ -87,11 +87,15 @@ class BrokerAgent:
         fetcher = ReplicaFetcher(self.replicas, self.broker_id)
         self._threads = [
             threading.Thread(target=self._probe_loop, name=f"broker-{self.broker_id}-probe", daemon=True),
-            threading.Thread(target=self._fetch_loop, args=(fetcher,), name=f"broker-{self.broker_id}-fetcher", daemon=True),
+            threading.Thread(
+                target=self._fetch_loop, args=(fetcher,), name=f"broker-{self.broker_id}-fetcher", daemon=True
+            ),
         ]
         for thread in self._threads:
             thread.start()
-        self._election = ControllerElection(self.replicas.zk, self.broker_id, self.controller.activate, self.controller.deactivate)
+        self._election = ControllerElection(
+            self.replicas.zk, self.broker_id, self.controller.activate, self.controller.deactivate
+        )
         self._election.start()
         log.info("broker %d started (log dir %s)", self.broker_id, self.config.log_dir)
         return self
@@ -117,7 +121,9 @@ class BrokerAgent:
     # -- loops -----------------------------------------------------------------------------
     def _probe_once(self) -> None:
         outcome: list[BaseException | None] = []
-        worker = threading.Thread(target=lambda: outcome.append(_try(probe_storage, self.config.log_dir, self.broker_id)), daemon=True)
+        worker = threading.Thread(
+            target=lambda: outcome.append(_try(probe_storage, self.config.log_dir, self.broker_id)), daemon=True
+        )
         worker.start()
         worker.join(self.settings.probe_timeout_ms / 1000)
         error = outcome[0] if outcome else TimeoutError(f"no answer within {self.settings.probe_timeout_ms} ms")
@@ -129,7 +135,12 @@ class BrokerAgent:
             self.healthy = True
         else:
             if self.healthy or self._registration.registered:
-                log.error("broker %d: storage probe of %s failed (%s); deregistering", self.broker_id, self.config.log_dir, error)
+                log.error(
+                    "broker %d: storage probe of %s failed (%s); deregistering",
+                    self.broker_id,
+                    self.config.log_dir,
+                    error,
+                )
                 self._registration.deregister()
             self.healthy = False
 
@@ -147,7 +158,7 @@ class BrokerAgent:
                 continue
             stop_when_unhealthy = threading.Event()
 
-            def watch() -> None:
+            def watch(stop_when_unhealthy: threading.Event = stop_when_unhealthy) -> None:
                 while not self._stop.is_set() and self.healthy:
                     self._stop.wait(0.1)
                 stop_when_unhealthy.set()

@@ -10,6 +10,7 @@ returned (invariants 5 and 8), and offsets outside ``[log_start, high_watermark]
 from __future__ import annotations
 
 from collections.abc import Mapping
+
 import pyarrow as pa
 
 from sparklog.errors import OffsetOutOfRangeError
@@ -19,7 +20,7 @@ from sparklog.model.topic import validate_topic_name
 from sparklog.retries import DELTA_COMMIT
 from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["list_offsets", "delete_records", "read"]
+__all__ = ["delete_records", "list_offsets", "read"]
 
 
 def list_offsets(replicas: ReplicaManager, topic: str, spec: OffsetSpec | str = "latest") -> dict[int, int]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from sparklog.metadata.lease import WriterLease
+from sparklog.config import Acks
 from sparklog.errors import (
     FencedError,
     LeaderNotAvailableError,
@@ -36,12 +36,12 @@ from sparklog.errors import (
     NotEnoughReplicasError,
     NotLeaderError,
 )
-from sparklog.config import Acks
 from sparklog.log.append import AppendResult, append
 from sparklog.log.table import TopicTable
+from sparklog.metadata.lease import WriterLease
 from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["TopicWriteSettings", "RequestSettings", "produce_request"]
+__all__ = ["RequestSettings", "TopicWriteSettings", "produce_request"]
 
 _RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
 _ISR_POLL_S = 0.002
@@ -93,12 +93,20 @@ def produce_request(
                 # acks=all: write the new files into the in-sync followers' directories too, so
                 # their fetch only has to commit them (one encoding, no copy after the commit).
                 followers = sorted({b for p in partitions for b in states[p].isr} - {states[partitions[0]].leader})
-                stage_roots = [replicas.replica_table(topic, b).root for b in followers] if request.acks == "all" else []
+                stage_roots = (
+                    [replicas.replica_table(topic, b).root for b in followers] if request.acks == "all" else []
+                )
                 result = _append_to_leader(
-                    table, {p: remaining[p] for p in partitions}, {p: states[p].leader_epoch for p in partitions},
-                    topic_settings, request, lease_for, first_try=attempt == 0, stage_roots=stage_roots,
+                    table,
+                    {p: remaining[p] for p in partitions},
+                    {p: states[p].leader_epoch for p in partitions},
+                    topic_settings,
+                    request,
+                    lease_for,
+                    first_try=attempt == 0,
+                    stage_roots=stage_roots,
                     hard_links=replicas.config.replica_hard_links_enable,
-                )  # fmt: skip
+                )
                 if request.acks == "all":
                     _await_in_sync_replicas(replicas, topic, table, partitions, states, topic_settings, deadline)
                 offsets.update(result.base_offsets)

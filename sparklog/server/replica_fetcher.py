@@ -22,12 +22,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-from sparklog.server.controller.policy import truncation_offset
 from sparklog.errors import SparklogError
 from sparklog.log.replica_fetch import CopyResult, copy_from_leader, follower_position, truncate
+from sparklog.server.controller.policy import truncation_offset
 from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["ReplicaFetcher", "FetchRound"]
+__all__ = ["FetchRound", "ReplicaFetcher"]
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,9 @@ class FetchRound:
 class ReplicaFetcher:
     """Copies from leaders into broker ``broker_id``'s replicas. One thread at a time."""
 
-    def __init__(self, replicas: ReplicaManager, broker_id: int, *, fsync: bool = False, topics: list[str] | None = None) -> None:
+    def __init__(
+        self, replicas: ReplicaManager, broker_id: int, *, fsync: bool = False, topics: list[str] | None = None
+    ) -> None:
         self.replicas = replicas
         self.broker_id = broker_id
         self.fsync = fsync
@@ -68,7 +70,9 @@ class ReplicaFetcher:
                     assignment, _ = self.replicas.metadata.assignment(topic)
                 except SparklogError:
                     continue  # deleted meanwhile
-                followed += [(topic, int(p)) for p, replicas in assignment.partitions.items() if self.broker_id in replicas]
+                followed += [
+                    (topic, int(p)) for p, replicas in assignment.partitions.items() if self.broker_id in replicas
+                ]
             self._followed, self._refreshed_at = sorted(followed), time.monotonic()
         return self._followed
 
@@ -103,13 +107,23 @@ class ReplicaFetcher:
                         truncated.append((topic, partition, offset))
                         log.warning(
                             "%s-%d on broker %d: truncated to offset %d (log end was %d) to follow leader %d at epoch %d",
-                            topic, partition, self.broker_id, offset, position.log_end, state.leader, state.leader_epoch,
-                        )  # fmt: skip
+                            topic,
+                            partition,
+                            self.broker_id,
+                            offset,
+                            position.log_end,
+                            state.leader,
+                            state.leader_epoch,
+                        )
                 leader = self.replicas.replica_table(topic, state.leader)
                 result = copy_from_leader(
-                    leader, follower, partition, state.leader_epoch, fsync=self.fsync,
+                    leader,
+                    follower,
+                    partition,
+                    state.leader_epoch,
+                    fsync=self.fsync,
                     hard_links=self.replicas.config.replica_hard_links_enable,
-                )  # fmt: skip
+                )
                 if result.files:
                     copied.append((topic, result))
                 else:  # in step as of these versions (a copy changed the follower's version)
@@ -131,7 +145,7 @@ class ReplicaFetcher:
                 log.warning("replica fetcher of broker %d: %s", self.broker_id, exc)
                 stop.wait(1.0)
                 continue
-            except Exception:  # noqa: BLE001 - a bug must not stop replication for good
+            except Exception:
                 log.exception("replica fetcher of broker %d failed unexpectedly; continuing", self.broker_id)
                 stop.wait(1.0)
                 continue

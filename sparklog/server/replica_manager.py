@@ -36,7 +36,7 @@ from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.topic import validate_topic_name
 from sparklog.server.controller.policy import high_watermark
 
-__all__ = ["ReplicaManager", "PartitionOffsets", "LeaderSnapshot"]
+__all__ = ["LeaderSnapshot", "PartitionOffsets", "ReplicaManager"]
 
 
 class PartitionOffsets(tuple[int, int]):
@@ -77,7 +77,7 @@ class ReplicaManager:
         self._log_dirs: dict[int, str] = {}
 
     @classmethod
-    def connect(cls, config: ClusterConfig) -> "ReplicaManager":
+    def connect(cls, config: ClusterConfig) -> ReplicaManager:
         """A replica manager on a new ZooKeeper session for ``config``."""
         return cls(config, ZkSession.from_config(config).start())
 
@@ -87,7 +87,7 @@ class ReplicaManager:
             self._tables.clear()
             self._log_dirs.clear()
 
-    def __enter__(self) -> "ReplicaManager":
+    def __enter__(self) -> ReplicaManager:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -24,8 +24,17 @@ if TYPE_CHECKING:
     from sparklog.spark.group_batch import GroupBatch
 
 __all__ = [
-    "produce", "ProduceResult", "read", "register_topics", "consumer_lag", "get_or_create_session", "session_options",
-    "consume", "GroupBatch", "consume_into", "ConsumeIntoResult",
+    "ConsumeIntoResult",
+    "GroupBatch",
+    "ProduceResult",
+    "consume",
+    "consume_into",
+    "consumer_lag",
+    "get_or_create_session",
+    "produce",
+    "read",
+    "register_topics",
+    "session_options",
 ]
 
 
@@ -41,14 +50,16 @@ class ProduceResult:
         return sum(end - start for start, end in self.ranges.values())
 
 
-def produce(df: "DataFrame", topic: str, **options: Any) -> ProduceResult:
+def produce(df: DataFrame, topic: str, **options: Any) -> ProduceResult:
     """Write ``df`` (Kafka sink columns) to ``topic`` as one produce, atomic per leader table
     (whole-job atomic when one broker leads every partition); return its offsets."""
     from sparklog.spark.writer import JOB_ID_OPTION, committed_ranges
 
     opts = session_options(df.sparkSession, **options)
     job_id = uuid.uuid4().hex
-    df.write.format("sparklog").options(**opts).option("topic", topic).option(JOB_ID_OPTION, job_id).mode("append").save()
+    df.write.format("sparklog").options(**opts).option("topic", topic).option(JOB_ID_OPTION, job_id).mode(
+        "append"
+    ).save()
     with connect_replicas(opts) as replicas:
         # The commits ran in a Spark worker, one per leader table; their commitInfo records
         # the job's ranges. Every replica table is looked at: leadership may have moved since.
@@ -57,7 +68,7 @@ def produce(df: "DataFrame", topic: str, **options: Any) -> ProduceResult:
     return ProduceResult(topic, ranges)
 
 
-def read(spark: "SparkSession", topic: str | None = None, **options: Any) -> "DataFrame":
+def read(spark: SparkSession, topic: str | None = None, **options: Any) -> DataFrame:
     """Read topics with Spark's native Parquet reader (the data source's options and schema).
 
     ``read(spark, "clicks", startingOffsets=...)`` equals
@@ -72,7 +83,7 @@ def read(spark: "SparkSession", topic: str | None = None, **options: Any) -> "Da
     return read_topics(spark, opts)
 
 
-def consumer_lag(spark: "SparkSession", **options: Any) -> "DataFrame":
+def consumer_lag(spark: SparkSession, **options: Any) -> DataFrame:
     """Every consumer group's lag per partition, as of this call: columns ``group, topic,
     partition, current_offset, log_end_offset, lag, consumer_id, host, client_id, state``
     (``kafka-consumer-groups --describe --all-groups`` as a table; nulls where Kafka shows -)."""
@@ -83,7 +94,7 @@ def consumer_lag(spark: "SparkSession", **options: Any) -> "DataFrame":
         return lag_frame(spark, GroupCoordinator(replicas))
 
 
-def register_topics(spark: "SparkSession", native: bool = True, **options: Any) -> list[str]:
+def register_topics(spark: SparkSession, native: bool = True, **options: Any) -> list[str]:
     """Create a temporary view per topic, named after it, plus ``consumer_lag`` (see
     :func:`consumer_lag`; a topic of that name keeps the name); returns the topics' view names.
 
@@ -113,7 +124,7 @@ def register_topics(spark: "SparkSession", native: bool = True, **options: Any) 
     return topics
 
 
-def consume(spark: "SparkSession", group_id: str, topics: Any, **options: Any) -> "GroupBatch":
+def consume(spark: SparkSession, group_id: str, topics: Any, **options: Any) -> GroupBatch:
     """The group's next records as a DataFrame plus a commit handle (see :mod:`sparklog.spark.group_batch`)."""
     from sparklog.spark.group_batch import consume as run
 
@@ -121,8 +132,8 @@ def consume(spark: "SparkSession", group_id: str, topics: Any, **options: Any) -
 
 
 def consume_into(
-    spark: "SparkSession", group_id: str, topics: Any, transform: Any = None, **options: Any
-) -> "ConsumeIntoResult":
+    spark: SparkSession, group_id: str, topics: Any, transform: Any = None, **options: Any
+) -> ConsumeIntoResult:
     """Exactly-once: output and input offsets in one Delta commit (see :mod:`sparklog.spark.exactly_once`)."""
     from sparklog.spark.exactly_once import consume_into as run
 

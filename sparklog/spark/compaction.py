@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sparklog.spark.task_errors import reraise_sparklog_error
 from sparklog.log.compaction import CompactionTask, TaskOutput, compact_task
+from sparklog.spark.task_errors import reraise_sparklog_error
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,7 +33,7 @@ __all__ = ["SparkCompactionRunner"]
 class SparkCompactionRunner:
     """Runs compaction rewrites as Spark tasks (one per partition) on ``spark``."""
 
-    def __init__(self, spark: "SparkSession") -> None:
+    def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
 
     @property

@@ -39,7 +39,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
-from sparklog.spark.task_errors import reraise_sparklog_error
 from sparklog.errors import ConfigError, GroupError, StorageError, TopicNotFoundError
 from sparklog.log.delta_sink import DataFile, DeltaSink, check_input_offsets, input_app_id, write_task_files
 from sparklog.log.table import TopicTable
@@ -54,8 +53,19 @@ from sparklog.spark.group_batch import (
     require_inactive_group,
     resolve_ranges,
 )
-from sparklog.spark.writer import ProducePlan, SegmentsWritten, abort_produce, check_target, commit_produce, plan_produce
-from sparklog.spark.writer import committed_ranges, release_leases, task_id, write_task_segments
+from sparklog.spark.task_errors import reraise_sparklog_error
+from sparklog.spark.writer import (
+    ProducePlan,
+    SegmentsWritten,
+    abort_produce,
+    check_target,
+    commit_produce,
+    committed_ranges,
+    plan_produce,
+    release_leases,
+    task_id,
+    write_task_segments,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -63,7 +73,7 @@ if TYPE_CHECKING:
     from sparklog.group.coordinator import GroupCoordinator
     from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["consume_into", "ConsumeIntoResult"]
+__all__ = ["ConsumeIntoResult", "consume_into"]
 
 log = logging.getLogger("sparklog.spark")
 
@@ -114,7 +124,9 @@ class _Output(DataSourceArrowWriter):
     def commit(self, messages: list[SegmentsWritten | None]) -> None:  # type: ignore[override]
         if self.plan is None:
             files = [DataFile.from_dict(d) for m in messages if m is not None for d in m.segments]
-            DeltaSink(self.delta_root).commit(files, self.file_schema(), self.transactions, self.expected, self.metadata)
+            DeltaSink(self.delta_root).commit(
+                files, self.file_schema(), self.transactions, self.expected, self.metadata
+            )
             return
         ids = set(self.expected).union(*self.expected_tables.values())
         for log_dir, values in self.stored(ids).items():
@@ -123,13 +135,17 @@ class _Output(DataSourceArrowWriter):
         # Tables already holding the input ends (a partial commit being completed) are
         # skipped by commit_produce; None means every table had them.
         if commit_produce(self.plan, messages, self.metadata, self.transactions) is None:
-            raise StorageError(f"Topic {self.plan.topic} already holds the input offsets of run {self.run_id}; nothing committed")
+            raise StorageError(
+                f"Topic {self.plan.topic} already holds the input offsets of run {self.run_id}; nothing committed"
+            )
 
     def abort(self, messages: list[SegmentsWritten | None]) -> None:  # type: ignore[override]
         # Spark aborts also when commit() failed AFTER a Delta commit landed (e.g. while
         # releasing the leases, or at a second leader table): both discards keep live files.
         if self.plan is None:
-            DeltaSink(self.delta_root).discard(DataFile.from_dict(d) for m in messages if m is not None for d in m.segments)
+            DeltaSink(self.delta_root).discard(
+                DataFile.from_dict(d) for m in messages if m is not None for d in m.segments
+            )
         else:
             abort_produce(self.plan, messages)
 
@@ -148,10 +164,10 @@ class _ConsumeIntoSource(DataSource):
         return pickle.loads(base64.b64decode(self.options["output"]))  # an _Output
 
 
-_REGISTERED: "weakref.WeakSet[SparkSession]" = weakref.WeakSet()  # sessions that know the data source
+_REGISTERED: weakref.WeakSet[SparkSession] = weakref.WeakSet()  # sessions that know the data source
 
 
-def _run_job(spark: "SparkSession", df: "DataFrame", output: _Output) -> None:
+def _run_job(spark: SparkSession, df: DataFrame, output: _Output) -> None:
     """Run the write; a failure is re-raised as the sparklog error behind it when there is one."""
     if spark not in _REGISTERED:
         spark.dataSource.register(_ConsumeIntoSource)
@@ -168,7 +184,9 @@ def _run_job(spark: "SparkSession", df: "DataFrame", output: _Output) -> None:
         reraise_sparklog_error(exc)
         raise
     if not output.landed():
-        raise StorageError(f"Run {output.run_id}: the Spark job finished but its commit is not in the output; nothing committed")
+        raise StorageError(
+            f"Run {output.run_id}: the Spark job finished but its commit is not in the output; nothing committed"
+        )
 
 
 # -- consume_into: the driver --------------------------------------------------------------
@@ -189,10 +207,10 @@ class ConsumeIntoResult:
 
 
 def consume_into(
-    spark: "SparkSession",
+    spark: SparkSession,
     group_id: str,
     topics: str | Iterable[str],
-    transform: "Callable[[DataFrame], DataFrame] | None" = None,
+    transform: Callable[[DataFrame], DataFrame] | None = None,
     *,
     output_topic: str | None = None,
     output_path: str | None = None,
@@ -215,7 +233,9 @@ def consume_into(
         partitions = input_partitions(groups, group_id, topics)
         require_inactive_group(groups, group_id)
         transform = transform or _default_transform(output_topic is not None, settings.include_headers)
-        probe = _apply(transform, read_ranges_df(spark, groups, {}, settings)).schema  # validate before changing anything
+        probe = _apply(
+            transform, read_ranges_df(spark, groups, {}, settings)
+        ).schema  # validate before changing anything
         run_id = f"consume-{group_id}-{uuid.uuid4().hex[:12]}"
         output = _open_output(groups.replicas, opts, group_id, run_id, partitions, probe, output_topic, output_path)
         try:
@@ -225,8 +245,12 @@ def consume_into(
             ranges = resolve_ranges(groups, group_id, partitions, settings, lowest)
             completing = _completing_ranges(ranges, lowest, highest, stored, ids)
             if completing is not None:
-                log.warning("group %s: completing an earlier run that committed to only some leader tables of %s: %s",
-                            group_id, output_topic, completing)  # fmt: skip
+                log.warning(
+                    "group %s: completing an earlier run that committed to only some leader tables of %s: %s",
+                    group_id,
+                    output_topic,
+                    completing,
+                )
                 ranges = completing
                 ends = {tp: end for tp, (start, end) in ranges.items() if end > start}
             else:
@@ -242,9 +266,13 @@ def consume_into(
                 transactions={ids[tp]: end for tp, end in ends.items()},
                 expected=stored[output.delta_root] if output.plan is None else {},
                 expected_tables={} if output.plan is None else stored,
-                metadata={"sparklog.job": run_id, "sparklog.operation": "CONSUME INTO", "sparklog.group": group_id,
-                          "sparklog.input": json.dumps({f"{t}-{p}": list(r) for (t, p), r in sorted(ranges.items())})},
-            )  # fmt: skip
+                metadata={
+                    "sparklog.job": run_id,
+                    "sparklog.operation": "CONSUME INTO",
+                    "sparklog.group": group_id,
+                    "sparklog.input": json.dumps({f"{t}-{p}": list(r) for (t, p), r in sorted(ranges.items())}),
+                },
+            )
             _run_job(spark, df, output)
         except BaseException:
             if output.plan is not None:
@@ -271,18 +299,23 @@ def _stored_bounds(
     return lowest, highest
 
 
-def _completing_ranges(ranges: Ranges, lowest: Mapping[TopicPartition, int | None],
-                       highest: Mapping[TopicPartition, int | None], stored: Mapping[str, Mapping[str, int | None]],
-                       ids: Mapping[TopicPartition, str]) -> Ranges | None:  # fmt: skip
+def _completing_ranges(
+    ranges: Ranges,
+    lowest: Mapping[TopicPartition, int | None],
+    highest: Mapping[TopicPartition, int | None],
+    stored: Mapping[str, Mapping[str, int | None]],
+    ids: Mapping[TopicPartition, str],
+) -> Ranges | None:
     """After a run whose commit stopped between two leader tables of the output topic, the
     run that completes it: exactly the interrupted run's ranges (from where this run starts
     to the ends the tables ahead hold, no caps), other partitions not moving, so the tables
     ahead recognise it and skip, and the tables behind get their part. None: no table is
     ahead of where this run starts (the usual case; always for a Delta output)."""
     ends = {
-        tp: hi for tp, hi in highest.items()
+        tp: hi
+        for tp, hi in highest.items()
         if hi is not None and ranges[tp][0] < hi and (lowest[tp] is None or lowest[tp] < hi)  # type: ignore[operator]
-    }  # fmt: skip
+    }
     if not ends:
         return None
     for log_dir, values in stored.items():
@@ -300,22 +333,30 @@ def _completing_ranges(ranges: Ranges, lowest: Mapping[TopicPartition, int | Non
     return {tp: (start, ends.get(tp, start)) for tp, (start, _end) in ranges.items()}
 
 
-def _default_transform(to_topic: bool, include_headers: bool) -> "Callable[[DataFrame], DataFrame]":
+def _default_transform(to_topic: bool, include_headers: bool) -> Callable[[DataFrame], DataFrame]:
     if not to_topic:
         return lambda df: df
     columns = ["key", "value", *(["headers"] if include_headers else [])]
     return lambda df: df.select(*columns)
 
 
-def _apply(transform: "Callable[[DataFrame], DataFrame]", df: "DataFrame") -> "DataFrame":
+def _apply(transform: Callable[[DataFrame], DataFrame], df: DataFrame) -> DataFrame:
     out = transform(df)
     if not hasattr(out, "schema") or not hasattr(out, "write"):
         raise ConfigError(f"consume_into: transform must return a DataFrame, got {type(out).__name__}")
     return out
 
 
-def _open_output(replicas: "ReplicaManager", opts: Mapping[str, str], group_id: str, run_id: str, partitions: list[TopicPartition],
-                 probe: StructType, output_topic: str | None, output_path: str | None) -> _Output:  # fmt: skip
+def _open_output(
+    replicas: ReplicaManager,
+    opts: Mapping[str, str],
+    group_id: str,
+    run_id: str,
+    partitions: list[TopicPartition],
+    probe: StructType,
+    output_topic: str | None,
+    output_path: str | None,
+) -> _Output:
     """Validate the output against the transform's schema; a topic's write leases are taken
     last (BEFORE the caller reads the stored input offsets)."""
     if output_topic is None:
@@ -350,7 +391,7 @@ def _outcome(output: _Output) -> tuple[dict[int, tuple[int, int]], int | None]:
     return {}, DeltaSink(output.delta_root).commit_version("sparklog.job", output.run_id)
 
 
-def _mirror(groups: "GroupCoordinator", group_id: str, ranges: Ranges) -> bool:
+def _mirror(groups: GroupCoordinator, group_id: str, ranges: Ranges) -> bool:
     """Copy the end offsets to ``__consumer_offsets`` (lag, describe). A failure here is
     harmless: the output holds the truth and the next run starts from the max of both."""
     try:

@@ -30,19 +30,31 @@ if TYPE_CHECKING:
     from sparklog.group.coordinator import GroupCoordinator
 
 __all__ = [
-    "consume", "GroupBatch", "Ranges", "TopicPartition", "connect_group", "input_partitions", "require_inactive_group",
-    "resolve_ranges", "read_ranges_df", "advances", "commit_advances",
-]  # fmt: skip
+    "GroupBatch",
+    "Ranges",
+    "TopicPartition",
+    "advances",
+    "commit_advances",
+    "connect_group",
+    "consume",
+    "input_partitions",
+    "read_ranges_df",
+    "require_inactive_group",
+    "resolve_ranges",
+]
 
 log = logging.getLogger("sparklog.spark")
 
 TopicPartition = tuple[str, int]
 Ranges = dict[TopicPartition, tuple[int, int]]
 _OPTIONS = {
-    "startingoffsets": "startingOffsets", "auto.offset.reset": "auto.offset.reset", "failondataloss": "failOnDataLoss",
-    "maxoffsetspertrigger": "maxOffsetsPerTrigger", "maxrecordsperpartition": "maxRecordsPerPartition",
+    "startingoffsets": "startingOffsets",
+    "auto.offset.reset": "auto.offset.reset",
+    "failondataloss": "failOnDataLoss",
+    "maxoffsetspertrigger": "maxOffsetsPerTrigger",
+    "maxrecordsperpartition": "maxRecordsPerPartition",
     "includeheaders": "includeHeaders",
-}  # fmt: skip
+}
 
 
 # -- options and offset ranges -------------------------------------------------------------
@@ -73,8 +85,14 @@ def _settings(options: Mapping[str, str]) -> _Settings:
         reset = starting.lower()
     elif starting:
         explicit = parse_offsets_json(starting, "startingOffsets")
-    return _Settings(reset, explicit, option_flag(lowered, "failondataloss", True), _positive(lowered, "maxoffsetspertrigger"),
-                     _positive(lowered, "maxrecordsperpartition"), option_flag(lowered, "includeheaders", False))  # fmt: skip
+    return _Settings(
+        reset,
+        explicit,
+        option_flag(lowered, "failondataloss", True),
+        _positive(lowered, "maxoffsetspertrigger"),
+        _positive(lowered, "maxrecordsperpartition"),
+        option_flag(lowered, "includeheaders", False),
+    )
 
 
 def _positive(options: Mapping[str, str], key: str) -> int | None:
@@ -86,22 +104,26 @@ def _positive(options: Mapping[str, str], key: str) -> int | None:
     return int(raw)
 
 
-def input_partitions(groups: "GroupCoordinator", group_id: str, topics: str | Iterable[str]) -> list[TopicPartition]:
+def input_partitions(groups: GroupCoordinator, group_id: str, topics: str | Iterable[str]) -> list[TopicPartition]:
     from sparklog.group.ids import validate_group_id
     from sparklog.model.topic import validate_topic_name
 
     validate_group_id(group_id)
-    names = list(dict.fromkeys(t.strip() for t in (topics.split(",") if isinstance(topics, str) else topics) if t.strip()))
+    names = list(
+        dict.fromkeys(t.strip() for t in (topics.split(",") if isinstance(topics, str) else topics) if t.strip())
+    )
     if not names:
         raise ConfigError(f"Consuming with group {group_id}: no topics given")
     existing = set(groups.replicas.list_topics())
     for topic in names:
         if validate_topic_name(topic) not in existing:
-            raise TopicNotFoundError(f"Topic {topic} does not exist (consuming with group {group_id}); create it or fix the name")
+            raise TopicNotFoundError(
+                f"Topic {topic} does not exist (consuming with group {group_id}); create it or fix the name"
+            )
     return [(t, p) for t in names for p in groups.replicas.partitions_of(t)]
 
 
-def require_inactive_group(groups: "GroupCoordinator", group_id: str) -> None:
+def require_inactive_group(groups: GroupCoordinator, group_id: str) -> None:
     snapshot = groups.registry.snapshot(group_id)
     if snapshot.active:
         raise GroupNotEmptyError(
@@ -111,8 +133,13 @@ def require_inactive_group(groups: "GroupCoordinator", group_id: str) -> None:
         )
 
 
-def resolve_ranges(groups: "GroupCoordinator", group_id: str, partitions: list[TopicPartition], settings: _Settings,
-             floor: Mapping[TopicPartition, int | None]) -> Ranges:  # fmt: skip
+def resolve_ranges(
+    groups: GroupCoordinator,
+    group_id: str,
+    partitions: list[TopicPartition],
+    settings: _Settings,
+    floor: Mapping[TopicPartition, int | None],
+) -> Ranges:
     """Per partition ``[start, end)``: start = max(committed, ``floor``) or the reset policy,
     checked against log-start (``failOnDataLoss``); end = high watermark, then the caps."""
     from sparklog.spark.stream_reader import rate_limit
@@ -124,9 +151,11 @@ def resolve_ranges(groups: "GroupCoordinator", group_id: str, partitions: list[T
             known = [v for v in (committed.get((topic, p)), floor.get((topic, p))) if v is not None]
             start = max(known) if known else _initial(group_id, topic, p, settings, log_start, hw)
             if start < log_start or start > hw:
-                where = (f"offsets {start}..{log_start - 1} of {topic}-{p} are no longer available (log-start {log_start})"
-                         if start < log_start else f"offset {start} of {topic}-{p} is beyond the high watermark {hw} "
-                         "(was the topic re-created?)")  # fmt: skip
+                where = (
+                    f"offsets {start}..{log_start - 1} of {topic}-{p} are no longer available (log-start {log_start})"
+                    if start < log_start
+                    else f"offset {start} of {topic}-{p} is beyond the high watermark {hw} (was the topic re-created?)"
+                )
                 if settings.fail_on_data_loss:
                     raise OffsetOutOfRangeError(
                         f"Group {group_id}: {where}. Set failOnDataLoss=false to continue from "
@@ -165,7 +194,7 @@ def advances(ranges: Ranges, before: Mapping[TopicPartition, int | None]) -> dic
     return {tp: end for tp, (_s, end) in ranges.items() if before.get(tp) is None or end > before[tp]}  # type: ignore[operator]
 
 
-def commit_advances(groups: "GroupCoordinator", group_id: str, ranges: Ranges) -> dict[TopicPartition, int]:
+def commit_advances(groups: GroupCoordinator, group_id: str, ranges: Ranges) -> dict[TopicPartition, int]:
     """Commit the ends of ``ranges`` that move the group's offsets forward (a standalone
     commit, generation -1); returns what was committed."""
     offsets = advances(ranges, groups.committed(group_id, list(ranges)))
@@ -174,7 +203,7 @@ def commit_advances(groups: "GroupCoordinator", group_id: str, ranges: Ranges) -
     return offsets
 
 
-def read_ranges_df(spark: "SparkSession", groups: "GroupCoordinator", ranges: Ranges, settings: _Settings) -> "DataFrame":
+def read_ranges_df(spark: SparkSession, groups: GroupCoordinator, ranges: Ranges, settings: _Settings) -> DataFrame:
     from sparklog.model.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
     from sparklog.spark.native import read_topics
 
@@ -186,12 +215,19 @@ def read_ranges_df(spark: "SparkSession", groups: "GroupCoordinator", ranges: Ra
     for (t, p), (start, end) in sorted(live.items()):
         assign.setdefault(t, []).append(p)
         bounds[0].setdefault(t, {})[str(p)], bounds[1].setdefault(t, {})[str(p)] = start, end
-    options = {"assign": json.dumps(assign), "startingOffsets": json.dumps(bounds[0]), "endingOffsets": json.dumps(bounds[1]),
-               "failOnDataLoss": str(settings.fail_on_data_loss).lower(), "includeHeaders": str(settings.include_headers).lower()}  # fmt: skip
+    options = {
+        "assign": json.dumps(assign),
+        "startingOffsets": json.dumps(bounds[0]),
+        "endingOffsets": json.dumps(bounds[1]),
+        "failOnDataLoss": str(settings.fail_on_data_loss).lower(),
+        "includeHeaders": str(settings.include_headers).lower(),
+    }
     return read_topics(spark, options, groups.replicas)
 
 
-def connect_group(spark: "SparkSession", options: Mapping[str, Any]) -> tuple[dict[str, str], _Settings, "GroupCoordinator"]:
+def connect_group(
+    spark: SparkSession, options: Mapping[str, Any]
+) -> tuple[dict[str, str], _Settings, GroupCoordinator]:
     """The options, settings and a group coordinator on a new connection (close it with
     ``groups.replicas.close()``, or use ``with groups.replicas``)."""
     from sparklog.group.coordinator import GroupCoordinator
@@ -207,7 +243,7 @@ class GroupBatch:
     """One group read: ``df`` (Kafka source columns) holds ``ranges`` = {(topic, p): [start, end)}."""
 
     group_id: str
-    df: "DataFrame"
+    df: DataFrame
     ranges: Ranges
     _options: dict[str, str] = field(repr=False)
     committed: bool = False
@@ -229,7 +265,7 @@ class GroupBatch:
         return offsets
 
 
-def consume(spark: "SparkSession", group_id: str, topics: str | Iterable[str], **options: Any) -> GroupBatch:
+def consume(spark: SparkSession, group_id: str, topics: str | Iterable[str], **options: Any) -> GroupBatch:
     """The group's next records of ``topics`` (a name, comma-separated names or a list).
 
     Options: ``startingOffsets`` (``earliest``/``latest``/JSON, for partitions the group has

@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from sparklog.group.coordinator import GroupCoordinator
-    from sparklog.server.replica_manager import ReplicaManager
     from sparklog.log.table import FileEntry
+    from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["read_topics", "lag_frame", "LAG_VIEW"]
+__all__ = ["LAG_VIEW", "lag_frame", "read_topics"]
 
 LAG_VIEW = "consumer_lag"
 
@@ -34,19 +34,23 @@ _FILE_DDL = (
 )
 
 
-def _range_predicate(ranges: Mapping[int, tuple[int, int]], files: list["FileEntry"]) -> str | None:
+def _range_predicate(ranges: Mapping[int, tuple[int, int]], files: list[FileEntry]) -> str | None:
     """SQL filter keeping ``[start, end)`` per partition; None when every file lies inside."""
-    partial = {f.partition for f in files if f.base_offset < ranges[f.partition][0] or f.last_offset >= ranges[f.partition][1]}
+    partial = {
+        f.partition for f in files if f.base_offset < ranges[f.partition][0] or f.last_offset >= ranges[f.partition][1]
+    }
     if not partial:
         return None
     whole = sorted({f.partition for f in files} - partial)
-    terms = [f"(`partition` = {p} AND `offset` >= {ranges[p][0]} AND `offset` < {ranges[p][1]})" for p in sorted(partial)]
+    terms = [
+        f"(`partition` = {p} AND `offset` >= {ranges[p][0]} AND `offset` < {ranges[p][1]})" for p in sorted(partial)
+    ]
     if whole:
         terms.append(f"`partition` IN ({', '.join(str(p) for p in whole)})")
     return " OR ".join(terms)
 
 
-def read_topics(spark: "SparkSession", options: Mapping[str, str], replicas: "ReplicaManager | None" = None) -> "DataFrame":
+def read_topics(spark: SparkSession, options: Mapping[str, str], replicas: ReplicaManager | None = None) -> DataFrame:
     """Like ``spark.read.format("sparklog").options(**options).load()``, natively.
 
     ``replicas`` lets a caller that reads many topics share one ZooKeeper session.
@@ -91,7 +95,7 @@ def read_topics(spark: "SparkSession", options: Mapping[str, str], replicas: "Re
     return reduce(lambda a, b: a.unionByName(b), frames)
 
 
-def lag_frame(spark: "SparkSession", groups: "GroupCoordinator") -> "DataFrame":
+def lag_frame(spark: SparkSession, groups: GroupCoordinator) -> DataFrame:
     """Every group's per-partition lag now (group, topic, partition, current_offset,
     log_end_offset, lag, consumer_id, host, client_id, state) as a small local DataFrame."""
     from sparklog.admin.groups import consumer_lag

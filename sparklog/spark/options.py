@@ -12,8 +12,7 @@ session conf reaches them only through options or ``spark.executorEnv.SPARKLOG_*
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparklog.config import CLUSTER_KEYS, ClusterConfig, resolve_cluster_config
 
@@ -23,7 +22,14 @@ if TYPE_CHECKING:
     from sparklog.server.replica_manager import ReplicaManager
 from sparklog.errors import ConfigError
 
-__all__ = ["connect_replicas", "session_options", "cluster_config_from_options", "cluster_options_from_conf", "option_flag", "SESSION_CONF_PREFIX"]
+__all__ = [
+    "SESSION_CONF_PREFIX",
+    "cluster_config_from_options",
+    "cluster_options_from_conf",
+    "connect_replicas",
+    "option_flag",
+    "session_options",
+]
 
 SESSION_CONF_PREFIX = "spark.sparklog."
 
@@ -71,14 +77,14 @@ def option_flag(options: Mapping[str, Any], key: str, default: bool) -> bool:
     return lowered == "true"
 
 
-def connect_replicas(options: Mapping[str, str]) -> "ReplicaManager":
+def connect_replicas(options: Mapping[str, str]) -> ReplicaManager:
     """A replica manager for the cluster ``options`` name (close it, or use ``with``)."""
     from sparklog.server.replica_manager import ReplicaManager
 
     return ReplicaManager.connect(cluster_config_from_options(options))
 
 
-def session_options(spark: "SparkSession", **options: Any) -> dict[str, str]:
+def session_options(spark: SparkSession, **options: Any) -> dict[str, str]:
     """``spark.sparklog.*`` session conf overlaid with explicit options (explicit wins)."""
     conf = {k: v for k, v in spark.conf.getAll.items()} if hasattr(spark.conf, "getAll") else {}
     merged = cluster_options_from_conf(conf)

@@ -25,7 +25,7 @@ from sparklog.spark.options import connect_replicas, option_flag
 if TYPE_CHECKING:
     from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["SparklogBatchReader", "SegmentSlice", "resolve_read_ranges", "subscribed_topics"]
+__all__ = ["SegmentSlice", "SparklogBatchReader", "resolve_read_ranges", "subscribed_topics"]
 
 log = logging.getLogger("sparklog.spark")
 
@@ -49,7 +49,7 @@ class SegmentSlice(InputPartition):
         object.__setattr__(self, "value", None)
 
 
-def subscribed_topics(replicas: "ReplicaManager", options: Mapping[str, str]) -> dict[str, list[int] | None]:
+def subscribed_topics(replicas: ReplicaManager, options: Mapping[str, str]) -> dict[str, list[int] | None]:
     """topic -> explicit partitions (assign) or None (all), per subscribe/subscribePattern/assign."""
     given = [k for k in ("subscribe", "subscribePattern", "assign") if options.get(k)]
     if len(given) != 1:
@@ -75,7 +75,9 @@ def subscribed_topics(replicas: "ReplicaManager", options: Mapping[str, str]) ->
     return dict(parse_assign_json(value))
 
 
-def _by_timestamp(replicas: "ReplicaManager", topic: str, partitions: list[int], spec: Mapping[int, int]) -> dict[int, int | None]:
+def _by_timestamp(
+    replicas: ReplicaManager, topic: str, partitions: list[int], spec: Mapping[int, int]
+) -> dict[int, int | None]:
     from sparklog.log.reader import offset_for_timestamp
 
     result: dict[int, int | None] = {}
@@ -86,7 +88,7 @@ def _by_timestamp(replicas: "ReplicaManager", topic: str, partitions: list[int],
 
 
 def _bound(
-    options: Mapping[str, str], side: str, replicas: "ReplicaManager", topic: str, partitions: list[int]
+    options: Mapping[str, str], side: str, replicas: ReplicaManager, topic: str, partitions: list[int]
 ) -> dict[int, int]:
     """Offsets per partition for ``starting``/``ending`` (-2 earliest, -1 latest)."""
     by_ts_json = options.get(f"{side}OffsetsByTimestamp")
@@ -99,7 +101,9 @@ def _bound(
             try:
                 spec = {p: int(str(global_ts)) for p in partitions}
             except ValueError:
-                raise InvalidOffsetSpecError(f"{side}Timestamp must be milliseconds since the epoch, got {global_ts!r}") from None
+                raise InvalidOffsetSpecError(
+                    f"{side}Timestamp must be milliseconds since the epoch, got {global_ts!r}"
+                ) from None
         found = _by_timestamp(replicas, topic, partitions, spec)
         result: dict[int, int] = {}
         strategy = str(options.get("startingOffsetsByTimestampStrategy", "error")).lower()
@@ -134,7 +138,7 @@ def _bound(
     return dict(spec)
 
 
-def resolve_read_ranges(replicas: "ReplicaManager", options: Mapping[str, str]) -> dict[str, dict[int, tuple[int, int]]]:
+def resolve_read_ranges(replicas: ReplicaManager, options: Mapping[str, str]) -> dict[str, dict[int, tuple[int, int]]]:
     """topic -> partition -> [start, end) clamped to log-start and the high watermark."""
     fail_on_data_loss = option_flag(options, "failOnDataLoss", True)
     result: dict[str, dict[int, tuple[int, int]]] = {}
@@ -157,7 +161,9 @@ def resolve_read_ranges(replicas: "ReplicaManager", options: Mapping[str, str]) 
                         f"Offsets {start}..{log_start - 1} of {topic}-{p} are no longer available "
                         f"(log-start is {log_start}). Set failOnDataLoss=false to read from log-start."
                     )
-                log.warning("%s-%d: offsets %d..%d were removed; reading from %d", topic, p, start, log_start - 1, log_start)
+                log.warning(
+                    "%s-%d: offsets %d..%d were removed; reading from %d", topic, p, start, log_start - 1, log_start
+                )
                 start = log_start
             ranges[p] = (min(start, hw), min(max(end, start), hw))
         result[topic] = ranges
@@ -179,9 +185,14 @@ class SparklogBatchReader(DataSourceReader):
                 for table, parts in replicas.leader_tables(topic, ranges):
                     led = {p: ranges[p] for p in parts}
                     for entry in files_for_ranges(table, table.snapshot(), led):
-                        lo, hi = max(led[entry.partition][0], entry.base_offset), min(led[entry.partition][1], entry.last_offset + 1)
+                        lo, hi = (
+                            max(led[entry.partition][0], entry.base_offset),
+                            min(led[entry.partition][1], entry.last_offset + 1),
+                        )
                         slices.append(
-                            SegmentSlice(table.full_path(entry.path), topic, entry.partition, lo, hi, self.include_headers)
+                            SegmentSlice(
+                                table.full_path(entry.path), topic, entry.partition, lo, hi, self.include_headers
+                            )
                         )
         return _split_for_min_partitions(slices, int(self.options.get("minPartitions", "0") or 0))
 
@@ -191,7 +202,12 @@ class SparklogBatchReader(DataSourceReader):
         if not isinstance(partition, SegmentSlice):
             return  # Spark plans one placeholder partition when partitions() is empty
         table = read_segment_range(
-            partition.path, partition.partition, partition.topic, partition.start, partition.end, partition.include_headers
+            partition.path,
+            partition.partition,
+            partition.topic,
+            partition.start,
+            partition.end,
+            partition.include_headers,
         )
         yield from table.to_batches(max_chunksize=65536)
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["ReplicaFetchTask", "ReplicaFetchReport", "run_replica_fetch", "replica_fetch_task"]
+__all__ = ["ReplicaFetchReport", "ReplicaFetchTask", "replica_fetch_task", "run_replica_fetch"]
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ class ReplicaFetchReport:
 def replica_fetch_task(task: ReplicaFetchTask) -> ReplicaFetchReport:
     """One fetch round for one broker (runs in a Spark task)."""
     from sparklog.config import resolve_cluster_config
-    from sparklog.server.replica_manager import ReplicaManager
     from sparklog.server.replica_fetcher import ReplicaFetcher
+    from sparklog.server.replica_manager import ReplicaManager
 
     replicas = ReplicaManager.connect(resolve_cluster_config(task.options))
     try:
@@ -60,9 +60,12 @@ def replica_fetch_task(task: ReplicaFetchTask) -> ReplicaFetchReport:
 
 
 def run_replica_fetch(
-    spark: "SparkSession", replicas: "ReplicaManager", brokers: list[int] | None = None, topics: list[str] | None = None,
+    spark: SparkSession,
+    replicas: ReplicaManager,
+    brokers: list[int] | None = None,
+    topics: list[str] | None = None,
     max_rounds: int = 100,
-) -> list[ReplicaFetchReport]:  # fmt: skip
+) -> list[ReplicaFetchReport]:
     """Rounds of follower fetches for ``brokers`` (default: every registered broker) until
     nothing is left to copy; returns every round's reports."""
     selected = sorted(replicas.metadata.brokers()) if brokers is None else sorted(set(brokers))

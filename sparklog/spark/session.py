@@ -28,7 +28,7 @@ def log4j2_config_path() -> str:
     return str(resources.files("sparklog.spark").joinpath("log4j2.properties"))
 
 
-def register_source(spark: "SparkSession") -> None:
+def register_source(spark: SparkSession) -> None:
     from sparklog.spark.source import SparklogDataSource
 
     spark.dataSource.register(SparklogDataSource)
@@ -38,7 +38,7 @@ def get_or_create_session(
     app_name: str = "sparklog",
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
-) -> "SparkSession":
+) -> SparkSession:
     """Build (or reuse) a session; ``spark.sparklog.*`` entries of ``conf`` configure sparklog."""
     from pyspark.sql import SparkSession
 
@@ -67,7 +67,11 @@ def get_or_create_session(
     for key, value in settings.items():
         if key.startswith("spark.sparklog."):
             name = key[len("spark.sparklog.") :]
-            env = {"zookeeper.connect": "SPARKLOG_ZOOKEEPER", "home": "SPARKLOG_HOME", "sparklog.home": "SPARKLOG_HOME"}.get(name)
+            env = {
+                "zookeeper.connect": "SPARKLOG_ZOOKEEPER",
+                "home": "SPARKLOG_HOME",
+                "sparklog.home": "SPARKLOG_HOME",
+            }.get(name)
             if env:
                 defaults[f"spark.executorEnv.{env}"] = value
     for key, value in {**defaults, **settings}.items():

@@ -40,6 +40,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from sparklog.errors import ConfigError, OffsetOutOfRangeError
 from sparklog.model.offsets import EARLIEST, LATEST, parse_offsets_json
 from sparklog.spark.options import connect_replicas, option_flag
+
 # ``subscribed_topics`` (subscribe/subscribePattern/assign -> topics) is the batch reader's; reused,
 # not copied, so both sources resolve a subscription alike.
 from sparklog.spark.reader import SparklogBatchReader, resolve_read_ranges, subscribed_topics
@@ -47,15 +48,26 @@ from sparklog.spark.reader import SparklogBatchReader, resolve_read_ranges, subs
 if TYPE_CHECKING:
     from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["SparklogStreamReader", "Offsets", "rate_limit", "offsets_to_json", "offsets_from_json"]
+__all__ = ["Offsets", "SparklogStreamReader", "offsets_from_json", "offsets_to_json", "rate_limit"]
 
 log = logging.getLogger("sparklog.spark")
 
 Offsets = dict[str, dict[int, int]]  # topic -> partition -> next offset
 _BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 _UNSUPPORTED = ("minOffsetsPerTrigger", "maxTriggerDelay")
-_SELECTION = {k.lower() for k in ("subscribe", "subscribePattern", "assign", "startingOffsets", "startingTimestamp",
-                                  "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", *_BATCH_ONLY)}
+_SELECTION = {
+    k.lower()
+    for k in (
+        "subscribe",
+        "subscribePattern",
+        "assign",
+        "startingOffsets",
+        "startingTimestamp",
+        "startingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy",
+        *_BATCH_ONLY,
+    )
+}
 
 
 def offsets_to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
@@ -113,7 +125,9 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
         for key in _UNSUPPORTED:
             if key in self.options:
-                raise ConfigError(f"Option {key} is not supported by the sparklog stream source; use maxOffsetsPerTrigger")
+                raise ConfigError(
+                    f"Option {key} is not supported by the sparklog stream source; use maxOffsetsPerTrigger"
+                )
         self.fail_on_data_loss = option_flag(self.options, "failOnDataLoss", True)
         self.max_offsets = _positive_int(self.options.get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger")
         self.group_id = self.options.get("groupId") or None
@@ -121,7 +135,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None  # Trigger.AvailableNow: nothing beyond these ends
         self._group_committed: dict[tuple[str, int], int] = {}
 
-    def _connect(self) -> "ReplicaManager":
+    def _connect(self) -> ReplicaManager:
         if self._replicas is None:
             self._replicas = connect_replicas(self.options)
         return self._replicas
@@ -213,8 +227,12 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         options = {k: v for k, v in self.options.items() if k not in _SELECTION}
         options["assign"] = json.dumps({t: sorted(parts) for t, parts in wanted.items()})
-        options["startingOffsets"] = json.dumps({t: {str(p): s for p, (s, _e) in parts.items()} for t, parts in wanted.items()})
-        options["endingOffsets"] = json.dumps({t: {str(p): e for p, (_s, e) in parts.items()} for t, parts in wanted.items()})
+        options["startingOffsets"] = json.dumps(
+            {t: {str(p): s for p, (s, _e) in parts.items()} for t, parts in wanted.items()}
+        )
+        options["endingOffsets"] = json.dumps(
+            {t: {str(p): e for p, (_s, e) in parts.items()} for t, parts in wanted.items()}
+        )
         return list(SparklogBatchReader(options, self.include_headers).partitions())
 
     def read(self, partition: InputPartition) -> Iterator[object]:  # type: ignore[override]

@@ -43,28 +43,28 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 if TYPE_CHECKING:
-    from sparklog.metadata.lease import LeaseGrant
-    from sparklog.metadata.session import ZkSession
     from sparklog.log.segment import SegmentFile
     from sparklog.log.table import TopicTable
+    from sparklog.metadata.lease import LeaseGrant
+    from sparklog.metadata.session import ZkSession
 
 from sparklog.errors import ConfigError, SchemaMismatchError, SparklogError, StorageError
 from sparklog.spark.options import cluster_config_from_options
 
 __all__ = [
-    "SparklogBatchWriter",
-    "SegmentsWritten",
+    "JOB_ID_OPTION",
     "ProducePlan",
-    "check_target",
-    "plan_produce",
-    "write_task_segments",
-    "commit_produce",
+    "SegmentsWritten",
+    "SparklogBatchWriter",
     "abort_produce",
+    "check_target",
+    "commit_produce",
+    "committed_ranges",
+    "job_ranges",
+    "plan_produce",
     "release_leases",
     "task_id",
-    "JOB_ID_OPTION",
-    "job_ranges",
-    "committed_ranges",
+    "write_task_segments",
 ]
 
 JOB_ID_OPTION = "sparklog.job.id"
@@ -88,7 +88,9 @@ def check_input_schema(schema: StructType, topic: str) -> None:
     """Fail before any task runs when the DataFrame can't be a produce request."""
     names = [f.name for f in schema.fields]
     if "value" not in names:
-        raise SchemaMismatchError(f"Cannot write to topic {topic}: required column 'value' is missing (columns: {names})")
+        raise SchemaMismatchError(
+            f"Cannot write to topic {topic}: required column 'value' is missing (columns: {names})"
+        )
     for f in schema.fields:
         allowed = _ALLOWED_TYPES.get(f.name)
         if allowed is None:
@@ -118,7 +120,7 @@ class ProducePlan:
     log_append_time: bool
     compression: str
     segment_bytes: int
-    grants: tuple["LeaseGrant", ...]
+    grants: tuple[LeaseGrant, ...]
     start_offsets: dict[int, int]
 
     def table_root(self, partition: int) -> str:
@@ -162,9 +164,9 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
     epoch markers where a stale lease was taken over, and seed each lease's offset counter
     with the partition's log end. ``adopt``: ``owner`` is a stable id, and leases a crashed
     earlier run of it left behind are taken over at once."""
+    from sparklog.log.segment import parquet_compression
     from sparklog.metadata.lease import WriterLease
     from sparklog.metadata.session import resolve_connect
-    from sparklog.log.segment import parquet_compression
     from sparklog.server.replica_manager import ReplicaManager
 
     config = cluster_config_from_options(options)
@@ -219,11 +221,11 @@ def write_task_segments(plan: ProducePlan, iterator: Iterator[object], task: int
     range back), write sized segments; returns them (``SegmentFile.to_dict``)."""
     import pyarrow as pa
 
-    from sparklog.model.batches import normalise_input
-    from sparklog.metadata.lease import reserve_offsets
-    from sparklog.metadata.session import ZkSession
     from sparklog.log.append import with_append_time
     from sparklog.log.segment import split_for_size, write_segment
+    from sparklog.metadata.lease import reserve_offsets
+    from sparklog.metadata.session import ZkSession
+    from sparklog.model.batches import normalise_input
 
     per_partition: dict[int, list[pa.Table]] = {}
     cursor = task  # where this task's keyless rows start, so tasks don't all favour partition 0
@@ -249,14 +251,16 @@ def write_task_segments(plan: ProducePlan, iterator: Iterator[object], task: int
             # commit may have landed before the kill); a retried task of this plan still does.
             base = reserve_offsets(zk, grant, f"{task}.{grant.epoch}", records.num_rows, plan.lease_ms)
             for piece in split_for_size(records, plan.segment_bytes):
-                segments.append(write_segment(plan.table_root(partition), partition, base, piece, plan.compression).to_dict())
+                segments.append(
+                    write_segment(plan.table_root(partition), partition, base, piece, plan.compression).to_dict()
+                )
                 base += piece.num_rows
     return segments
 
 
 def commit_produce(
     plan: ProducePlan,
-    messages: "list[SegmentsWritten | None]",
+    messages: list[SegmentsWritten | None],
     metadata: dict[str, str],
     app_transactions: Mapping[str, int] | None = None,
 ) -> dict[int, tuple[int, int]] | None:
@@ -314,7 +318,7 @@ def commit_produce(
     return None if targets and skipped == len(targets) else committed
 
 
-def abort_produce(plan: ProducePlan, messages: "list[SegmentsWritten | None]") -> None:
+def abort_produce(plan: ProducePlan, messages: list[SegmentsWritten | None]) -> None:
     """Delete the segments tasks wrote, except those a commit made live (Spark aborts also
     after a commit that failed past its first leader table, or after the commit landed and
     a later step failed: committed files must stay), and release the leases."""
@@ -331,7 +335,7 @@ def abort_produce(plan: ProducePlan, messages: "list[SegmentsWritten | None]") -
     release_leases(plan)
 
 
-def _segments_by_table(plan: ProducePlan, messages: "list[SegmentsWritten | None]") -> "dict[str, list[SegmentFile]]":
+def _segments_by_table(plan: ProducePlan, messages: list[SegmentsWritten | None]) -> dict[str, list[SegmentFile]]:
     from sparklog.log.segment import SegmentFile
 
     grouped: dict[str, list[SegmentFile]] = {}
@@ -347,7 +351,7 @@ def release_leases(plan: ProducePlan) -> None:
         _release(zk, plan.topic, plan.owner, plan.grants)
 
 
-def _release(zk: "ZkSession", topic: str, owner: str, grants: "Iterable[LeaseGrant]") -> None:
+def _release(zk: ZkSession, topic: str, owner: str, grants: Iterable[LeaseGrant]) -> None:
     from sparklog.metadata.lease import WriterLease
 
     for grant in grants:
@@ -365,14 +369,14 @@ class SparklogBatchWriter(DataSourceArrowWriter):
         topic = check_target(options, schema, overwrite, "mode('append') (or the default)")
         self.plan = plan_produce(options, topic, f"spark-{options.get(JOB_ID_OPTION) or uuid.uuid4().hex}")
 
-    def write(self, iterator: Iterator[object]) -> "SegmentsWritten":  # type: ignore[override]
+    def write(self, iterator: Iterator[object]) -> SegmentsWritten:  # type: ignore[override]
         task = task_id()
         return SegmentsWritten(task=task, segments=write_task_segments(self.plan, iterator, task))
 
-    def commit(self, messages: "list[SegmentsWritten | None]") -> None:  # type: ignore[override]
+    def commit(self, messages: list[SegmentsWritten | None]) -> None:  # type: ignore[override]
         commit_produce(self.plan, messages, {"sparklog.job": self.plan.owner, "sparklog.operation": "SPARK PRODUCE"})
 
-    def abort(self, messages: "list[SegmentsWritten | None]") -> None:  # type: ignore[override]
+    def abort(self, messages: list[SegmentsWritten | None]) -> None:  # type: ignore[override]
         abort_produce(self.plan, messages)
 
 
@@ -403,11 +407,13 @@ def job_ranges(history: list[dict[str, object]], owner: str) -> dict[int, tuple[
     """Find a job's committed ranges in Delta history (commitInfo carries the job id)."""
     for entry in history:
         if entry.get("sparklog.job") == owner:
-            return {int(p): (int(a), int(b)) for p, (a, b) in json.loads(str(entry.get("sparklog.ranges", "{}"))).items()}
+            return {
+                int(p): (int(a), int(b)) for p, (a, b) in json.loads(str(entry.get("sparklog.ranges", "{}"))).items()
+            }
     return None
 
 
-def committed_ranges(tables: "Iterable[TopicTable]", owner: str, depth: int = 50) -> dict[int, tuple[int, int]]:
+def committed_ranges(tables: Iterable[TopicTable], owner: str, depth: int = 50) -> dict[int, tuple[int, int]]:
     """A job's committed ranges over the tables it may have committed to (one commit per
     leader table): the union of :func:`job_ranges` of each table's recent history."""
     found: dict[int, tuple[int, int]] = {}

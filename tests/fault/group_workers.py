@@ -45,7 +45,9 @@ def read_journal(path: str | os.PathLike[str]) -> list[list[str]]:
     return [line.split(" ", 3) for line in text.split("\n")[:-1]]
 
 
-def member(options: Mapping[str, str], topic: str, group: str, journal_path: str, stop_path: str, config: Mapping[str, Any]) -> None:
+def member(
+    options: Mapping[str, str], topic: str, group: str, journal_path: str, stop_path: str, config: Mapping[str, Any]
+) -> None:
     cluster = sparklog.connect(options)
     journal = Journal(journal_path)
     consumer = cluster.consumer(group, **{"enable_auto_commit": False, "auto_offset_reset": "earliest", **config})

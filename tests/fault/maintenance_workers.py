@@ -27,7 +27,11 @@ import sparklog
 
 
 def compaction_job(
-    options: Mapping[str, str], topic: str, now_ms: int, go: Event, results: Queue  # type: ignore[type-arg]
+    options: Mapping[str, str],
+    topic: str,
+    now_ms: int,
+    go: Event,
+    results: Queue,  # type: ignore[type-arg]
 ) -> None:
     from sparklog.maintenance.runner import run_compaction
 
@@ -37,7 +41,7 @@ def compaction_job(
             go.wait(60)
             done = run_compaction(cluster.replicas, None, [topic], now_ms=now_ms)
             results.put([(r.partition, r.status) for r in done])
-    except BaseException:  # noqa: BLE001 - everything goes back to the parent
+    except BaseException:
         results.put(traceback.format_exc())
 
 
@@ -66,7 +70,9 @@ def maintenance_until_killed(
         spark.stop()
 
 
-def consume_until_stopped(options: Mapping[str, str], topic: str, log_path: str, stop_path: str, max_records: int) -> None:
+def consume_until_stopped(
+    options: Mapping[str, str], topic: str, log_path: str, stop_path: str, max_records: int
+) -> None:
     """Poll from earliest; after ``stop_path`` appears, drain to the high watermarks and exit."""
     with sparklog.connect(options) as cluster, open(log_path, "w") as log:
         partitions = cluster.partitions_of(topic)
@@ -77,7 +83,9 @@ def consume_until_stopped(options: Mapping[str, str], topic: str, log_path: str,
             batch = consumer.poll_arrow(100, max_records=max_records)
             if batch.num_rows:
                 line: dict[str, list[list[object]]] = {}
-                for p, o, v in zip(*(batch.column(c).to_pylist() for c in ("partition", "offset", "value"))):
+                for p, o, v in zip(
+                    *(batch.column(c).to_pylist() for c in ("partition", "offset", "value")), strict=False
+                ):
                     line.setdefault(str(p), []).append([o, v.decode("ascii")])
                 log.write(json.dumps(line) + "\n")
             if stopping:

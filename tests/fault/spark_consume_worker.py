@@ -48,10 +48,14 @@ def consume_into_loop(
         # the parent's warm-up topic, as a group of its own, into this child's own warm-up
         # output (a topic, or a Delta path) of the same kind as the real one.
         consume_into(
-            spark, f"{WARMUP_TOPIC}-{os.getpid()}", WARMUP_TOPIC, None if output_topic else _lineage,
-            output_topic=warmup_output if output_topic else None, output_path=None if output_topic else warmup_output,
+            spark,
+            f"{WARMUP_TOPIC}-{os.getpid()}",
+            WARMUP_TOPIC,
+            None if output_topic else _lineage,
+            output_topic=warmup_output if output_topic else None,
+            output_path=None if output_topic else warmup_output,
             **options,
-        )  # fmt: skip
+        )
         while not os.path.exists(go_path):
             time.sleep(0.05)
     fd = os.open(runs_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

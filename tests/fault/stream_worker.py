@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def copy_topic(
-    spark: "SparkSession", options: dict[str, str], checkpoint: str, src: str, dst: str, max_offsets: int
+    spark: SparkSession, options: dict[str, str], checkpoint: str, src: str, dst: str, max_offsets: int
 ) -> int:
     query = (
         spark.readStream.format("sparklog")

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import sparklog
 from tests.fault.workers import produce_batches
-from tests.helpers import Ack, assert_acks_stored, assert_acks_unique, assert_log_consistent, assert_values_unique, reaping, spawn_context
+from tests.helpers import (
+    Ack,
+    assert_acks_stored,
+    assert_acks_unique,
+    assert_log_consistent,
+    assert_values_unique,
+    reaping,
+    spawn_context,
+)
 
 WORKERS = 8
 BATCHES = 50
@@ -21,7 +29,9 @@ def test_eight_producers_one_topic(cluster: sparklog.Cluster, cluster_options: d
     start = ctx.Event()
     outs = [tmp_path / f"acks-{w}.json" for w in range(WORKERS)]
     children = [
-        ctx.Process(target=produce_batches, args=(cluster_options, "contended", w, BATCHES, PER_BATCH, str(outs[w]), start))
+        ctx.Process(
+            target=produce_batches, args=(cluster_options, "contended", w, BATCHES, PER_BATCH, str(outs[w]), start)
+        )
         for w in range(WORKERS)
     ]
     with reaping(children):

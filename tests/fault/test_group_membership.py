@@ -37,7 +37,9 @@ MEMBER_CONFIG = {"session_timeout_ms": SESSION_MS}
 class Members:
     """Starts, stops and kills member processes; each incarnation has its own journal."""
 
-    def __init__(self, options: dict[str, str], tmp: Path, processes: list[BaseProcess], config: dict[str, object] | None = None) -> None:
+    def __init__(
+        self, options: dict[str, str], tmp: Path, processes: list[BaseProcess], config: dict[str, object] | None = None
+    ) -> None:
         self.options, self.tmp, self.processes = options, tmp, processes
         self.config = dict(config or MEMBER_CONFIG)
         self.count = 0
@@ -47,7 +49,9 @@ class Members:
         self.count += 1
         journal, stop = self.tmp / f"journal-{self.count}.log", self.tmp / f"stop-{self.count}"
         process = spawn_context().Process(
-            target=member, args=(self.options, TOPIC, GROUP, str(journal), str(stop), {**self.config, **config}), daemon=True
+            target=member,
+            args=(self.options, TOPIC, GROUP, str(journal), str(stop), {**self.config, **config}),
+            daemon=True,
         )
         process.start()
         self.processes.append(process)
@@ -104,7 +108,9 @@ class OffsetsWatch:
 
 def start_producer(options: dict[str, str], tmp: Path, processes: list[BaseProcess]) -> Path:
     stop = tmp / "stop-producer"
-    process = spawn_context().Process(target=produce_forever, args=(options, TOPIC, str(stop), str(tmp / "produced")), daemon=True)
+    process = spawn_context().Process(
+        target=produce_forever, args=(options, TOPIC, str(stop), str(tmp / "produced")), daemon=True
+    )
     process.start()
     processes.append(process)
     return stop
@@ -118,7 +124,9 @@ def wait_fully_committed(cluster: sparklog.Cluster, watch: OffsetsWatch, timeout
         if all(watch.last.get((TOPIC, p), 0) == end for p, end in hw.items()):
             return hw
         time.sleep(0.3)
-    raise AssertionError(f"group never caught up: committed {watch.last} vs high watermarks {cluster.high_watermarks(TOPIC)}")
+    raise AssertionError(
+        f"group never caught up: committed {watch.last} vs high watermarks {cluster.high_watermarks(TOPIC)}"
+    )
 
 
 def assert_every_record_consumed(journals: list[list[list[str]]], hw: dict[int, int]) -> None:
@@ -220,14 +228,18 @@ def test_member_paused_past_its_session_is_fenced_on_resume(cluster, cluster_opt
     first = journals[0]
     adopted = [line for line in first if line[0] == "A"]
     rejected = [line for line in first if line[0] == "C" and line[1] == "rejected"]
-    assert rejected, f"the paused member's commits after resuming were all accepted: {[l for l in first if l[0] == 'C'][-5:]}"
+    assert rejected, (
+        f"the paused member's commits after resuming were all accepted: {[entry for entry in first if entry[0] == 'C'][-5:]}"
+    )
     assert rejected[0][2] in ("IllegalGenerationError", "UnknownMemberError"), rejected[0]
     assert len(adopted) >= 1
     assert_every_record_consumed(journals, hw)
     assert_one_owner_per_generation(journals)
 
 
-def test_static_member_killed_and_restarted_within_its_session_keeps_its_partitions(cluster, cluster_options, tmp_path, processes) -> None:
+def test_static_member_killed_and_restarted_within_its_session_keeps_its_partitions(
+    cluster, cluster_options, tmp_path, processes
+) -> None:
     cluster.create_topic(TOPIC, PARTITIONS)
     members = Members(cluster_options, tmp_path, processes, {"session_timeout_ms": 15_000})
     for slot in range(3):

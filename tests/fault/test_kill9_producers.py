@@ -78,7 +78,9 @@ def run_kill_loop(
             processes.append(child.process)
             alive.append(child)
         for child in list(alive):
-            assert child.process.exitcode is None, f"producer {child.process.pid} died on its own (exit {child.process.exitcode})"
+            assert child.process.exitcode is None, (
+                f"producer {child.process.pid} died on its own (exit {child.process.exitcode})"
+            )
             if child.kill_at is None and child.ready_path.exists():
                 child.kill_at = time.monotonic() + rng.uniform(0.05, 1.2)
             if child.kill_at is not None and time.monotonic() >= child.kill_at:

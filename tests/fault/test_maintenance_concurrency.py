@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -49,13 +50,23 @@ def seeded() -> random.Random:
     return random.Random(seed)
 
 
-def fill(cluster: sparklog.Cluster, topic: str, partitions: int, files: int, per_file: int, keys: int, now: int,
-         rng: random.Random) -> None:  # fmt: skip
+def fill(
+    cluster: sparklog.Cluster,
+    topic: str,
+    partitions: int,
+    files: int,
+    per_file: int,
+    keys: int,
+    now: int,
+    rng: random.Random,
+) -> None:
     with cluster.producer() as producer:
         for f in range(files):
             for p in range(partitions):
-                rows = [(b"k%d" % rng.randrange(keys), None if rng.random() < 0.02 else b"p%d-f%d-%d" % (p, f, i), now)
-                        for i in range(per_file)]  # fmt: skip
+                rows = [
+                    (b"k%d" % rng.randrange(keys), None if rng.random() < 0.02 else b"p%d-f%d-%d" % (p, f, i), now)
+                    for i in range(per_file)
+                ]
                 send_file(producer, topic, p, rows)
 
 
@@ -74,7 +85,14 @@ def one_run_reference(cluster: sparklog.Cluster, topic: str, now: int, tmp: Path
     result = {}
     for p in partitions:
         data = read_ranges(copy, dt, {p: (0, copy.log_end(dt, p))}, include_headers=False)
-        result[p] = list(zip(data.column("offset").to_pylist(), data.column("key").to_pylist(), data.column("value").to_pylist()))
+        result[p] = list(
+            zip(
+                data.column("offset").to_pylist(),
+                data.column("key").to_pylist(),
+                data.column("value").to_pylist(),
+                strict=False,
+            )
+        )
     return result
 
 
@@ -134,15 +152,18 @@ def read_consumed(path: Path) -> dict[int, list[tuple[int, str]]]:
     return consumed
 
 
-def assert_policy_removed_only(produced: Mapping[int, Mapping[int, str]], stored: Mapping[int, list[Record]],
-                               log_starts: Mapping[int, int]) -> None:  # fmt: skip
+def assert_policy_removed_only(
+    produced: Mapping[int, Mapping[int, str]], stored: Mapping[int, list[Record]], log_starts: Mapping[int, int]
+) -> None:
     """Per partition: stored records are produced ones at their offsets, strictly increasing;
     every produced record at/after log-start is stored unless a newer record of its key is."""
     for p, records in stored.items():
         offsets = [o for o, _k, _v in records]
         assert offsets == sorted(set(offsets)), f"partition {p}: offsets not strictly increasing (duplicates?)"
         for o, _k, v in records:
-            assert produced[p].get(o) == (v or b"").decode(), f"{TOPIC}-{p}@{o}: stored {v!r}, produced {produced[p].get(o)!r}"
+            assert produced[p].get(o) == (v or b"").decode(), (
+                f"{TOPIC}-{p}@{o}: stored {v!r}, produced {produced[p].get(o)!r}"
+            )
         kept = set(offsets)
         newest: dict[str, int] = {}
         for o, v in produced[p].items():
@@ -163,12 +184,15 @@ def test_maintenance_beside_a_live_producer_and_consumer(cluster, cluster_option
     ctx = spawn_context()
     ack_path, stop_path, consumed_path = tmp_path / "acks.log", tmp_path / "stop", tmp_path / "consumed.jsonl"
     with reaping([]) as processes:
-        producer = ctx.Process(target=produce_until_killed, args=(
-            cluster_options, TOPIC, "c0", str(ack_path), str(tmp_path / "ready"), 5000, PRODUCE))  # fmt: skip
+        producer = ctx.Process(
+            target=produce_until_killed,
+            args=(cluster_options, TOPIC, "c0", str(ack_path), str(tmp_path / "ready"), 5000, PRODUCE),
+        )
         # A fetch window larger than the log: Consumer._fetch does not yet move past a window
         # that compaction emptied (test_consumer_moves_past_a_gap_wider_than_max_records).
-        consumer = ctx.Process(target=consume_until_stopped, args=(
-            cluster_options, TOPIC, str(consumed_path), str(stop_path), 1_000_000))  # fmt: skip
+        consumer = ctx.Process(
+            target=consume_until_stopped, args=(cluster_options, TOPIC, str(consumed_path), str(stop_path), 1_000_000)
+        )
         processes += [producer, consumer]
         producer.start()
         consumer.start()
@@ -197,7 +221,9 @@ def test_maintenance_beside_a_live_producer_and_consumer(cluster, cluster_option
     consumed = read_consumed(consumed_path)
     for p, pairs in consumed.items():
         seen = [o for o, _v in pairs]
-        assert all(a < b for a, b in zip(seen, seen[1:])), f"partition {p}: consumer saw offsets out of order or twice"
+        assert all(a < b for a, b in itertools.pairwise(seen)), (
+            f"partition {p}: consumer saw offsets out of order or twice"
+        )
         wrong = [(o, v) for o, v in pairs if produced[p].get(o) != v]
         assert not wrong, f"partition {p}: consumer got records that were never produced there: {wrong[:3]}"
         missed = {o for o, _k, _v in stored[p]} - set(seen)
@@ -237,7 +263,9 @@ def test_three_compaction_jobs_at_once_equal_one_run(cluster, cluster_options, s
 def start_maintenance(
     options: Mapping[str, str], topic: str, now: int, progress: Path, spark_master: str | None = None
 ) -> BaseProcess:
-    child = spawn_context().Process(target=maintenance_until_killed, args=(options, topic, now, str(progress), spark_master))
+    child = spawn_context().Process(
+        target=maintenance_until_killed, args=(options, topic, now, str(progress), spark_master)
+    )
     child.start()
     return child
 
@@ -246,8 +274,9 @@ def progress_lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def assert_each_partition_before_or_after(cluster: sparklog.Cluster, topic: str, before: Mapping[int, list[Record]],
-                                          after: Mapping[int, list[Record]]) -> int:  # fmt: skip
+def assert_each_partition_before_or_after(
+    cluster: sparklog.Cluster, topic: str, before: Mapping[int, list[Record]], after: Mapping[int, list[Record]]
+) -> int:
     """Every partition is readable and exactly as before or as one complete run leaves it."""
     now = snapshot_records(cluster, topic)
     torn = [p for p in now if now[p] != before[p] and now[p] != after[p]]
@@ -270,7 +299,9 @@ def test_killed_maintenance_leaves_the_previous_state_and_a_rerun_completes(clus
             child = start_maintenance(cluster_options, "kill", now, path)
             processes.append(child)
             target = rng.randrange(0, 7)  # partitions to let finish before the kill
-            wait_for(lambda: len(progress_lines(path)) > target or child.exitcode is not None, 60, "maintenance progress")
+            wait_for(
+                lambda: len(progress_lines(path)) > target or child.exitcode is not None, 60, "maintenance progress"
+            )
             time.sleep(rng.uniform(0, 0.1))
             if child.exitcode is None:
                 os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
@@ -283,7 +314,9 @@ def test_killed_maintenance_leaves_the_previous_state_and_a_rerun_completes(clus
     print(f"compacted partitions after each kill: {done_counts}")
     assert final.exitcode == 0 and progress_lines(tmp_path / "final.log")[-1] == "finished"
     assert snapshot_records(cluster, "kill") == after
-    assert compaction_commits(cluster.replicas.leader_table("kill")) == {p: 1 for p in range(8)}, "one commit per partition in all"
+    assert compaction_commits(cluster.replicas.leader_table("kill")) == {p: 1 for p in range(8)}, (
+        "one commit per partition in all"
+    )
 
 
 @pytest.mark.slow
@@ -297,7 +330,9 @@ def test_killed_spark_maintenance_job_then_rerun(cluster, cluster_options, spark
     child = start_maintenance(cluster_options, "skill", now, path, spark_master="local[1]")
     try:
         # The first wave (2 partitions) committed: kill the driver, its JVM and workers mid-job.
-        wait_for(lambda: len(progress_lines(path)) >= 2 or child.exitcode is not None, 240, "the Spark job's first wave")
+        wait_for(
+            lambda: len(progress_lines(path)) >= 2 or child.exitcode is not None, 240, "the Spark job's first wave"
+        )
         assert child.exitcode is None, "the Spark maintenance child ended before it could be killed"
         os.killpg(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
         child.join(20)

@@ -17,7 +17,6 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -83,13 +82,17 @@ def leader_of(cluster: sparklog.Cluster, partition: int = 0, topic: str = TOPIC)
     return cluster.replicas.states(topic, [partition])[partition].leader
 
 
-def replica_records(cluster: sparklog.Cluster, broker: int, partition: int, end: int, topic: str = TOPIC) -> list[tuple[int, bytes]]:
+def replica_records(
+    cluster: sparklog.Cluster, broker: int, partition: int, end: int, topic: str = TOPIC
+) -> list[tuple[int, bytes]]:
     table = cluster.replicas.replica_table(topic, broker)
     got = read_ranges(table, table.snapshot(), {partition: (0, end)})
-    return list(zip(got.column("offset").to_pylist(), got.column("value").to_pylist()))
+    return list(zip(got.column("offset").to_pylist(), got.column("value").to_pylist(), strict=False))
 
 
-def assert_replicated_exactly_once(cluster: sparklog.Cluster, agents: BrokerAgents, acked: list[tuple[int, int, bytes]]) -> None:
+def assert_replicated_exactly_once(
+    cluster: sparklog.Cluster, agents: BrokerAgents, acked: list[tuple[int, int, bytes]]
+) -> None:
     """Every ack is in the log once at its offset; with all brokers back, replicas agree below the HW."""
     agents.wait_for(
         lambda: all(sorted(s.isr) == [1, 2, 3] for s in cluster.replicas.states(TOPIC).values()), 60, "a full ISR again"
@@ -98,7 +101,13 @@ def assert_replicated_exactly_once(cluster: sparklog.Cluster, agents: BrokerAgen
     values = Counter(records.column("value").to_pylist())
     duplicates = {v: n for v, n in values.items() if n > 1}
     assert not duplicates, f"records stored more than once: {list(duplicates)[:10]}"
-    where = dict(zip(records.column("value").to_pylist(), zip(records.column("partition").to_pylist(), records.column("offset").to_pylist())))
+    where = dict(
+        zip(
+            records.column("value").to_pylist(),
+            zip(records.column("partition").to_pylist(), records.column("offset").to_pylist(), strict=False),
+            strict=False,
+        )
+    )
     missing = [(p, o, v) for p, o, v in acked if where.get(v) != (p, o)]
     assert not missing, f"{len(missing)} acknowledged records lost or moved, e.g. {missing[:5]}\n{agents.logs()}"
     for partition, hw in cluster.high_watermarks(TOPIC).items():
@@ -147,11 +156,13 @@ def test_two_of_three_down_refuses_produces_until_one_returns(cluster, agents) -
     down = [b for b in (1, 2, 3) if b != leader]
     for broker in down:
         agents.kill(broker)
-    agents.wait_for(lambda: cluster.replicas.states("two-down", [0])[0].isr == [leader], 30, "the ISR shrinking to the leader")
+    agents.wait_for(
+        lambda: cluster.replicas.states("two-down", [0])[0].isr == [leader], 30, "the ISR shrinking to the leader"
+    )
     table = cluster.replicas.replica_table("two-down", leader)
     end = table.log_end(table.snapshot(), 0)
     with cluster.producer(acks="all", linger_ms=0, delivery_timeout_ms=1_000) as producer:
-        with pytest.raises(NotEnoughReplicasError, match="fewer than min.insync.replicas=2"):
+        with pytest.raises(NotEnoughReplicasError, match=r"fewer than min.insync.replicas=2"):
             producer.send("two-down", value=b"refused", partition=0).result(timeout=60)
     assert table.log_end(table.snapshot(), 0) == end, "nothing appended"
     agents.start(down[0])
@@ -175,7 +186,9 @@ def test_paused_leader_cannot_commit_under_its_old_epoch(cluster, agents) -> Non
         append(table, {0: 1_000}, {0: batch}, leader_epochs={0: old_epoch})
     with cluster.producer(acks="all", linger_ms=0) as producer:
         producer.send("paused", value=b"b", partition=0).result(timeout=60)
-    agents.wait_for(lambda: sorted(cluster.replicas.states("paused", [0])[0].isr) == [1, 2, 3], 60, "the old leader back in sync")
+    agents.wait_for(
+        lambda: sorted(cluster.replicas.states("paused", [0])[0].isr) == [1, 2, 3], 60, "the old leader back in sync"
+    )
     assert [v for _o, v in replica_records(cluster, old_leader, 0, 2, "paused")] == [b"a", b"b"]
 
 

@@ -81,8 +81,19 @@ def start_worker(cluster: sparklog.Cluster, options: dict[str, str], tmp: Path, 
     with cluster.producer() as producer:
         producer.send(warm, "warm-up").result()
     worker = Worker(None, tmp / f"ready-{n}", tmp / f"go-{n}", tmp / f"worker-{n}.log")  # type: ignore[arg-type]
-    args = [sys.executable, "-m", "tests.fault.stream_worker", json.dumps(options), str(tmp / "checkpoint"), "a", "b",
-            str(MAX_OFFSETS_PER_TRIGGER), warm, str(worker.ready), str(worker.go)]
+    args = [
+        sys.executable,
+        "-m",
+        "tests.fault.stream_worker",
+        json.dumps(options),
+        str(tmp / "checkpoint"),
+        "a",
+        "b",
+        str(MAX_OFFSETS_PER_TRIGGER),
+        warm,
+        str(worker.ready),
+        str(worker.go),
+    ]
     with open(worker.log, "wb") as log:
         worker.process = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return worker
@@ -92,7 +103,9 @@ def copied(cluster: sparklog.Cluster) -> int:
     return sum(cluster.high_watermarks("b").values())
 
 
-def test_streaming_copy_survives_kill9(cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path) -> None:
+def test_streaming_copy_survives_kill9(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     seed = int(os.environ.get("SPARKLOG_TEST_SEED", time.time_ns()))
     print(f"kill schedule seed: SPARKLOG_TEST_SEED={seed}")
     rng = random.Random(seed)
@@ -107,10 +120,14 @@ def test_streaming_copy_survives_kill9(cluster: sparklog.Cluster, cluster_option
     workers = [start_worker(cluster, options, tmp_path, n) for n in range(len(KILL_AT) + 1)]
     try:
         workers[0].go.touch()
-        for fraction, worker, successor in zip(KILL_AT, workers, workers[1:]):
+        for fraction, worker, successor in zip(KILL_AT, workers, workers[1:], strict=False):
             target = int(RECORDS * fraction)
-            wait_for(lambda: copied(cluster) >= target or worker.process.poll() is not None, 240,
-                     f"B to reach {target} records", interval_s=0.1)
+            wait_for(
+                lambda: copied(cluster) >= target or worker.process.poll() is not None,
+                240,
+                f"B to reach {target} records",
+                interval_s=0.1,
+            )
             time.sleep(rng.uniform(0.0, 1.0))  # land anywhere inside a micro-batch
             at = copied(cluster)
             assert worker.process.poll() is None, f"worker exited before its kill ({at} copied):\n{worker.tail()}"

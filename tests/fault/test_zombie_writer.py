@@ -15,8 +15,8 @@ import uuid
 import pytest
 
 import sparklog
-from sparklog.metadata.lease import WriterLease
 from sparklog.log.append import append
+from sparklog.metadata.lease import WriterLease
 from tests.fault.workers import zombie_writer
 from tests.helpers import assert_log_consistent, reaping, segment_batch, spawn_context, values_at, wait_for
 
@@ -41,14 +41,19 @@ def test_zombie_writer_is_fenced(
     alive_path = f"/zombie-alive-{uuid.uuid4().hex[:8]}"
     zombie_options = {**cluster_options, "zookeeper.session.timeout.ms": str(SESSION_MS)}
     child = ctx.Process(
-        target=zombie_writer, args=(zombie_options, TOPIC, LEASE_MS, snapshot_before_pause, alive_path, ready, go, results)
+        target=zombie_writer,
+        args=(zombie_options, TOPIC, LEASE_MS, snapshot_before_pause, alive_path, ready, go, results),
     )
     child.start()
     try:
         assert ready.wait(60), "the zombie never got ready"
         os.kill(child.pid, signal.SIGSTOP)
         # Frozen: its session expires (its ephemeral znode goes) and its lease runs out.
-        wait_for(lambda: cluster.replicas.zk.client.exists(alive_path) is None, 15, "the zombie's ZooKeeper session to expire")
+        wait_for(
+            lambda: cluster.replicas.zk.client.exists(alive_path) is None,
+            15,
+            "the zombie's ZooKeeper session to expire",
+        )
 
         successor = WriterLease(cluster.replicas.zk, TOPIC, 0, "successor", 10_000)
         grant = successor.acquire(10_000, table.fence_epoch(table.snapshot(), 0))

@@ -62,7 +62,7 @@ def produce_batches(
                 key = f"w{worker}-b{b}".encode() if b % 2 else None
                 futures = [producer.send(topic, v.encode(), key=key) for v in values]
                 producer.flush()
-                for value, future in zip(values, futures):
+                for value, future in zip(values, futures, strict=False):
                     meta = future.result()
                     acks.append((meta.partition, meta.offset, value))
     finally:
@@ -71,7 +71,13 @@ def produce_batches(
 
 
 def produce_until_killed(
-    options: Mapping[str, str], topic: str, tag: str, ack_path: str, ready_path: str, lease_ms: int, limit: int | None = None
+    options: Mapping[str, str],
+    topic: str,
+    tag: str,
+    ack_path: str,
+    ready_path: str,
+    lease_ms: int,
+    limit: int | None = None,
 ) -> None:
     """Produce small batches with acks=all forever (or ``limit`` records), logging each ack;
     every other batch is one keyed ``send_arrow`` request.
@@ -124,7 +130,7 @@ def _send_arrow_batch(producer: Any, topic: str, partitions: int, batch_id: str,
     except SparklogError:
         return
     next_offset = {p: first for p, (first, _count) in meta.offsets.items()}
-    for key, value in zip(keys, values):  # rows keep their order within a partition
+    for key, value in zip(keys, values, strict=False):  # rows keep their order within a partition
         p = partition_for_key(key, partitions)
         log.record(p, next_offset[p], value)
         next_offset[p] += 1
@@ -147,10 +153,10 @@ def zombie_writer(
     lease would: commit on its old snapshot, then retry through ``append`` with its old
     epoch. Reports ``{"epoch", "commit", "append"}`` (outcome names) on ``results``.
     """
-    from sparklog.metadata.lease import WriterLease
     from sparklog.log.append import append
     from sparklog.log.segment import write_segment
     from sparklog.log.table import CommitConflict, end_app_id, fence_app_id
+    from sparklog.metadata.lease import WriterLease
     from tests.helpers import segment_batch
 
     report: dict[str, Any] = {}
@@ -182,14 +188,19 @@ def zombie_writer(
         except SparklogError as exc:
             report["append"] = type(exc).__name__
             report["append_message"] = str(exc)
-    except BaseException:  # noqa: BLE001 - everything goes back to the parent
+    except BaseException:
         report["error"] = traceback.format_exc()
     results.put(report)
 
 
 # -- idempotence -------------------------------------------------------------------------
 def idempotent_appends(
-    options: Mapping[str, str], topic: str, producer_id: str, rounds: int, barrier: Barrier, results: Queue  # type: ignore[type-arg]
+    options: Mapping[str, str],
+    topic: str,
+    producer_id: str,
+    rounds: int,
+    barrier: Barrier,
+    results: Queue,  # type: ignore[type-arg]
 ) -> None:
     """For each round: wait at the barrier with the rival process, then append the round's
     batch with the shared producer id and sequence. Reports (round, duplicate, base offsets)."""
@@ -206,5 +217,5 @@ def idempotent_appends(
             result = append(table, {0: 1, 1: 1}, {0: batch, 1: batch}, producer_id=producer_id, sequence=r)
             results.put((r, result.duplicate, result.base_offsets))
         cluster.close()
-    except BaseException:  # noqa: BLE001
+    except BaseException:
         results.put(("error", traceback.format_exc(), None))

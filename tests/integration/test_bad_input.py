@@ -30,11 +30,29 @@ from sparklog.model.offsets import parse_assign_json, parse_offsets_json
 from tests.helpers import assert_unchanged, stored_records, topic_dirs
 
 BAD_NAMES = ["", ".", "..", "a" * 250, "a b", "a/b", "../x", "/abs", "a\x00b", "é", "t\n", "a:b", "*"]
-BAD_NAME_IDS = ["empty", "dot", "dotdot", "250chars", "space", "slash", "parent", "abs", "nul", "e-acute", "newline", "colon", "star"]
+BAD_NAME_IDS = [
+    "empty",
+    "dot",
+    "dotdot",
+    "250chars",
+    "space",
+    "slash",
+    "parent",
+    "abs",
+    "nul",
+    "e-acute",
+    "newline",
+    "colon",
+    "star",
+]
 
 
 def fails_cleanly(
-    cluster: sparklog.Cluster, home: Path, error: type[SparklogError], action: Callable[[], object], match: str | None = None
+    cluster: sparklog.Cluster,
+    home: Path,
+    error: type[SparklogError],
+    action: Callable[[], object],
+    match: str | None = None,
 ) -> SparklogError:
     """``action`` raises exactly the documented ``error`` (a SparklogError) and changes nothing."""
     assert issubclass(error, SparklogError)
@@ -96,7 +114,9 @@ def test_longest_legal_name_works(cluster: sparklog.Cluster, sparklog_home: Path
         {"retention.ms": 1, "bogus": 2},  # one bad key spoils the lot
     ],
 )
-def test_bad_topic_config(cluster: sparklog.Cluster, sparklog_home: Path, existing: str, config: dict[str, object]) -> None:
+def test_bad_topic_config(
+    cluster: sparklog.Cluster, sparklog_home: Path, existing: str, config: dict[str, object]
+) -> None:
     bad_key = next(k for k in config if k != "retention.ms" or len(config) == 1)
     error = fails_cleanly(cluster, sparklog_home, ConfigError, lambda: cluster.create_topic("fresh", config=config))
     assert bad_key in str(error)
@@ -108,26 +128,39 @@ def test_bad_topic_config(cluster: sparklog.Cluster, sparklog_home: Path, existi
 
 def test_alter_delete_unknown_key(cluster: sparklog.Cluster, sparklog_home: Path, existing: str) -> None:
     fails_cleanly(
-        cluster, sparklog_home, ConfigError, lambda: cluster.alter_topic_config(existing, set={"retention.ms": 5}, delete=["nope"]), "nope"
+        cluster,
+        sparklog_home,
+        ConfigError,
+        lambda: cluster.alter_topic_config(existing, set={"retention.ms": 5}, delete=["nope"]),
+        "nope",
     )
 
 
 @pytest.mark.parametrize("partitions", [0, -1, True, 1.5, "3"])
 def test_bad_partition_count(cluster: sparklog.Cluster, sparklog_home: Path, partitions: object) -> None:
-    fails_cleanly(cluster, sparklog_home, InvalidPartitionsError, lambda: cluster.create_topic("t", partitions=partitions))  # type: ignore[arg-type]
+    fails_cleanly(
+        cluster, sparklog_home, InvalidPartitionsError, lambda: cluster.create_topic("t", partitions=partitions)
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("total", [1, 2, 0])
-def test_create_partitions_cannot_shrink(cluster: sparklog.Cluster, sparklog_home: Path, existing: str, total: int) -> None:
+def test_create_partitions_cannot_shrink(
+    cluster: sparklog.Cluster, sparklog_home: Path, existing: str, total: int
+) -> None:
     fails_cleanly(cluster, sparklog_home, InvalidPartitionsError, lambda: cluster.create_partitions(existing, total))
     assert cluster.describe_topic(existing).partition_count == 2
 
 
 @pytest.mark.parametrize("rf", [2, 0])
-def test_replication_factor_above_brokers(cluster: sparklog.Cluster, sparklog_home: Path, existing: str, rf: int) -> None:
+def test_replication_factor_above_brokers(
+    cluster: sparklog.Cluster, sparklog_home: Path, existing: str, rf: int
+) -> None:
     # ``existing`` made this client broker 0, the only broker
     fails_cleanly(
-        cluster, sparklog_home, InvalidReplicationFactorError, lambda: cluster.create_topic("t", partitions=2, replication_factor=rf)
+        cluster,
+        sparklog_home,
+        InvalidReplicationFactorError,
+        lambda: cluster.create_topic("t", partitions=2, replication_factor=rf),
     )
 
 
@@ -142,9 +175,13 @@ def test_record_too_large(cluster: sparklog.Cluster, sparklog_home: Path, existi
     producer = cluster.producer()
     before = cluster.list_offsets(existing)
     fails_cleanly(cluster, sparklog_home, RecordTooLargeError, lambda: producer.send(existing, b"x" * 1000), "1000")
-    fails_cleanly(cluster, sparklog_home, RecordTooLargeError, lambda: producer.send(existing, b"x" * 500, key=b"k" * 500))
+    fails_cleanly(
+        cluster, sparklog_home, RecordTooLargeError, lambda: producer.send(existing, b"x" * 500, key=b"k" * 500)
+    )
     big_header = [("h", b"x" * 1000)]
-    fails_cleanly(cluster, sparklog_home, RecordTooLargeError, lambda: producer.send(existing, b"x", headers=big_header))
+    fails_cleanly(
+        cluster, sparklog_home, RecordTooLargeError, lambda: producer.send(existing, b"x", headers=big_header)
+    )
     batch = pa.table({"value": [b"ok", b"x" * 2000, b"ok"]})
     fails_cleanly(cluster, sparklog_home, RecordTooLargeError, lambda: producer.send_arrow(existing, batch), "Record 1")
     small = cluster.producer(max_request_size=100)
@@ -177,16 +214,22 @@ def test_unknown_topic(cluster: sparklog.Cluster, sparklog_home: Path, existing:
 
 
 @pytest.mark.parametrize("partition", [True, "1", 1.0], ids=["bool", "str", "float"])
-def test_send_partition_must_be_an_int(cluster: sparklog.Cluster, sparklog_home: Path, existing: str, partition: object) -> None:
+def test_send_partition_must_be_an_int(
+    cluster: sparklog.Cluster, sparklog_home: Path, existing: str, partition: object
+) -> None:
     with cluster.producer() as producer:
-        fails_cleanly(cluster, sparklog_home, UnknownPartitionError, lambda: producer.send(existing, b"v", partition=partition))  # type: ignore[arg-type]
+        fails_cleanly(
+            cluster, sparklog_home, UnknownPartitionError, lambda: producer.send(existing, b"v", partition=partition)
+        )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("partition", [2, -1, 100])
 def test_unknown_partition(cluster: sparklog.Cluster, sparklog_home: Path, existing: str, partition: int) -> None:
     producer = cluster.producer()
     fails_cleanly(cluster, sparklog_home, UnknownPartitionError, lambda: cluster.read(existing, partition=partition))
-    fails_cleanly(cluster, sparklog_home, UnknownPartitionError, lambda: producer.send(existing, b"v", partition=partition))
+    fails_cleanly(
+        cluster, sparklog_home, UnknownPartitionError, lambda: producer.send(existing, b"v", partition=partition)
+    )
     batch = pa.table({"value": [b"a", b"b"], "partition": pa.array([0, partition], pa.int32())})
     fails_cleanly(cluster, sparklog_home, UnknownPartitionError, lambda: producer.send_arrow(existing, batch))
     producer.close()
@@ -196,7 +239,13 @@ def test_bad_client_configs(cluster: sparklog.Cluster, sparklog_home: Path, clus
     fails_cleanly(cluster, sparklog_home, ConfigError, lambda: cluster.producer(no_such_setting=1), "no_such_setting")
     fails_cleanly(cluster, sparklog_home, ConfigError, lambda: cluster.producer(acks="2"), "acks")
     fails_cleanly(cluster, sparklog_home, ConfigError, lambda: sparklog.connect(unknown_key=1), "unknown_key")
-    fails_cleanly(cluster, sparklog_home, ConfigError, lambda: sparklog.connect({**cluster_options, "bogus.key": "1"}), "bogus.key")
+    fails_cleanly(
+        cluster,
+        sparklog_home,
+        ConfigError,
+        lambda: sparklog.connect({**cluster_options, "bogus.key": "1"}),
+        "bogus.key",
+    )
 
 
 @pytest.mark.parametrize(
@@ -211,7 +260,16 @@ def test_bad_client_configs(cluster: sparklog.Cluster, sparklog_home: Path, clus
         (pa.table({"value": [b"v"], "headers": [5]}), "headers"),
         (pa.table({"value": [b"v"], "topic": ["other"]}), "other"),
     ],
-    ids=["no-value", "unknown-column", "int-value", "int-key", "string-partition", "int-timestamp", "int-headers", "other-topic"],
+    ids=[
+        "no-value",
+        "unknown-column",
+        "int-value",
+        "int-key",
+        "string-partition",
+        "int-timestamp",
+        "int-headers",
+        "other-topic",
+    ],
 )
 def test_send_arrow_schema_mismatch(
     cluster: sparklog.Cluster, sparklog_home: Path, existing: str, batch: pa.Table, match: str
@@ -225,7 +283,9 @@ def test_send_bad_value_type(cluster: sparklog.Cluster, sparklog_home: Path, exi
     with cluster.producer() as producer:
         fails_cleanly(cluster, sparklog_home, SchemaMismatchError, lambda: producer.send(existing, value))  # type: ignore[arg-type]
         fails_cleanly(cluster, sparklog_home, SchemaMismatchError, lambda: producer.send(existing, b"v", key=value))  # type: ignore[arg-type]
-        fails_cleanly(cluster, sparklog_home, SchemaMismatchError, lambda: producer.send(existing, b"v", headers=[(1, b"x")]))  # type: ignore[list-item]
+        fails_cleanly(
+            cluster, sparklog_home, SchemaMismatchError, lambda: producer.send(existing, b"v", headers=[(1, b"x")])
+        )  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize("text", ["{", "[]", '{"t": 5}', '{"t": {"x": 1}}', '{"t": {"0": -3}}', '{"t": {"0": "a"}}'])
@@ -246,8 +306,12 @@ def test_empty_arrow_batch_is_a_no_op(cluster: sparklog.Cluster, sparklog_home: 
         assert all(count == 0 for _start, count in result.offsets.values())
 
 
-def test_replication_factor_error_on_a_fresh_cluster_registers_no_broker(cluster: sparklog.Cluster, sparklog_home: Path) -> None:
+def test_replication_factor_error_on_a_fresh_cluster_registers_no_broker(
+    cluster: sparklog.Cluster, sparklog_home: Path
+) -> None:
     fails_cleanly(
         cluster, sparklog_home, InvalidReplicationFactorError, lambda: cluster.create_topic("t", replication_factor=2)
     )
-    assert cluster.replicas.metadata.brokers() == {}, "a rejected create_topic must not register this client as a broker"
+    assert cluster.replicas.metadata.brokers() == {}, (
+        "a rejected create_topic must not register this client as a broker"
+    )

@@ -77,11 +77,6 @@ class Cli:
         return result
 
 
-@pytest.fixture
-def cli(zk_connect: str, sparklog_home: Path) -> Cli:
-    return Cli(zk_connect, sparklog_home)
-
-
 def assert_single_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
@@ -98,14 +93,26 @@ def test_version_and_help(cli: Cli) -> None:
 
 
 def test_topics_create_list_describe_alter_delete(cli: Cli, cluster: sparklog.Cluster) -> None:
-    created = cli("topics", "create", "--topic", "orders", "--partitions", "3", "--replication-factor", "1",
-                  "--config", "retention.ms=86400000", "--config", "cleanup.policy=compact")  # fmt: skip
+    created = cli(
+        "topics",
+        "create",
+        "--topic",
+        "orders",
+        "--partitions",
+        "3",
+        "--replication-factor",
+        "1",
+        "--config",
+        "retention.ms=86400000",
+        "--config",
+        "cleanup.policy=compact",
+    )
     assert created.stdout == "Created topic orders.\n"
     assert cli("topics", "create", "--topic", "audit").stdout == "Created topic audit.\n"
     assert cli("topics", "create", "--topic", "audit", "--if-not-exists").stdout == ""
 
     assert cli("topics", "list", forbid_pyspark=True).stdout == "audit\norders\n"
-    assert cli("topics", "list", "--topic", "ord.*", "--output", "json").stdout.split() == ['[', '"orders"', ']']
+    assert cli("topics", "list", "--topic", "ord.*", "--output", "json").stdout.split() == ["[", '"orders"', "]"]
 
     topic_id = cluster.describe_topic("orders").topic_id
     expected = (
@@ -138,8 +145,17 @@ def test_topics_create_list_describe_alter_delete(cli: Cli, cluster: sparklog.Cl
 def test_global_options_before_command_alias_and_properties_file(cli: Cli, cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t")
     # Global options before the command, and --bootstrap-server as an alias of --zookeeper.
-    before = [sys.executable, "-m", "sparklog.cli.main", "--bootstrap-server", cli.zk_connect, "--home", str(cli.home),
-              "topics", "list"]  # fmt: skip
+    before = [
+        sys.executable,
+        "-m",
+        "sparklog.cli.main",
+        "--bootstrap-server",
+        cli.zk_connect,
+        "--home",
+        str(cli.home),
+        "topics",
+        "list",
+    ]
     assert subprocess.run(before, capture_output=True, text=True, timeout=_TIMEOUT_S, cwd=cli.home).stdout == "t\n"
     props = cli.home / "client.properties"
     props.write_text(f"zookeeper.connect={cli.zk_connect}\nsparklog.home={cli.home}\n")
@@ -153,9 +169,18 @@ def test_configs_describe_and_alter(cli: Cli, cluster: sparklog.Cluster) -> None
         "Dynamic configs for topic t are:\n"
         "  retention.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=1000}\n"
     )
-    altered = cli("configs", "alter", "--entity-type", "topics", "--entity-name", "t",
-                  "--add-config", "cleanup.policy=[compact,delete],segment.bytes=1048576",
-                  "--delete-config", "retention.ms")  # fmt: skip
+    altered = cli(
+        "configs",
+        "alter",
+        "--entity-type",
+        "topics",
+        "--entity-name",
+        "t",
+        "--add-config",
+        "cleanup.policy=[compact,delete],segment.bytes=1048576",
+        "--delete-config",
+        "retention.ms",
+    )
     assert altered.stdout == "Completed updating config for topic t.\n"
     assert cluster.describe_topic("t").configs == {"cleanup.policy": "compact,delete", "segment.bytes": "1048576"}
     assert cli("configs", "describe", "--topic", "t").stdout == (
@@ -180,11 +205,32 @@ def _records(cluster: sparklog.Cluster, topic: str) -> list[tuple[bytes | None, 
 def test_produce_plain_keyed_and_with_headers(cli: Cli, cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t")
     assert cli("produce", "--topic", "t", "--sync", stdin="plain one\r\nplain two\n", forbid_pyspark=True).stdout == ""
-    cli("produce", "--topic", "t", "--property", "parse.key=true", "--property", "key.separator=:",
-        "--producer-property", "linger.ms=0", "--request-required-acks", "1", stdin="k1:v1\nk2:v:2\n")  # fmt: skip
-    cli("produce", "--topic", "t", "--property", "parse.key=true", "--property", "parse.headers=true",
-        "--property", "null.marker=<null>",
-        stdin="h1:x,h2:<null>\tk3\tv3\n\t<null>\tv4\nh3:z\tk5\t<null>\n")  # fmt: skip
+    cli(
+        "produce",
+        "--topic",
+        "t",
+        "--property",
+        "parse.key=true",
+        "--property",
+        "key.separator=:",
+        "--producer-property",
+        "linger.ms=0",
+        "--request-required-acks",
+        "1",
+        stdin="k1:v1\nk2:v:2\n",
+    )
+    cli(
+        "produce",
+        "--topic",
+        "t",
+        "--property",
+        "parse.key=true",
+        "--property",
+        "parse.headers=true",
+        "--property",
+        "null.marker=<null>",
+        stdin="h1:x,h2:<null>\tk3\tv3\n\t<null>\tv4\nh3:z\tk5\t<null>\n",
+    )
     assert _records(cluster, "t") == [
         (None, b"plain one", None),
         (None, b"plain two", None),
@@ -221,8 +267,16 @@ def _properties(*pairs: str) -> list[str]:
 
 
 def test_consume_from_beginning_with_every_print_property(cli: Cli, filled_topic: str) -> None:
-    result = cli("consume", "--topic", filled_topic, "--from-beginning", "--timeout-ms", "500",
-                 *_properties(*_PRINT_ALL), forbid_pyspark=True)  # fmt: skip
+    result = cli(
+        "consume",
+        "--topic",
+        filled_topic,
+        "--from-beginning",
+        "--timeout-ms",
+        "500",
+        *_properties(*_PRINT_ALL),
+        forbid_pyspark=True,
+    )
     assert result.stdout == (
         "CreateTime:1000\tPartition:0\tOffset:0\th:1,n:null\tk0\tv0\n"
         "CreateTime:2000\tPartition:0\tOffset:1\tNO_HEADERS\tnull\t\ufffdok\n"
@@ -232,8 +286,17 @@ def test_consume_from_beginning_with_every_print_property(cli: Cli, filled_topic
     assert result.stderr == "Processed a total of 4 messages\n"
 
     # As in Kafka's DefaultMessageFormatter, key.separator separates every printed column.
-    custom = cli("consume", "--topic", filled_topic, "--from-beginning", "--timeout-ms", "300", "--max-messages", "2",
-                 *_properties("print.key=true", "print.offset=true", "key.separator= | "))  # fmt: skip
+    custom = cli(
+        "consume",
+        "--topic",
+        filled_topic,
+        "--from-beginning",
+        "--timeout-ms",
+        "300",
+        "--max-messages",
+        "2",
+        *_properties("print.key=true", "print.offset=true", "key.separator= | "),
+    )
     assert custom.stdout == "Offset:0 | k0 | v0\nOffset:1 | null | \ufffdok\n"
     assert custom.stderr == "Processed a total of 2 messages\n"
 
@@ -241,21 +304,47 @@ def test_consume_from_beginning_with_every_print_property(cli: Cli, filled_topic
 def test_consume_partition_offset_max_messages_and_json(cli: Cli, filled_topic: str) -> None:
     from_offset = cli("consume", "--topic", filled_topic, "--partition", "0", "--offset", "1", "--timeout-ms", "300")
     assert from_offset.stdout == "\ufffdok\nv2\n"
-    limited = cli("consume", "--topic", filled_topic, "--partition", "0", "--offset", "earliest",
-                  "--max-messages", "1", "--output", "json")  # fmt: skip
+    limited = cli(
+        "consume",
+        "--topic",
+        filled_topic,
+        "--partition",
+        "0",
+        "--offset",
+        "earliest",
+        "--max-messages",
+        "1",
+        "--output",
+        "json",
+    )
     assert json.loads(limited.stdout) == {
-        "topic": "events", "partition": 0, "offset": 0, "timestamp": 1000, "timestampType": "CreateTime",
-        "key": "k0", "value": "v0", "headers": [{"key": "h", "value": "1"}, {"key": "n", "value": None}],
-    }  # fmt: skip
+        "topic": "events",
+        "partition": 0,
+        "offset": 0,
+        "timestamp": 1000,
+        "timestampType": "CreateTime",
+        "key": "k0",
+        "value": "v0",
+        "headers": [{"key": "h", "value": "1"}, {"key": "n", "value": None}],
+    }
     # Without --from-beginning only new records count: none arrive, so the timeout ends it.
     idle = cli("consume", "--topic", filled_topic, "--timeout-ms", "300")
     assert (idle.stdout, idle.stderr) == ("", "Processed a total of 0 messages\n")
 
 
-def test_consume_without_from_beginning_sees_records_produced_later(cli: Cli, filled_topic: str,
-                                                                     cluster: sparklog.Cluster) -> None:  # fmt: skip
-    args = ("consume", "--topic", filled_topic, "--max-messages", "1", "--timeout-ms", "30000",
-            *_properties("print.partition=true"))  # fmt: skip
+def test_consume_without_from_beginning_sees_records_produced_later(
+    cli: Cli, filled_topic: str, cluster: sparklog.Cluster
+) -> None:
+    args = (
+        "consume",
+        "--topic",
+        filled_topic,
+        "--max-messages",
+        "1",
+        "--timeout-ms",
+        "30000",
+        *_properties("print.partition=true"),
+    )
     proc = subprocess.Popen(cli.command(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cli.home)
     try:
         # Until the consumer has read its start positions a record counts as old, so keep
@@ -320,7 +409,10 @@ _ERROR_CASES: list[tuple[tuple[str, ...], str]] = [
     (("topics", "create", "--topic", "bad/name"), "'bad/name' is illegal"),
     (("topics", "create", "--topic", "t"), "Topic 't' already exists."),
     (("topics", "create", "--topic", "u", "--config", "no.such.key=1"), "Unknown topic configuration 'no.such.key'"),
-    (("configs", "alter", "--topic", "t", "--add-config", "retention.ms=soon"), "'soon' for configuration retention.ms"),
+    (
+        ("configs", "alter", "--topic", "t", "--add-config", "retention.ms=soon"),
+        "'soon' for configuration retention.ms",
+    ),
     (("configs", "alter", "--topic", "t", "--delete-config", "no.such.key"), "no.such.key"),
     (("topics", "alter", "--topic", "t", "--partitions", "1"), "Partitions can only be increased"),
     (("consume", "--topic", "t", "--partition", "0", "--offset", "7"), "Offset 7 is out of range for t-0"),
@@ -333,7 +425,7 @@ def test_errors_are_one_line_with_exit_1(cli: Cli, cluster: sparklog.Cluster) ->
     # Independent commands: run them side by side to keep the file fast.
     with ThreadPoolExecutor(max_workers=6) as pool:
         results = list(pool.map(lambda case: cli(*case[0], stdin="x\n", expect=1), _ERROR_CASES))
-    for (_args, fragment), result in zip(_ERROR_CASES, results):
+    for (_args, fragment), result in zip(_ERROR_CASES, results, strict=False):
         assert_single_error(result, fragment)
     assert cluster.list_topics() == ["t"]
     assert cluster.describe_topic("t").partition_count == 2

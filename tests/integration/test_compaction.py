@@ -50,11 +50,21 @@ def send_file(producer: sparklog.clients.producer.Producer, topic: str, partitio
 
 def records_of(cluster: sparklog.Cluster, topic: str, partition: int) -> list[Record]:
     data = cluster.read(topic, partition, include_headers=False)
-    return list(zip(data.column("offset").to_pylist(), data.column("key").to_pylist(), data.column("value").to_pylist()))
+    return list(
+        zip(
+            data.column("offset").to_pylist(),
+            data.column("key").to_pylist(),
+            data.column("value").to_pylist(),
+            strict=False,
+        )
+    )
 
 
 def expected_survivors(
-    records: Sequence[tuple[int, bytes | None, bytes | None, int]], first_uncleanable: int, now_ms: int, delete_retention_ms: int
+    records: Sequence[tuple[int, bytes | None, bytes | None, int]],
+    first_uncleanable: int,
+    now_ms: int,
+    delete_retention_ms: int,
 ) -> list[Record]:
     """Reference model of one compaction pass (independent of the implementation): below
     ``first_uncleanable``, the newest record of each key survives unless it is a tombstone
@@ -91,14 +101,26 @@ def test_compact_keeps_the_newest_record_per_key_with_offsets_and_the_head(clust
     lines: list[str] = []
     [result] = run_compaction(cluster.replicas, spark, ["t"], now_ms=now, progress=lines.append)
     assert records_of(cluster, "t", 0) == [
-        (3, None, b"n3"), (4, b"c", b"c4"), (5, b"b", None), (6, b"a", b"a6"), (7, b"a", b"a7"), (8, b"c", b"c8"),
+        (3, None, b"n3"),
+        (4, b"c", b"c4"),
+        (5, b"b", None),
+        (6, b"a", b"a6"),
+        (7, b"a", b"a7"),
+        (8, b"c", b"c8"),
     ]
-    assert (result.status, result.files_rewritten, result.records_before, result.records_after) == ("compacted", 2, 7, 4)
+    assert (result.status, result.files_rewritten, result.records_before, result.records_after) == (
+        "compacted",
+        2,
+        7,
+        4,
+    )
     assert result.cleaned_up_to == 7 and result.dirty_ratio == 1.0 and result.bytes_after and result.bytes_before
     assert lines == [result.line()] and lines[0].startswith("t-0: compacted 2 files -> 1, 7 -> 4 records")
     files = live_files(cluster, "t")
     assert files[-1] == head, "the active head is never rewritten"
-    assert [(lo, hi, n) for _p, lo, hi, n in files] == [(0, 6, 4), (7, 8, 2)], "stats tile the offsets; numRecords exact"
+    assert [(lo, hi, n) for _p, lo, hi, n in files] == [(0, 6, 4), (7, 8, 2)], (
+        "stats tile the offsets; numRecords exact"
+    )
     assert cluster.partition_offsets("t")[0] == (0, 9), "log-start and the high watermark do not move"
     table = cluster.replicas.leader_table("t")
     dt = table.snapshot()
@@ -120,7 +142,9 @@ def test_compact_delete_topic_runs_retention_then_compaction(cluster, spark) -> 
             send_file(producer, topic, 0, [(b"b", b"b5", now)])  # head
     report = run_maintenance(cluster.replicas, spark, ["cd", "plain"], now_ms=now)
     assert [(r.topic, r.removed_files, r.new_log_start) for r in report.retention] == [("cd", 1, 2), ("plain", 1, 2)]
-    assert [(r.topic, r.status, r.records_before, r.records_after) for r in report.compaction] == [("cd", "compacted", 3, 2)]
+    assert [(r.topic, r.status, r.records_before, r.records_after) for r in report.compaction] == [
+        ("cd", "compacted", 3, 2)
+    ]
     assert records_of(cluster, "cd", 0) == [(3, b"b", b"b3"), (4, b"a", b"a4"), (5, b"b", b"b5")]
     assert [o for o, _k, _v in records_of(cluster, "plain", 0)] == [2, 3, 4, 5], "a delete-only topic is not compacted"
     assert cluster.partition_offsets("cd")[0] == (2, 6)
@@ -141,7 +165,9 @@ def test_tombstone_kept_until_delete_retention_ms_then_removed(cluster, spark) -
         send_file(producer, "t", 0, [(b"d", b"d4", now)])  # a new head: offset 3 becomes cleanable
     [result] = run_compaction(cluster.replicas, spark, ["t"], now_ms=now + HOUR_MS + 1)
     assert result.status == "compacted" and result.cleaned_up_to == 4
-    assert records_of(cluster, "t", 0) == [(1, b"b", b"b1"), (3, b"c", b"c3"), (4, b"d", b"d4")], "expired tombstone removed"
+    assert records_of(cluster, "t", 0) == [(1, b"b", b"b1"), (3, b"c", b"c3"), (4, b"d", b"d4")], (
+        "expired tombstone removed"
+    )
 
 
 def test_min_compaction_lag_keeps_recent_segments(cluster, spark) -> None:
@@ -153,7 +179,9 @@ def test_min_compaction_lag_keeps_recent_segments(cluster, spark) -> None:
         send_file(producer, "t", 0, [(b"a", b"a4", now)])
     [result] = run_compaction(cluster.replicas, spark, ["t"], now_ms=now)
     assert (result.status, result.files_rewritten, result.cleaned_up_to) == ("compacted", 1, 2)
-    assert [o for o, _k, _v in records_of(cluster, "t", 0)] == [1, 2, 3, 4], "only the segment older than the lag was cleaned"
+    assert [o for o, _k, _v in records_of(cluster, "t", 0)] == [1, 2, 3, 4], (
+        "only the segment older than the lag was cleaned"
+    )
 
 
 def test_dirty_ratio_below_threshold_skips_the_partition(cluster, spark) -> None:
@@ -166,7 +194,10 @@ def test_dirty_ratio_below_threshold_skips_the_partition(cluster, spark) -> None
     [first] = run_compaction(cluster.replicas, spark, ["t"], now_ms=now)
     assert (first.status, first.files_rewritten, first.records_before, first.records_after) == ("compacted", 0, 50, 50)
     assert live_files(cluster, "t") == unique, "nothing to drop: files kept, only cleaned_up_to recorded"
-    assert cluster.replicas.leader_table("t").app_version(cluster.replicas.leader_table("t").snapshot(), cleaned_app_id(0)) == 50
+    assert (
+        cluster.replicas.leader_table("t").app_version(cluster.replicas.leader_table("t").snapshot(), cleaned_app_id(0))
+        == 50
+    )
     with cluster.producer() as producer:
         send_file(producer, "t", 0, [(b"k1", b"y", now)])  # small dirty part behind a big clean one
     before = live_files(cluster, "t")
@@ -181,8 +212,16 @@ def test_dirty_ratio_below_threshold_skips_the_partition(cluster, spark) -> None
 # -- equivalence on random data ------------------------------------------------------------
 def test_compaction_equals_the_reference_on_random_keyed_data(cluster, spark) -> None:
     rng = random.Random(20240611)
-    cluster.create_topic("r", 3, config={"cleanup.policy": "compact", "delete.retention.ms": str(HOUR_MS),
-                                         "segment.bytes": "1024", "min.cleanable.dirty.ratio": "0"})  # fmt: skip
+    cluster.create_topic(
+        "r",
+        3,
+        config={
+            "cleanup.policy": "compact",
+            "delete.retention.ms": str(HOUR_MS),
+            "segment.bytes": "1024",
+            "min.cleanable.dirty.ratio": "0",
+        },
+    )
     now = int(time.time() * 1000)
     produced: dict[int, list[tuple[int, bytes | None, bytes | None, int]]] = {0: [], 1: [], 2: []}
     with cluster.producer() as producer:
@@ -287,8 +326,11 @@ def test_dry_run_changes_nothing(cluster, spark, sparklog_home) -> None:
     with assert_unchanged(cluster, sparklog_home):
         report = run_maintenance(cluster.replicas, spark, ["cd"], dry_run=True, now_ms=now)
     assert [(r.partition, r.removed_files, r.dry_run) for r in report.retention] == [(0, 1, True), (1, 1, True)]
-    assert [(r.status, r.files_rewritten, r.records_before, r.records_after, r.bytes_after) for r in report.compaction] == [
-        ("dry-run", 2, 3, 1, None), ("dry-run", 2, 3, 1, None),
+    assert [
+        (r.status, r.files_rewritten, r.records_before, r.records_after, r.bytes_after) for r in report.compaction
+    ] == [
+        ("dry-run", 2, 3, 1, None),
+        ("dry-run", 2, 3, 1, None),
     ], "a dry run plans on the unchanged table (the old file is still there)"
 
 
@@ -308,13 +350,24 @@ def test_maintenance_job_prints_a_line_per_partition(cluster, spark, cluster_opt
     out = capsys.readouterr().out.splitlines()
     steps = [(line.split(":")[0], line.split(": ")[1].split(" ")[0]) for line in out[:-1]]
     assert steps == [
-        ("c-0", "compacted"), ("c-1", "compacted"), ("c-0", "optimize"), ("c-1", "optimize"), ("c", "checkpoint"),
-        ("d-0", "retention"), ("d-0", "optimize"), ("d", "checkpoint"),
-    ], out  # fmt: skip
+        ("c-0", "compacted"),
+        ("c-1", "compacted"),
+        ("c-0", "optimize"),
+        ("c-1", "optimize"),
+        ("c", "checkpoint"),
+        ("d-0", "retention"),
+        ("d-0", "optimize"),
+        ("d", "checkpoint"),
+    ], out
     assert "compacted 1 files -> 1, 2 -> 1 records" in out[0] and out[5].startswith("d-0: retention removed 0 files")
     assert re.fullmatch(r"c-0: optimize merged 2 files \(\d+ bytes\) into 1; live files 2 -> 1", out[2]), out
-    assert out[6:8] == ["d-0: optimize found nothing to merge (0 live files)", "d: checkpoint at version 0; 0 expired log files removed"]
-    assert out[-1].startswith("retention: 0 files removed in 1 partitions; compaction: 2 of 2 partitions; optimize: "), out
+    assert out[6:8] == [
+        "d-0: optimize found nothing to merge (0 live files)",
+        "d: checkpoint at version 0; 0 expired log files removed",
+    ]
+    assert out[-1].startswith(
+        "retention: 0 files removed in 1 partitions; compaction: 2 of 2 partitions; optimize: "
+    ), out
 
 
 # -- conflicts -----------------------------------------------------------------------------
@@ -333,7 +386,9 @@ def test_losing_compaction_deletes_its_files_and_does_nothing(cluster) -> None:
         send_file(producer, "t", 0, [(b"b", b"4", now)])  # an append in between only costs a retry
     assert commit_partition(table, first, out_first)  # type: ignore[arg-type]
     assert not commit_partition(table, second, out_second)  # type: ignore[arg-type]
-    assert not any(os.path.exists(table.full_path(str(s["path"]))) for s in out_second.segments), "loser's files deleted"
+    assert not any(os.path.exists(table.full_path(str(s["path"]))) for s in out_second.segments), (
+        "loser's files deleted"
+    )
     assert records_of(cluster, "t", 0) == [(1, b"a", b"2"), (2, b"a", b"3"), (3, b"b", b"4")]
     [again] = compact_partitions(table, [0], configs, now)
     assert again.status == "compacted" and again.cleaned_up_to == 3, "a re-plan sees the new head only"
@@ -390,7 +445,12 @@ def test_delta_rs_conflict_facts(cluster) -> None:
         def rewrite(data_change: bool, retries: int, dt: object) -> None:
             seg = write_segment(table.root, 0, 0, segment_batch([b"r"], [b"a"]))
             table.commit(
-                dt, [seg], {}, removes=[old], data_change=data_change, max_commit_retries=retries  # type: ignore[arg-type]
+                dt,
+                [seg],
+                {},
+                removes=[old],
+                data_change=data_change,
+                max_commit_retries=retries,  # type: ignore[arg-type]
             )
 
         rewrite(winner_data_change, 0, table.snapshot())

@@ -18,16 +18,14 @@ from typing import TYPE_CHECKING
 import pytest
 from kazoo.client import KazooClient
 
-from sparklog.metadata import embedded
 from sparklog.errors import ZooKeeperUnavailableError
+from sparklog.metadata import embedded
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
     from multiprocessing.synchronize import Barrier
 
-pytestmark = pytest.mark.skipif(
-    not Path("/proc/self").is_dir(), reason="process checks read /proc (Linux)"
-)
+pytestmark = pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="process checks read /proc (Linux)")
 
 
 def _server_pids(home: Path) -> list[int]:
@@ -221,9 +219,7 @@ def test_data_persists_across_restart(home: Path) -> None:
         client.close()
 
 
-def test_missing_java_is_reported(
-    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_java_is_reported(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # an environment without any java on it
     with pytest.raises(ZooKeeperUnavailableError, match=r"Java 17\+ is needed"):
@@ -237,7 +233,7 @@ def test_start_times_out_when_the_lock_is_held(home: Path) -> None:
     with open(home / "zookeeper" / "start.lock", "a+b") as holder:  # a separate open file
         fcntl.flock(holder, fcntl.LOCK_EX)
         began = time.monotonic()
-        with pytest.raises(ZooKeeperUnavailableError, match="start.lock"):
+        with pytest.raises(ZooKeeperUnavailableError, match=r"start.lock"):
             embedded.start(home, timeout_s=0.5)
         assert time.monotonic() - began < 5
     assert _server_pids(home) == []

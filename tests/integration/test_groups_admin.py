@@ -20,17 +20,16 @@ from typing import Any
 import pytest
 
 import sparklog
+from sparklog.admin.groups import consumer_lag, delete_groups
 from sparklog.clients.consumer import Consumer
 from sparklog.errors import (
     GroupIdNotFoundError,
     GroupNotEmptyError,
-    IllegalGenerationError,
     InvalidGroupIdError,
     InvalidOffsetSpecError,
     TopicNotFoundError,
     UnknownPartitionError,
 )
-from sparklog.admin.groups import consumer_lag, delete_groups
 from tests.helpers import assert_unchanged, wait_for
 
 T0 = 1_704_067_200_000  # 2024-01-01T00:00:00Z
@@ -58,8 +57,11 @@ def live_member(cluster: sparklog.Cluster, group: str, topic: str = "orders", **
     consumer = cluster.consumer(group, **{"enable.auto.commit": False, **configs})
     try:
         consumer.subscribe([topic])
-        wait_for(lambda: consumer.poll(50, max_records=1) is not None and bool(consumer.assignment()), 30,
-                 f"an assignment in group {group}")  # fmt: skip
+        wait_for(
+            lambda: consumer.poll(50, max_records=1) is not None and bool(consumer.assignment()),
+            30,
+            f"an assignment in group {group}",
+        )
         yield consumer
     finally:
         consumer.close()
@@ -68,7 +70,9 @@ def live_member(cluster: sparklog.Cluster, group: str, topic: str = "orders", **
 @pytest.fixture(scope="module")
 def shared(zk_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[sparklog.Cluster]:
     home = tmp_path_factory.mktemp("groups-admin")
-    cluster = sparklog.connect({"zookeeper.connect": f"{zk_server}/groups-{uuid.uuid4().hex[:8]}", "sparklog.home": str(home)})
+    cluster = sparklog.connect(
+        {"zookeeper.connect": f"{zk_server}/groups-{uuid.uuid4().hex[:8]}", "sparklog.home": str(home)}
+    )
     try:
         fill(cluster)
         yield cluster
@@ -114,8 +118,9 @@ def test_reset_scenario_dry_run_then_execute(
 def test_reset_creates_a_group_that_never_committed(shared: sparklog.Cluster) -> None:
     group = new_group()
     assert shared.reset_group_offsets(group, "to-offset", 3, topics=["orders"], execute=True) == [
-        ("orders", 0, 3), ("orders", 1, 3),
-    ]  # fmt: skip
+        ("orders", 0, 3),
+        ("orders", 1, 3),
+    ]
     assert shared.describe_group(group).state == "Empty"
     assert (group, "Empty") in {(g.group_id, g.state) for g in shared.list_groups()}
 
@@ -129,19 +134,32 @@ def test_live_group_describe_lag_and_refusals(shared: sparklog.Cluster) -> None:
         assert (described.state, described.protocol, described.leader) == ("Stable", "range", member.member_id)
         assert described.generation >= 1 and described.coordinator == 0
         assert (member.client_id, member.partitions) == ("app-1", (("orders", 0), ("orders", 1)))
-        rows = [(r.topic, r.partition, r.current_offset, r.log_end_offset, r.lag, r.consumer_id, r.client_id)
-                for r in described.partitions]  # fmt: skip
-        assert rows == [("orders", 0, 6, 10, 4, member.member_id, "app-1"), ("orders", 1, 10, 10, 0, member.member_id, "app-1")]
+        rows = [
+            (r.topic, r.partition, r.current_offset, r.log_end_offset, r.lag, r.consumer_id, r.client_id)
+            for r in described.partitions
+        ]
+        assert rows == [
+            ("orders", 0, 6, 10, 4, member.member_id, "app-1"),
+            ("orders", 1, 10, 10, 0, member.member_id, "app-1"),
+        ]
         assert (group, "Stable") in {(g.group_id, g.state) for g in shared.list_groups()}
         lag = consumer_lag(shared.groups).to_pylist()
-        assert {(r["partition"], r["lag"], r["state"]) for r in lag if r["group"] == group} == {(0, 4, "Stable"), (1, 0, "Stable")}
+        assert {(r["partition"], r["lag"], r["state"]) for r in lag if r["group"] == group} == {
+            (0, 4, "Stable"),
+            (1, 0, "Stable"),
+        }
 
         before = shared.committed_offsets(group)
-        with pytest.raises(GroupNotEmptyError, match=f"Assignments can only be reset if the group '{group}' is "
-                           "inactive, but the current state is Stable."):  # fmt: skip
+        with pytest.raises(
+            GroupNotEmptyError,
+            match=f"Assignments can only be reset if the group '{group}' is inactive, but the current state is Stable.",
+        ):
             shared.reset_group_offsets(group, "to-earliest", all_topics=True, execute=True)
-        with pytest.raises(GroupNotEmptyError, match=f"Deletion of some consumer groups failed: \\* Group '{group}' "
-                           "could not be deleted due to: NON_EMPTY_GROUP"):  # fmt: skip
+        with pytest.raises(
+            GroupNotEmptyError,
+            match=f"Deletion of some consumer groups failed: \\* Group '{group}' "
+            "could not be deleted due to: NON_EMPTY_GROUP",
+        ):
             shared.delete_group(group)
         with pytest.raises(GroupNotEmptyError, match="GROUP_SUBSCRIBED_TO_TOPIC"):
             shared.delete_group_offsets(group, "orders")
@@ -149,7 +167,10 @@ def test_live_group_describe_lag_and_refusals(shared: sparklog.Cluster) -> None:
 
     described = shared.describe_group(group)
     assert (described.state, described.members, described.protocol) == ("Empty", (), "")
-    assert [(r.partition, r.lag, r.consumer_id, r.host) for r in described.partitions] == [(0, 4, None, None), (1, 0, None, None)]
+    assert [(r.partition, r.lag, r.consumer_id, r.host) for r in described.partitions] == [
+        (0, 4, None, None),
+        (1, 0, None, None),
+    ]
 
 
 def test_delete_offsets_then_the_group(shared: sparklog.Cluster) -> None:
@@ -192,7 +213,9 @@ def test_delete_groups_deletes_what_it_can(shared: sparklog.Cluster) -> None:
     assert shared.committed_offsets(gone) == {}
 
 
-def test_unknown_group_and_bad_input_change_nothing(cluster: sparklog.Cluster, sparklog_home: Path, tmp_path: Path) -> None:
+def test_unknown_group_and_bad_input_change_nothing(
+    cluster: sparklog.Cluster, sparklog_home: Path, tmp_path: Path
+) -> None:
     fill(cluster, records=3)
     cluster.commit_offsets("g", {("orders", 0): 1})
     bad_csv = tmp_path / "bad.csv"
@@ -201,23 +224,48 @@ def test_unknown_group_and_bad_input_change_nothing(cluster: sparklog.Cluster, s
         (GroupIdNotFoundError, "Consumer group 'nope' does not exist.", lambda: cluster.describe_group("nope")),
         (GroupIdNotFoundError, "GROUP_ID_NOT_FOUND", lambda: cluster.delete_group("nope")),
         (InvalidGroupIdError, "Group id 'bad group' is illegal", lambda: cluster.describe_group("bad group")),
-        (InvalidGroupIdError, "is illegal", lambda: cluster.reset_group_offsets("bad/group", "to-earliest", all_topics=True)),
-        (TopicNotFoundError, "Topic 'ghost' does not exist",
-         lambda: cluster.reset_group_offsets("g", "to-earliest", topics=["ghost"], execute=True)),
-        (UnknownPartitionError, 'The partitions "orders-7" do not exist',
-         lambda: cluster.reset_group_offsets("g", "to-earliest", partitions=[("orders", 7)], execute=True)),
-        (InvalidOffsetSpecError, "Reset plan line 2 'orders,zero,2'",
-         lambda: cluster.reset_group_offsets("g", "from-file", str(bad_csv), execute=True)),
-        (InvalidOffsetSpecError, "Invalid datetime '2024-01-01 10:00'",
-         lambda: cluster.reset_group_offsets("g", "to-datetime", "2024-01-01 10:00", all_topics=True, execute=True)),
-        (InvalidOffsetSpecError, "Invalid duration '30m'",
-         lambda: cluster.reset_group_offsets("g", "by-duration", "30m", all_topics=True, execute=True)),
-        (InvalidOffsetSpecError, "Cannot shift offset for partition orders-1 of group 'g'",
-         lambda: cluster.reset_group_offsets("g", "shift-by", 1, topics=["orders"], execute=True)),
-        (InvalidOffsetSpecError, "One of the reset scopes should be defined",
-         lambda: cluster.reset_group_offsets("g", "to-latest", execute=True)),
+        (
+            InvalidGroupIdError,
+            "is illegal",
+            lambda: cluster.reset_group_offsets("bad/group", "to-earliest", all_topics=True),
+        ),
+        (
+            TopicNotFoundError,
+            "Topic 'ghost' does not exist",
+            lambda: cluster.reset_group_offsets("g", "to-earliest", topics=["ghost"], execute=True),
+        ),
+        (
+            UnknownPartitionError,
+            'The partitions "orders-7" do not exist',
+            lambda: cluster.reset_group_offsets("g", "to-earliest", partitions=[("orders", 7)], execute=True),
+        ),
+        (
+            InvalidOffsetSpecError,
+            "Reset plan line 2 'orders,zero,2'",
+            lambda: cluster.reset_group_offsets("g", "from-file", str(bad_csv), execute=True),
+        ),
+        (
+            InvalidOffsetSpecError,
+            "Invalid datetime '2024-01-01 10:00'",
+            lambda: cluster.reset_group_offsets("g", "to-datetime", "2024-01-01 10:00", all_topics=True, execute=True),
+        ),
+        (
+            InvalidOffsetSpecError,
+            "Invalid duration '30m'",
+            lambda: cluster.reset_group_offsets("g", "by-duration", "30m", all_topics=True, execute=True),
+        ),
+        (
+            InvalidOffsetSpecError,
+            "Cannot shift offset for partition orders-1 of group 'g'",
+            lambda: cluster.reset_group_offsets("g", "shift-by", 1, topics=["orders"], execute=True),
+        ),
+        (
+            InvalidOffsetSpecError,
+            "One of the reset scopes should be defined",
+            lambda: cluster.reset_group_offsets("g", "to-latest", execute=True),
+        ),
         (TopicNotFoundError, "Topic 'ghost' does not exist", lambda: cluster.delete_group_offsets("g", "ghost")),
-    ]  # fmt: skip
+    ]
     with assert_unchanged(cluster, sparklog_home):
         for error, fragment, attempt in attempts:
             with pytest.raises(error) as info:
@@ -239,8 +287,20 @@ def test_consumer_lag_view(spark: Any, cluster: sparklog.Cluster, cluster_option
     ).collect()
     assert [tuple(r) for r in rows] == [("orders", 0, 1, 3, 2, None, "Empty"), ("orders", 1, 3, 3, 0, None, "Empty")]
     cluster.commit_offsets("reporting", {("orders", 0): 3})
-    assert spark.sql("SELECT sum(lag) FROM consumer_lag").first()[0] == 2, "a view is the snapshot taken at registration"
+    assert spark.sql("SELECT sum(lag) FROM consumer_lag").first()[0] == 2, (
+        "a view is the snapshot taken at registration"
+    )
     fresh = lag_frame(spark, **cluster_options)
-    assert fresh.columns == ["group", "topic", "partition", "current_offset", "log_end_offset", "lag", "consumer_id",
-                             "host", "client_id", "state"]  # fmt: skip
+    assert fresh.columns == [
+        "group",
+        "topic",
+        "partition",
+        "current_offset",
+        "log_end_offset",
+        "lag",
+        "consumer_id",
+        "host",
+        "client_id",
+        "state",
+    ]
     assert fresh.groupBy().sum("lag").first()[0] == 0

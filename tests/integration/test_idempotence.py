@@ -55,13 +55,18 @@ def test_producers_do_not_share_sequences(cluster: sparklog.Cluster, table: Topi
     assert [r.value for r in assert_log_consistent(cluster, "idem")] == [b"same"] * 3
 
 
-def test_racing_processes_with_same_sequence_store_once(cluster: sparklog.Cluster, table: TopicTable, cluster_options: dict[str, str]) -> None:
+def test_racing_processes_with_same_sequence_store_once(
+    cluster: sparklog.Cluster, table: TopicTable, cluster_options: dict[str, str]
+) -> None:
     ctx = spawn_context()
     rounds = 6
     barrier = ctx.Barrier(2)
     results = ctx.Queue()
     pid = uuid.uuid4().hex
-    children = [ctx.Process(target=idempotent_appends, args=(cluster_options, "idem", pid, rounds, barrier, results)) for _ in range(2)]
+    children = [
+        ctx.Process(target=idempotent_appends, args=(cluster_options, "idem", pid, rounds, barrier, results))
+        for _ in range(2)
+    ]
     with reaping(children):
         for child in children:
             child.start()

@@ -9,6 +9,7 @@ no snapshot within ``file.delete.delay.ms`` can still need, and never a live fil
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
 import threading
@@ -27,22 +28,30 @@ from sparklog.log.reader import read_files, read_ranges
 from sparklog.log.segment import write_placeholder, write_segment
 from sparklog.log.table import CommitConflict, TopicTable
 from sparklog.log.vacuum import vacuum_topic
-from tests.integration.test_retention import produce_batches
 from tests.helpers import assert_contiguous, assert_log_consistent, assert_unchanged, segment_batch
+from tests.integration.test_retention import produce_batches
 
 HOUR_MS = 3_600_000
 DELAY_MS = 60_000
 
 
-def produce_small_files(cluster: sparklog.Cluster, topic: str, batches: int, partitions: int = 1, per_batch: int = 5) -> None:
+def produce_small_files(
+    cluster: sparklog.Cluster, topic: str, batches: int, partitions: int = 1, per_batch: int = 5
+) -> None:
     """``batches`` requests, each one small file per partition."""
     with cluster.producer(linger_ms=0) as producer:
         for b in range(batches):
             rows = [(p, f"b{b}-p{p}-{i}".encode()) for p in range(partitions) for i in range(per_batch)]
-            producer.send_arrow(topic, pa.table({
-                "partition": pa.array([p for p, _ in rows], pa.int32()), "value": [v for _, v in rows],
-                "headers": [[{"key": "b", "value": str(b).encode()}] for _ in rows],
-            }))  # fmt: skip
+            producer.send_arrow(
+                topic,
+                pa.table(
+                    {
+                        "partition": pa.array([p for p, _ in rows], pa.int32()),
+                        "value": [v for _, v in rows],
+                        "headers": [[{"key": "b", "value": str(b).encode()}] for _ in rows],
+                    }
+                ),
+            )
 
 
 def live_files(table: TopicTable, partition: int | None = None) -> list:
@@ -75,13 +84,15 @@ def test_optimize_merges_small_files_keeps_every_record_and_commits_data_change_
 
     dry = optimize(cluster, "t", dry_run=True)
     assert [(r.partition, r.files_merged, r.files_written, r.bytes_written, r.dry_run) for r in dry] == [
-        (0, 12, 1, 0, True), (1, 12, 1, 0, True)
+        (0, 12, 1, 0, True),
+        (1, 12, 1, 0, True),
     ]
     assert len(live_files(table)) == 24 and len(files_on_disk(table)) == 24, "a dry run writes nothing"
 
     results = optimize(cluster, "t")
     assert [(r.partition, r.files_merged, r.files_written, r.live_files_after, r.records) for r in results] == [
-        (0, 12, 1, 1, 60), (1, 12, 1, 1, 60)
+        (0, 12, 1, 1, 60),
+        (1, 12, 1, 1, 60),
     ]
     assert cluster.read("t").equals(before), "every record, offset, timestamp, key, value and header kept"
     assert cluster.partition_offsets("t") == offsets_before
@@ -108,7 +119,9 @@ def test_optimize_bounds_live_files_and_keeps_compaction_gaps(cluster) -> None:
     # Simulate compaction: the first 4 files become one file holding every other record.
     records = read_files(table, files[:4])
     kept = records.filter(pa.array([o % 2 == 0 for o in records.column("offset").to_pylist()]))
-    gappy = write_segment(table.root, 0, 0, kept.drop_columns(["offset"]), offsets=kept.column("offset").combine_chunks())
+    gappy = write_segment(
+        table.root, 0, 0, kept.drop_columns(["offset"]), offsets=kept.column("offset").combine_chunks()
+    )
     table.commit(table.snapshot(), [gappy], {}, {"sparklog.operation": "COMPACTION"}, removes=files[:4])
     before = cluster.read("t")
     assert before.column("offset").to_pylist()[:12] == [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 21]
@@ -132,10 +145,15 @@ def test_optimize_keeps_files_tiling_the_partition_across_compaction_gaps_and_pl
     files = live_files(table, 0)
     # As compaction leaves them: offsets 0..9 with no survivor (two placeholders), 10..14 without 10.
     stamps = [files[0].min_timestamp_us or 0]
-    holes = [write_placeholder(table.root, 0, 0, 4, stamps, "snappy"), write_placeholder(table.root, 0, 5, 9, stamps, "snappy")]
+    holes = [
+        write_placeholder(table.root, 0, 0, 4, stamps, "snappy"),
+        write_placeholder(table.root, 0, 5, 9, stamps, "snappy"),
+    ]
     records = read_files(table, [files[2]]).slice(1)
     gappy = replace(
-        write_segment(table.root, 0, 0, records.drop_columns(["offset"]), offsets=records.column("offset").combine_chunks()),
+        write_segment(
+            table.root, 0, 0, records.drop_columns(["offset"]), offsets=records.column("offset").combine_chunks()
+        ),
         base_offset=10,
     )
     table.commit(table.snapshot(), [*holes, gappy], {}, {"sparklog.operation": "COMPACTION"}, removes=files[:3])
@@ -146,7 +164,7 @@ def test_optimize_keeps_files_tiling_the_partition_across_compaction_gaps_and_pl
     assert cluster.partition_offsets("t") == offsets_before, "log-start and log-end unchanged by optimize"
     assert cluster.read("t").equals(before)
     tiles = sorted((f.base_offset, f.last_offset) for f in live_files(table, 0))
-    assert tiles[0][0] == 0 and all(a[1] + 1 == b[0] for a, b in zip(tiles, tiles[1:])), tiles
+    assert tiles[0][0] == 0 and all(a[1] + 1 == b[0] for a, b in itertools.pairwise(tiles)), tiles
     with cluster.consumer(auto_offset_reset="none") as consumer:
         consumer.assign([("t", 0)])
         consumer.seek(("t", 0), 3)  # inside the placeholders: moves on to the first survivor, no error
@@ -162,7 +180,10 @@ def test_history_retention_bounds_the_delta_log(cluster) -> None:
     cluster.create_topic("long", 1)
     for topic, expected in (("short", "interval 0 milliseconds"), ("long", "interval 600000 milliseconds")):
         configuration = cluster.replicas.leader_table(topic).snapshot().metadata().configuration
-        assert configuration["delta.logRetentionDuration"] == expected and configuration["delta.checkpointInterval"] == "100"
+        assert (
+            configuration["delta.logRetentionDuration"] == expected
+            and configuration["delta.checkpointInterval"] == "100"
+        )
         assert configuration["delta.enableExpiredLogCleanup"] == "false"
     for topic in ("short", "long"):
         with cluster.producer(linger_ms=0) as producer:
@@ -182,10 +203,15 @@ def test_history_retention_bounds_the_delta_log(cluster) -> None:
     cluster.alter_topic_config("long", set={"history.retention.ms": "0"})
     version = cluster.replicas.leader_table("long").snapshot().version()
     _merged, [checkpoint] = run_optimize(cluster.replicas, ["long"])
-    assert cluster.replicas.leader_table("long").snapshot().metadata().configuration["delta.logRetentionDuration"] == "interval 0 milliseconds"
+    assert (
+        cluster.replicas.leader_table("long").snapshot().metadata().configuration["delta.logRetentionDuration"]
+        == "interval 0 milliseconds"
+    )
     assert checkpoint.version == version + 1 and log_files("long") <= 2, log_files("long")
     run_optimize(cluster.replicas, ["long"])
-    assert cluster.replicas.leader_table("long").snapshot().version() == version + 1, "nothing to merge or sync, nothing committed"
+    assert cluster.replicas.leader_table("long").snapshot().version() == version + 1, (
+        "nothing to merge or sync, nothing committed"
+    )
     assert cluster.read("long").num_rows == 230
 
 
@@ -205,7 +231,7 @@ def test_optimize_concurrent_with_a_producer_loses_and_duplicates_nothing(cluste
                     producer.send_arrow("t", pa.table({"value": values}))
                     sent.extend(values)
                     n += 1
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:
             failures.append(exc)
 
     def read() -> None:
@@ -213,7 +239,7 @@ def test_optimize_concurrent_with_a_producer_loses_and_duplicates_nothing(cluste
             while not stop.is_set():
                 offsets = cluster.read("t", 0, include_headers=False).column("offset").to_pylist()
                 assert_contiguous(offsets, 0)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             failures.append(exc)
 
     threads = [threading.Thread(target=produce), threading.Thread(target=read)]
@@ -250,7 +276,7 @@ def test_two_optimize_runs_racing_agree_and_leave_no_orphans(cluster) -> None:
         barrier.wait()
         try:
             outcomes.append(optimize_topic(own, [0], 1 << 30)[0])
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             outcomes.append(exc)
 
     threads = [threading.Thread(target=run) for _ in range(2)]
@@ -349,8 +375,11 @@ def test_vacuum_after_optimize_reads_tombstones_from_the_checkpoint(cluster) -> 
     table = cluster.replicas.leader_table("t")
     before = cluster.read("t")
     [result] = optimize(cluster, "t")  # checkpoints at the optimize commit: removes live in the checkpoint
-    assert not any("remove" in a for v in range(result.version + 1, table.snapshot().version() + 1)
-                   for a in commit_actions(table, v))  # fmt: skip
+    assert not any(
+        "remove" in a
+        for v in range(result.version + 1, table.snapshot().version() + 1)
+        for a in commit_actions(table, v)
+    )
     done = vacuum_topic(table, DELAY_MS, now_ms=int(time.time() * 1000) + DELAY_MS + 1000)
     assert done.deleted_files == 8
     assert files_on_disk(table) == {f.path for f in live_files(table)}
@@ -420,7 +449,9 @@ def test_optimize_vacuum_history_cli(cluster, zk_connect, sparklog_home) -> None
         "TOPIC PARTITION FILES-MERGED FILES-WRITTEN BYTES-MERGED BYTES-WRITTEN LIVE-FILES",
         f"t     0         3            1             {merged_bytes:<12} 0             3 -> 1",
     ]
-    assert dry.stderr.splitlines() == [f"t-0: optimize would merge 3 files ({merged_bytes} bytes) into 1; live files 3 -> 1"]
+    assert dry.stderr.splitlines() == [
+        f"t-0: optimize would merge 3 files ({merged_bytes} bytes) into 1; live files 3 -> 1"
+    ]
     assert len(live_files(table)) == 3
 
     done = cli("optimize", "--topic", "t", "--output", "json", forbid_pyspark=True)
@@ -433,7 +464,9 @@ def test_optimize_vacuum_history_cli(cluster, zk_connect, sparklog_home) -> None
     time.sleep(0.01)  # file.delete.delay.ms=0: anything removed before now may go
     vacuum_dry = cli("vacuum", "--topic", "t", "--dry-run", forbid_pyspark=True)
     assert vacuum_dry.stdout.splitlines() == [
-        "DRY RUN: nothing was changed", "TOPIC FILES-DELETED BYTES-DELETED", f"t     3             {merged_bytes}",
+        "DRY RUN: nothing was changed",
+        "TOPIC FILES-DELETED BYTES-DELETED",
+        f"t     3             {merged_bytes}",
     ]
     assert vacuum_dry.stderr.splitlines() == [f"t: partition=0: vacuum would delete 3 files ({merged_bytes} bytes)"]
     vacuum = cli("vacuum", "--topic", "t", forbid_pyspark=True)
@@ -466,7 +499,10 @@ def test_optimize_and_vacuum_cover_every_topic_by_default(cluster, zk_connect, s
     assert "__consumer_offsets" in topics
     optimized = json.loads(cli("optimize", "--output", "json").stdout)
     assert sorted({r["topic"] for r in optimized["partitions"]}) == sorted(topics)
-    assert [(r["partition"], r["files_merged"]) for r in optimized["partitions"] if r["topic"] == "a"] == [(0, 2), (1, 2)]
+    assert [(r["partition"], r["files_merged"]) for r in optimized["partitions"] if r["topic"] == "a"] == [
+        (0, 2),
+        (1, 2),
+    ]
     vacuumed = cli("vacuum", forbid_pyspark=True).stdout.splitlines()
     assert vacuumed[0] == "TOPIC              FILES-DELETED BYTES-DELETED"
     assert sorted(line.split()[0] for line in vacuumed[1:]) == sorted(topics)

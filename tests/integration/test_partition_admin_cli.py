@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 import sparklog
-from sparklog.server.controller.admin_requests import DROP_DELAY_S
 from sparklog.log.reader import read_ranges
 from sparklog.model.topic import PartitionDescription
+from sparklog.server.controller.admin_requests import DROP_DELAY_S
 from sparklog.testing import BrokerAgents
 from tests.helpers import assert_log_consistent, assert_unchanged
 from tests.integration.test_cli import Cli
@@ -54,9 +54,12 @@ def partitions(cluster: sparklog.Cluster, topic: str) -> dict[int, PartitionDesc
 
 
 def wait_partitions(
-    agents: BrokerAgents, cluster: sparklog.Cluster, topic: str,
-    condition: Callable[[dict[int, PartitionDescription]], bool], what: str,
-) -> dict[int, PartitionDescription]:  # fmt: skip
+    agents: BrokerAgents,
+    cluster: sparklog.Cluster,
+    topic: str,
+    condition: Callable[[dict[int, PartitionDescription]], bool],
+    what: str,
+) -> dict[int, PartitionDescription]:
     """Wait until ``condition`` holds for the topic's partition states; fail with them and the agents' logs."""
     try:
         agents.wait_for(lambda: condition(partitions(cluster, topic)), _STATE_TIMEOUT_S, what)
@@ -90,12 +93,17 @@ def replica_records(cluster: sparklog.Cluster, topic: str, broker: int, partitio
     table = cluster.replicas.replica_table(topic, broker)
     dt = table.snapshot()
     got = read_ranges(table, dt, {partition: (0, table.log_end(dt, partition))}, include_headers=False)
-    return list(zip(got.column("offset").to_pylist(), got.column("value").to_pylist()))
+    return list(zip(got.column("offset").to_pylist(), got.column("value").to_pylist(), strict=False))
 
 
 def leader_records(cluster: sparklog.Cluster, topic: str, partition: int) -> list[tuple[int, bytes]]:
     table = cluster.read(topic, include_headers=False)
-    rows = zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), table.column("value").to_pylist())
+    rows = zip(
+        table.column("partition").to_pylist(),
+        table.column("offset").to_pylist(),
+        table.column("value").to_pylist(),
+        strict=False,
+    )
     return sorted((o, v) for p, o, v in rows if p == partition)
 
 
@@ -119,37 +127,65 @@ def test_replica_assignment_describe_filters_and_preferred_election(
     cli: Cli, cluster: sparklog.Cluster, agents: BrokerAgents
 ) -> None:
     agents.start(1, 2, 3)
-    created = cli("topics", "create", "--topic", "t", "--replica-assignment", "1:2:3,2:3:1,3:1:2",
-                  "--config", "min.insync.replicas=2", forbid_pyspark=True)  # fmt: skip
+    created = cli(
+        "topics",
+        "create",
+        "--topic",
+        "t",
+        "--replica-assignment",
+        "1:2:3,2:3:1,3:1:2",
+        "--config",
+        "min.insync.replicas=2",
+        forbid_pyspark=True,
+    )
     assert created.stdout == "Created topic t.\n"
     cluster.create_topic("pair", replica_assignment={0: [2, 3]})
     acked = produce(cluster, "t", [b"before-%d" % i for i in range(30)], 3)
-    described, under, unavailable = run_side_by_side(cli, [
-        ("topics", "describe", "--topic", "t"), ("topics", "describe", "--under-replicated-partitions"),
-        ("topics", "describe", "--unavailable-partitions"),
-    ])  # fmt: skip
+    described, under, unavailable = run_side_by_side(
+        cli,
+        [
+            ("topics", "describe", "--topic", "t"),
+            ("topics", "describe", "--under-replicated-partitions"),
+            ("topics", "describe", "--unavailable-partitions"),
+        ],
+    )
     assert described.splitlines()[1:] == [
-        line("t", 0, 1, "1,2,3", "1,2,3"), line("t", 1, 2, "2,3,1", "2,3,1"), line("t", 2, 3, "3,1,2", "3,1,2")
+        line("t", 0, 1, "1,2,3", "1,2,3"),
+        line("t", 1, 2, "2,3,1", "2,3,1"),
+        line("t", 2, 3, "3,1,2", "3,1,2"),
     ]
     assert under == unavailable == ""
 
     # kill -9 the preferred leader of t-0: leadership moves, the ISR shrinks.
     agents.kill(1)
-    wait_partitions(agents, cluster, "t", lambda ps: all(1 not in p.isr and p.leader != 1 for p in ps.values()),
-                    "broker 1 out of every ISR of t")  # fmt: skip
-    under, unavailable = run_side_by_side(cli, [
-        ("topics", "describe", "--under-replicated-partitions"), ("topics", "describe", "--unavailable-partitions"),
-    ])  # fmt: skip
+    wait_partitions(
+        agents,
+        cluster,
+        "t",
+        lambda ps: all(1 not in p.isr and p.leader != 1 for p in ps.values()),
+        "broker 1 out of every ISR of t",
+    )
+    under, unavailable = run_side_by_side(
+        cli,
+        [
+            ("topics", "describe", "--under-replicated-partitions"),
+            ("topics", "describe", "--unavailable-partitions"),
+        ],
+    )
     rows = under.splitlines()
     assert len(rows) == 3 and not any("TopicId" in row for row in rows), rows  # partition lines only
-    for p, (row, replicas) in enumerate(zip(rows, ("1,2,3", "2,3,1", "3,1,2"))):
-        assert re.fullmatch(rf"\tTopic: t\tPartition: {p}\tLeader: [23]\tReplicas: {replicas}\tIsr: (2,3|3,2)", row), row
+    for p, (row, replicas) in enumerate(zip(rows, ("1,2,3", "2,3,1", "3,1,2"), strict=False)):
+        assert re.fullmatch(rf"\tTopic: t\tPartition: {p}\tLeader: [23]\tReplicas: {replicas}\tIsr: (2,3|3,2)", row), (
+            row
+        )
     assert unavailable == ""
     acked += produce(cluster, "t", [b"degraded-%d" % i for i in range(30)], 3)
 
     # Back, caught up, in sync: the preferred election moves t-0 home, and only t-0.
     agents.start(1)
-    wait_partitions(agents, cluster, "t", lambda ps: all(1 in p.isr for p in ps.values()), "broker 1 back in every ISR of t")
+    wait_partitions(
+        agents, cluster, "t", lambda ps: all(1 in p.isr for p in ps.values()), "broker 1 back in every ISR of t"
+    )
     assert cli("topics", "describe", "--under-replicated-partitions").stdout == ""
     assert partitions(cluster, "t")[0].leader in (2, 3)
     elected = cli("elect-leaders", "--election-type", "preferred", "--all-topic-partitions", forbid_pyspark=True)
@@ -166,9 +202,14 @@ def test_replica_assignment_describe_filters_and_preferred_election(
     wait_partitions(agents, cluster, "pair", lambda ps: ps[0].leader == -1, "pair-0 offline")
     wait_partitions(agents, cluster, "t", lambda ps: all(p.leader == 1 for p in ps.values()), "broker 1 leading t")
     unavailable = cli("topics", "describe", "--unavailable-partitions").stdout
-    assert re.fullmatch(r"\tTopic: pair\tPartition: 0\tLeader: none\tReplicas: 2,3\tIsr: [0-9,]*\n", unavailable), unavailable
+    assert re.fullmatch(r"\tTopic: pair\tPartition: 0\tLeader: none\tReplicas: 2,3\tIsr: [0-9,]*\n", unavailable), (
+        unavailable
+    )
     failed = cli("elect-leaders", "--preferred", "--topic", "pair", "--partition", "0", expect=1)
-    assert failed.stdout == "Error completing leader election (PREFERRED) for partition: pair-0: preferred replica 2 is not live\n"
+    assert (
+        failed.stdout
+        == "Error completing leader election (PREFERRED) for partition: pair-0: preferred replica 2 is not live\n"
+    )
     assert failed.stderr == "Error: 1 replica(s) could not be elected\n"
     assert_exactly_once(cluster, "t", acked)
 
@@ -176,6 +217,7 @@ def test_replica_assignment_describe_filters_and_preferred_election(
 # -- bad input -----------------------------------------------------------------------------
 def _bad_input_cases(tmp_path: Path) -> list[tuple[tuple[str, ...], int, str]]:
     """(arguments, exit code, fragment of the error); files are written here."""
+
     def file(name: str, content: object) -> str:
         path = tmp_path / name
         path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
@@ -183,7 +225,11 @@ def _bad_input_cases(tmp_path: Path) -> list[tuple[tuple[str, ...], int, str]]:
 
     plan = lambda *entries: {"version": 1, "partitions": list(entries)}  # noqa: E731
     entry = lambda topic="t", partition=0, replicas=(1, 2, 3), **extra: {  # noqa: E731
-        "topic": topic, "partition": partition, "replicas": list(replicas), **extra}  # fmt: skip
+        "topic": topic,
+        "partition": partition,
+        "replicas": list(replicas),
+        **extra,
+    }
     topics = file("topics.json", {"topics": [{"topic": "t"}], "version": 1})
     good_plan = file("good.json", plan(entry(replicas=(3, 2, 1))))
     create = ("topics", "create", "--topic", "new")
@@ -191,76 +237,157 @@ def _bad_input_cases(tmp_path: Path) -> list[tuple[tuple[str, ...], int, str]]:
     execute = ("reassign", "--execute", "--reassignment-json-file")
     return [
         # topics create --replica-assignment / describe filters
-        ((*create, "--replica-assignment", "1:2:3", "--partitions", "1"), 2,
-         'Option "[replica-assignment]" can\'t be used with option "[partitions]"'),
-        ((*create, "--replica-assignment", "1:2:3", "--replication-factor", "3"), 2,
-         'Option "[replica-assignment]" can\'t be used with option "[replication-factor]"'),
+        (
+            (*create, "--replica-assignment", "1:2:3", "--partitions", "1"),
+            2,
+            'Option "[replica-assignment]" can\'t be used with option "[partitions]"',
+        ),
+        (
+            (*create, "--replica-assignment", "1:2:3", "--replication-factor", "3"),
+            2,
+            'Option "[replica-assignment]" can\'t be used with option "[replication-factor]"',
+        ),
         ((*create, "--replica-assignment", "1:x"), 1, "'x' in '1:x' is not a broker id"),
         ((*create, "--replica-assignment", "1:1"), 1, "may not contain duplicate entries"),
         ((*create, "--replica-assignment", "1:2,3"), 1, "different replication factor"),
         ((*create, "--replica-assignment", "1:9"), 1, "not available: [9]"),
         ((*create, "--replica-assignment", ""), 1, "The replica assignment is empty"),
-        (("topics", "describe", "--under-replicated-partitions", "--unavailable-partitions"), 2, "not allowed with argument"),
+        (
+            ("topics", "describe", "--under-replicated-partitions", "--unavailable-partitions"),
+            2,
+            "not allowed with argument",
+        ),
         # elect-leaders
         (("elect-leaders", "--all-topic-partitions"), 2, "Missing required option(s): election-type"),
         (("elect-leaders", "--preferred"), 2, "One and only one of the following options is required"),
         (("elect-leaders", "--preferred", "--topic", "t", "--all-topic-partitions"), 2, "One and only one"),
-        (("elect-leaders", "--preferred", "--all-topic-partitions", "--partition", "0"), 2,
-         "Option partition is only allowed if topic is used"),
-        (("elect-leaders", "--election-type", "sideways", "--all-topic-partitions"), 2, "invalid election type 'sideways'"),
-        (("elect-leaders", "--preferred", "--election-type", "unclean", "--all-topic-partitions"), 2, "--preferred contradicts"),
-        (("elect-leaders", "--election-type", "UNCLEAN", "--all-topic-partitions"), 1,
-         "Unclean leader election on request is not supported"),
+        (
+            ("elect-leaders", "--preferred", "--all-topic-partitions", "--partition", "0"),
+            2,
+            "Option partition is only allowed if topic is used",
+        ),
+        (
+            ("elect-leaders", "--election-type", "sideways", "--all-topic-partitions"),
+            2,
+            "invalid election type 'sideways'",
+        ),
+        (
+            ("elect-leaders", "--preferred", "--election-type", "unclean", "--all-topic-partitions"),
+            2,
+            "--preferred contradicts",
+        ),
+        (
+            ("elect-leaders", "--election-type", "UNCLEAN", "--all-topic-partitions"),
+            1,
+            "Unclean leader election on request is not supported",
+        ),
         (("elect-leaders", "--preferred", "--topic", "nope"), 1, "Topic 'nope' does not exist"),
         (("elect-leaders", "--preferred", "--topic", "t", "--partition", "7"), 1, "Topic t has no partition 7"),
         (("elect-leaders", "--preferred", "--topic", "t"), 1, "No controller is running"),
         (("elect-leaders", "--preferred", "--path-to-json-file", file("e1.json", "{not json")), 1, "is not valid JSON"),
-        (("elect-leaders", "--preferred", "--path-to-json-file", file("e2.json", {"topics": []})), 1,
-         'Replica election data is missing "partitions" field'),
-        (("elect-leaders", "--preferred", "--path-to-json-file",
-          file("e3.json", {"partitions": [{"topic": "t", "partition": 0}, {"topic": "t", "partition": 0}]})), 1,
-         "Replica election data contains duplicate partitions: t-0"),
-        (("elect-leaders", "--preferred", "--path-to-json-file", file("e4.json", {"partitions": [{"topic": "t"}]})), 1,
-         '"partition" must be a non-negative integer'),
-        (("elect-leaders", "--preferred", "--path-to-json-file", str(tmp_path / "missing.json")), 1,
-         "Cannot read --path-to-json-file"),
+        (
+            ("elect-leaders", "--preferred", "--path-to-json-file", file("e2.json", {"topics": []})),
+            1,
+            'Replica election data is missing "partitions" field',
+        ),
+        (
+            (
+                "elect-leaders",
+                "--preferred",
+                "--path-to-json-file",
+                file("e3.json", {"partitions": [{"topic": "t", "partition": 0}, {"topic": "t", "partition": 0}]}),
+            ),
+            1,
+            "Replica election data contains duplicate partitions: t-0",
+        ),
+        (
+            ("elect-leaders", "--preferred", "--path-to-json-file", file("e4.json", {"partitions": [{"topic": "t"}]})),
+            1,
+            '"partition" must be a non-negative integer',
+        ),
+        (
+            ("elect-leaders", "--preferred", "--path-to-json-file", str(tmp_path / "missing.json")),
+            1,
+            "Cannot read --path-to-json-file",
+        ),
         # reassign: options
-        (("reassign", "--reassignment-json-file", good_plan), 2, "one of the arguments --generate --execute --verify is required"),
-        (("reassign", "--generate", "--execute", "--reassignment-json-file", good_plan), 2, "not allowed with argument"),
+        (
+            ("reassign", "--reassignment-json-file", good_plan),
+            2,
+            "one of the arguments --generate --execute --verify is required",
+        ),
+        (
+            ("reassign", "--generate", "--execute", "--reassignment-json-file", good_plan),
+            2,
+            "not allowed with argument",
+        ),
         ((*generate, topics), 2, 'Missing required argument "[broker-list]"'),
-        ((*execute, good_plan, "--broker-list", "1"), 2, 'Option "[broker-list]" can\'t be used with action "[execute]"'),
+        (
+            (*execute, good_plan, "--broker-list", "1"),
+            2,
+            'Option "[broker-list]" can\'t be used with action "[execute]"',
+        ),
         ((*generate, topics, "--broker-list", "1,1"), 2, "Broker list contains duplicate entries: 1"),
         ((*generate, topics, "--broker-list", "1,a"), 2, "expected broker ids separated by commas"),
         # reassign --generate: files, topics, brokers
-        ((*generate, file("g1.json", {"topics": [{"topic": "nope"}], "version": 1}), "--broker-list", "1,2,3"), 1,
-         "Topic 'nope' does not exist"),
+        (
+            (*generate, file("g1.json", {"topics": [{"topic": "nope"}], "version": 1}), "--broker-list", "1,2,3"),
+            1,
+            "Topic 'nope' does not exist",
+        ),
         ((*generate, topics, "--broker-list", "1,2,9"), 1, "Unknown broker id(s) [9]"),
-        ((*generate, file("g2.json", {"topics": [{"topic": "t"}], "version": 2}), "--broker-list", "1,2,3"), 1,
-         "Not supported version field value 2"),
-        ((*generate, file("g3.json", {"topics": [{"topic": "t"}, {"topic": "t"}]}), "--broker-list", "1,2,3"), 1,
-         "List of topics to reassign contains duplicate entries: t"),
+        (
+            (*generate, file("g2.json", {"topics": [{"topic": "t"}], "version": 2}), "--broker-list", "1,2,3"),
+            1,
+            "Not supported version field value 2",
+        ),
+        (
+            (*generate, file("g3.json", {"topics": [{"topic": "t"}, {"topic": "t"}]}), "--broker-list", "1,2,3"),
+            1,
+            "List of topics to reassign contains duplicate entries: t",
+        ),
         ((*generate, file("g4.json", {"topics": [{"topic": "a/b"}]}), "--broker-list", "1,2,3"), 1, "a/b"),
-        ((*generate, file("g5.json", {"version": 1}), "--broker-list", "1,2,3"), 1, 'The "topics" field is missing from'),
+        (
+            (*generate, file("g5.json", {"version": 1}), "--broker-list", "1,2,3"),
+            1,
+            'The "topics" field is missing from',
+        ),
         # reassign --execute / --verify: plans
         ((*execute, file("x1.json", "[1, 2")), 1, "is not valid JSON"),
         ((*execute, file("x2.json", plan())), 1, "Partition reassignment list cannot be empty"),
         ((*execute, file("x3.json", plan(entry(replicas=(1, 2, 9))))), 1, "not available: [9]"),
         ((*execute, file("x4.json", plan(entry(topic="nope")))), 1, "Topic 'nope' does not exist"),
         ((*execute, file("x5.json", plan(entry(partition=5)))), 1, "Topic t has no partition 5"),
-        ((*execute, file("x6.json", plan(entry(replicas=(1, 1, 2))))), 1,
-         "Partition replica lists may not contain duplicate entries: t-0 contains multiple entries for 1"),
-        ((*execute, file("x7.json", plan(entry(), entry()))), 1, "Partition reassignment contains duplicate topic partitions: t-0"),
+        (
+            (*execute, file("x6.json", plan(entry(replicas=(1, 1, 2))))),
+            1,
+            "Partition replica lists may not contain duplicate entries: t-0 contains multiple entries for 1",
+        ),
+        (
+            (*execute, file("x7.json", plan(entry(), entry()))),
+            1,
+            "Partition reassignment contains duplicate topic partitions: t-0",
+        ),
         ((*execute, file("x8.json", plan(entry(replicas=())))), 1, "Partition replica list cannot be empty"),
         ((*execute, file("x9.json", plan(entry(log_dirs=["/d", "any", "any"])))), 1, "exactly one log dir"),
         ((*execute, file("x10.json", plan(entry(log_dirs=["any"])))), 1, "is different from size of log dirs list"),
-        ((*execute, file("x11.json", plan(entry(replicas=("1", 2, 3))))), 1, 'each of "replicas" (a broker id) must be a non-negative integer'),
+        (
+            (*execute, file("x11.json", plan(entry(replicas=("1", 2, 3))))),
+            1,
+            'each of "replicas" (a broker id) must be a non-negative integer',
+        ),
         ((*execute, good_plan), 1, "No controller is running"),
-        (("reassign", "--verify", "--reassignment-json-file", file("v1.json", {"version": 1, "partitions": {}})), 1,
-         'The "partitions" field is not a list'),
-    ]  # fmt: skip
+        (
+            ("reassign", "--verify", "--reassignment-json-file", file("v1.json", {"version": 1, "partitions": {}})),
+            1,
+            'The "partitions" field is not a list',
+        ),
+    ]
 
 
-def run_in_process(args: Sequence[str], zk_connect: str, home: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+def run_in_process(
+    args: Sequence[str], zk_connect: str, home: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
     """``sparklog ARGS`` through :func:`sparklog.cli.main.main` in this process (same parser,
     handlers and exit-code mapping as the console script, without a process start each)."""
     from sparklog.cli.main import main
@@ -274,9 +401,13 @@ def run_in_process(args: Sequence[str], zk_connect: str, home: Path, capsys: pyt
 
 
 def test_bad_input_one_error_line_and_nothing_changed(
-    cluster: sparklog.Cluster, zk_connect: str, sparklog_home: Path, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    cluster: sparklog.Cluster,
+    zk_connect: str,
+    sparklog_home: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """No agent runs (the checks come before any request to the controller, and its absence
     is an error of its own); brokers 1..3 are registered, their storage under home."""
     monkeypatch.chdir(sparklog_home)  # no conf/sparklog.properties of the repository
@@ -296,7 +427,9 @@ def test_bad_input_one_error_line_and_nothing_changed(
             else:
                 assert lines[0].startswith("usage: sparklog ") and fragment in lines[-1], context
         # Without agents every recorded leader is served: nothing is reported unavailable.
-        assert run_in_process(["topics", "describe", "--unavailable-partitions"], zk_connect, sparklog_home, capsys) == (0, "", "")
+        assert run_in_process(
+            ["topics", "describe", "--unavailable-partitions"], zk_connect, sparklog_home, capsys
+        ) == (0, "", "")
 
 
 # -- reassignment --------------------------------------------------------------------------
@@ -308,8 +441,15 @@ def test_reassignment_generate_execute_verify(
     acked = produce(cluster, "m", [b"before-%d" % i for i in range(40)], 2)
 
     topics_file = write_json(tmp_path / "topics.json", {"topics": [{"topic": "m"}], "version": 1})
-    generated = cli("reassign", "--generate", "--topics-to-move-json-file", topics_file, "--broker-list", "1,2,4",
-                    forbid_pyspark=True).stdout.splitlines()  # fmt: skip
+    generated = cli(
+        "reassign",
+        "--generate",
+        "--topics-to-move-json-file",
+        topics_file,
+        "--broker-list",
+        "1,2,4",
+        forbid_pyspark=True,
+    ).stdout.splitlines()
     assert generated[0] == "Current partition replica assignment"
     assert generated[1] == (
         '{"version":1,"partitions":[{"topic":"m","partition":0,"replicas":[1,2,3],"log_dirs":["any","any","any"]},'
@@ -322,8 +462,13 @@ def test_reassignment_generate_execute_verify(
     assert cluster.describe_topic("m").partitions[0].replicas == (1, 2, 3)  # --generate writes nothing
 
     # m-0 keeps its leader, m-1's leader (2) leaves: the new replica 4 takes over.
-    plan = {"version": 1, "partitions": [{"topic": "m", "partition": 0, "replicas": [1, 2, 4]},
-                                         {"topic": "m", "partition": 1, "replicas": [4, 3, 1]}]}  # fmt: skip
+    plan = {
+        "version": 1,
+        "partitions": [
+            {"topic": "m", "partition": 0, "replicas": [1, 2, 4]},
+            {"topic": "m", "partition": 1, "replicas": [4, 3, 1]},
+        ],
+    }
     plan_file = write_json(tmp_path / "plan.json", plan)
     stop = threading.Event()
     during: list[bytes] = []
@@ -338,7 +483,7 @@ def test_reassignment_generate_execute_verify(
                     producer.send("m", value, partition=i % 2).result(timeout=60)
                     during.append(value)
                     i += 1
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
+        except BaseException as exc:
             errors.append(exc)
 
     producer_thread = threading.Thread(target=keep_producing, daemon=True)
@@ -357,10 +502,16 @@ def test_reassignment_generate_execute_verify(
         first = cli("reassign", "--verify", "--reassignment-json-file", plan_file).stdout.splitlines()
         assert first[0] == "Status of partition reassignment:" and len(first) == 3
         for p, row in enumerate(first[1:]):
-            assert row in (f"Reassignment of partition m-{p} is complete.", f"Reassignment of partition m-{p} is still in progress."), row
+            assert row in (
+                f"Reassignment of partition m-{p} is complete.",
+                f"Reassignment of partition m-{p} is still in progress.",
+            ), row
         complete = "Status of partition reassignment:\nReassignment of partition m-0 is complete.\nReassignment of partition m-1 is complete.\n"
-        agents.wait_for(lambda: cli("reassign", "--verify", "--reassignment-json-file", plan_file).stdout == complete,
-                        _STATE_TIMEOUT_S, "the reassignment to complete")  # fmt: skip
+        agents.wait_for(
+            lambda: cli("reassign", "--verify", "--reassignment-json-file", plan_file).stdout == complete,
+            _STATE_TIMEOUT_S,
+            "the reassignment to complete",
+        )
     finally:
         stop.set()
         producer_thread.join(90)
@@ -369,8 +520,13 @@ def test_reassignment_generate_execute_verify(
     acked += during
     acked += produce(cluster, "m", [b"after-%d" % i for i in range(20)], 2)
 
-    final = wait_partitions(agents, cluster, "m", lambda ps: all(set(p.isr) == set(p.replicas) for p in ps.values()),
-                            "every new replica in sync")  # fmt: skip
+    final = wait_partitions(
+        agents,
+        cluster,
+        "m",
+        lambda ps: all(set(p.isr) == set(p.replicas) for p in ps.values()),
+        "every new replica in sync",
+    )
     assert (final[0].replicas, final[0].leader) == ((1, 2, 4), 1)
     assert (final[1].replicas, final[1].leader) == ((4, 3, 1), 4)
     described = cli("topics", "describe", "--topic", "m").stdout.splitlines()
@@ -382,20 +538,30 @@ def test_reassignment_generate_execute_verify(
         assert replica_records(cluster, "m", 4, partition) == leader_records(cluster, "m", partition)
 
 
-def test_reassignment_empties_the_removed_replicas(cli: Cli, cluster: sparklog.Cluster, agents: BrokerAgents, tmp_path: Path) -> None:
+def test_reassignment_empties_the_removed_replicas(
+    cli: Cli, cluster: sparklog.Cluster, agents: BrokerAgents, tmp_path: Path
+) -> None:
     """A broker a reassignment removes keeps none of the partition, also after its fetcher's
     next look at the assignment (it must not copy the partition back from the leader). Two
     partitions leave two different brokers: two independent chances to catch a stale fetcher."""
     agents.start(1, 2, 3)
     cluster.create_topic("r", replica_assignment={0: [1, 2], 1: [2, 3]})
     acked = produce(cluster, "r", [b"r-%d" % i for i in range(20)], 2)
-    plan = {"version": 1, "partitions": [{"topic": "r", "partition": 0, "replicas": [1, 3]},
-                                         {"topic": "r", "partition": 1, "replicas": [2, 1]}]}  # fmt: skip
+    plan = {
+        "version": 1,
+        "partitions": [
+            {"topic": "r", "partition": 0, "replicas": [1, 3]},
+            {"topic": "r", "partition": 1, "replicas": [2, 1]},
+        ],
+    }
     plan_file = write_json(tmp_path / "plan.json", plan)
     cli("reassign", "--execute", "--reassignment-json-file", plan_file)
     complete = "Status of partition reassignment:\nReassignment of partition r-0 is complete.\nReassignment of partition r-1 is complete.\n"
-    agents.wait_for(lambda: cli("reassign", "--verify", "--reassignment-json-file", plan_file).stdout == complete,
-                    _STATE_TIMEOUT_S, "the reassignment to complete")  # fmt: skip
+    agents.wait_for(
+        lambda: cli("reassign", "--verify", "--reassignment-json-file", plan_file).stdout == complete,
+        _STATE_TIMEOUT_S,
+        "the reassignment to complete",
+    )
     completed_at = time.monotonic()
     for added, partition in ((3, 0), (1, 1)):
         assert replica_records(cluster, "r", added, partition) == leader_records(cluster, "r", partition)
@@ -407,7 +573,9 @@ def test_reassignment_empties_the_removed_replicas(cli: Cli, cluster: sparklog.C
             table = cluster.replicas.replica_table("r", removed)
             files = table.files(table.snapshot(), {partition})
             if files:
-                found[f"broker {removed} holds r-{partition} up to offset {max(f.last_offset for f in files)}"] = removed
+                found[f"broker {removed} holds r-{partition} up to offset {max(f.last_offset for f in files)}"] = (
+                    removed
+                )
         return found
 
     # Emptied DROP_DELAY_S after completion; then no fetcher copies them back.
@@ -428,8 +596,13 @@ def test_reassignment_completes_across_a_controller_kill(
     agents.start(1, 2, 3, 4)
     cluster.create_topic("k", replica_assignment={0: [1, 2], 1: [2, 3]})
     acked = produce(cluster, "k", [b"k-%d" % i for i in range(30)], 2)
-    plan = {"version": 1, "partitions": [{"topic": "k", "partition": 0, "replicas": [3, 4]},
-                                         {"topic": "k", "partition": 1, "replicas": [4, 1]}]}  # fmt: skip
+    plan = {
+        "version": 1,
+        "partitions": [
+            {"topic": "k", "partition": 0, "replicas": [3, 4]},
+            {"topic": "k", "partition": 1, "replicas": [4, 1]},
+        ],
+    }
     plan_file = write_json(tmp_path / "plan.json", plan)
     controller = agents.wait_controller()
     cli("reassign", "--execute", "--reassignment-json-file", plan_file)
@@ -437,12 +610,23 @@ def test_reassignment_completes_across_a_controller_kill(
     agents.wait_for(lambda: agents.controller() not in (None, controller), _STATE_TIMEOUT_S, "another controller")
     agents.start(controller)
     complete = "Status of partition reassignment:\nReassignment of partition k-0 is complete.\nReassignment of partition k-1 is complete.\n"
-    agents.wait_for(lambda: cli("reassign", "--verify", "--reassignment-json-file", plan_file).stdout == complete,
-                    _STATE_TIMEOUT_S * 2, "the reassignment to complete after the controller's kill")  # fmt: skip
+    agents.wait_for(
+        lambda: cli("reassign", "--verify", "--reassignment-json-file", plan_file).stdout == complete,
+        _STATE_TIMEOUT_S * 2,
+        "the reassignment to complete after the controller's kill",
+    )
     acked += produce(cluster, "k", [b"after-%d" % i for i in range(10)], 2)
-    final = wait_partitions(agents, cluster, "k", lambda ps: all(set(p.isr) == set(p.replicas) for p in ps.values()),
-                            "every new replica in sync")  # fmt: skip
+    final = wait_partitions(
+        agents,
+        cluster,
+        "k",
+        lambda ps: all(set(p.isr) == set(p.replicas) for p in ps.values()),
+        "every new replica in sync",
+    )
     assert (final[0].replicas, final[1].replicas) == ((3, 4), (4, 1))
     assert_exactly_once(cluster, "k", acked)
     for broker, partition in ((3, 0), (4, 0), (4, 1), (1, 1)):
-        assert replica_records(cluster, "k", broker, partition) == leader_records(cluster, "k", partition), (broker, partition)
+        assert replica_records(cluster, "k", broker, partition) == leader_records(cluster, "k", partition), (
+            broker,
+            partition,
+        )

@@ -32,7 +32,11 @@ def test_keyed_records_land_where_kafka_puts_them(cluster: sparklog.Cluster, top
     with cluster.producer(linger_ms=20) as producer:
         futures = [producer.send(topic, b"v%d" % i, key=k) for i, k in enumerate(keys)]
         metas = [f.result() for f in futures]
-    wrong = [(k, m.partition, partition_for_key(k, 3)) for k, m in zip(keys, metas) if m.partition != partition_for_key(k, 3)]
+    wrong = [
+        (k, m.partition, partition_for_key(k, 3))
+        for k, m in zip(keys, metas, strict=False)
+        if m.partition != partition_for_key(k, 3)
+    ]
     assert not wrong, f"{len(wrong)} keys on the wrong partition, first (key, got, expected) {wrong[0]}"
     records = assert_log_consistent(cluster, topic)
     assert_acks_stored(records, [Ack(m.partition, m.offset, b"v%d" % i) for i, m in enumerate(metas)])

@@ -21,8 +21,8 @@ def test_quick_start_is_exactly_the_two_commands():
 
 
 def test_ci_runs_make_test_and_nothing_else():
-    lines = [l.strip() for l in (REPO / ".ci" / "run").read_text().splitlines()]
-    commands = [l for l in lines if l and not l.startswith("#") and not l.startswith("set ") and not l.startswith("cd ")]
+    lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    commands = [line for line in lines if line and not line.startswith(("#", "set ", "cd "))]
     assert commands == ["make test"], commands
 
 
@@ -54,5 +54,6 @@ def test_make_demo_runs_end_to_end_twice(tmp_path: Path):
     finally:
         subprocess.run(
             [sys.executable, "-m", "sparklog.cli.main", "zookeeper", "stop", "--home", str(tmp_path / "demo-home")],
-            capture_output=True, timeout=60,
+            capture_output=True,
+            timeout=60,
         )

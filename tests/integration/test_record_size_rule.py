@@ -23,10 +23,12 @@ def test_headers_count_on_every_produce_path(cluster: sparklog.Cluster):
         producer.send("sized", value).result()  # the value alone fits
         with pytest.raises(RecordTooLargeError, match="sized"):
             producer.send("sized", value, headers=headers)
-        batch = pa.table({
-            "value": pa.array([value], pa.binary()),
-            "headers": pa.array([[{"key": k, "value": v} for k, v in headers]], HEADERS_TYPE),
-        })  # fmt: skip
+        batch = pa.table(
+            {
+                "value": pa.array([value], pa.binary()),
+                "headers": pa.array([[{"key": k, "value": v} for k, v in headers]], HEADERS_TYPE),
+            }
+        )
         with pytest.raises(RecordTooLargeError, match="sized"):
             producer.send_arrow("sized", batch)
     assert cluster.high_watermarks("sized") == {0: 1}, "only the record that fits was written"

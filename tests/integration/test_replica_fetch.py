@@ -28,20 +28,33 @@ def tables(tmp_path) -> tuple[TopicTable, TopicTable]:
 
 def batch(values: list[str]) -> pa.Table:
     n = len(values)
-    return records_to_arrow([None] * n, [v.encode() for v in values], [1_700_000_000_000 + i for i in range(n)], [None] * n)
+    return records_to_arrow(
+        [None] * n, [v.encode() for v in values], [1_700_000_000_000 + i for i in range(n)], [None] * n
+    )
 
 
-def produce(table: TopicTable, partition: int, values: list[str], *, leader_epoch: int = 0, producer: tuple[str, int] | None = None):
+def produce(
+    table: TopicTable,
+    partition: int,
+    values: list[str],
+    *,
+    leader_epoch: int = 0,
+    producer: tuple[str, int] | None = None,
+):
     return append(
-        table, {partition: 1}, {partition: batch(values)}, leader_epochs={partition: leader_epoch},
-        producer_id=producer[0] if producer else None, sequence=producer[1] if producer else None,
-    )  # fmt: skip
+        table,
+        {partition: 1},
+        {partition: batch(values)},
+        leader_epochs={partition: leader_epoch},
+        producer_id=producer[0] if producer else None,
+        sequence=producer[1] if producer else None,
+    )
 
 
 def records(table: TopicTable, partition: int) -> list[tuple[int, bytes]]:
     dt = table.snapshot()
     got = read_ranges(table, dt, {partition: (0, table.log_end(dt, partition))})
-    return list(zip(got.column("offset").to_pylist(), got.column("value").to_pylist()))
+    return list(zip(got.column("offset").to_pylist(), got.column("value").to_pylist(), strict=False))
 
 
 def test_copy_is_exact_byte_for_byte_and_incremental(tmp_path) -> None:
@@ -126,8 +139,12 @@ def test_staged_files_are_committed_in_place_and_stale_ones_copied_again(tmp_pat
 
     leader, follower = tables(tmp_path)
     result = append(
-        leader, {0: 1}, {0: batch(["a", "b"])}, leader_epochs={0: 0}, stage_roots=[follower.root],
-    )  # fmt: skip
+        leader,
+        {0: 1},
+        {0: batch(["a", "b"])},
+        leader_epochs={0: 0},
+        stage_roots=[follower.root],
+    )
     [entry] = leader.files(leader.snapshot(), {0})
     staged = follower.full_path(entry.path)
     assert result.base_offsets == {0: 0} and os.path.exists(staged), "staged under the leader's relative path"

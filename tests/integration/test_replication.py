@@ -44,7 +44,7 @@ def replica_records(cluster: sparklog.Cluster, topic: str, broker: int, partitio
     table = cluster.replicas.replica_table(topic, broker)
     dt = table.snapshot()
     got = read_ranges(table, dt, {partition: (0, table.log_end(dt, partition))})
-    return list(zip(got.column("offset").to_pylist(), got.column("value").to_pylist()))
+    return list(zip(got.column("offset").to_pylist(), got.column("value").to_pylist(), strict=False))
 
 
 def set_isr(cluster: sparklog.Cluster, topic: str, partition: int, isr: list[int]) -> None:
@@ -81,7 +81,10 @@ def test_high_watermark_is_the_isr_minimum(three_brokers) -> None:
     leader = cluster.replicas.leader("hw", 0).leader
     with cluster.producer(acks="1", linger_ms=0) as producer:
         producer.send("hw", value=b"a").result(timeout=30)
-    assert cluster.replicas.replica_table("hw", leader).log_end(cluster.replicas.replica_table("hw", leader).snapshot(), 0) == 1
+    assert (
+        cluster.replicas.replica_table("hw", leader).log_end(cluster.replicas.replica_table("hw", leader).snapshot(), 0)
+        == 1
+    )
     assert cluster.high_watermarks("hw") == {0: 0} and cluster.read("hw").num_rows == 0
     with cluster.consumer(auto_offset_reset="earliest") as consumer:
         consumer.assign([("hw", 0)])
@@ -127,4 +130,7 @@ def test_replication_job_catches_followers_up(three_brokers, spark, cluster_opti
     for partition in (0, 1):
         copies = [replica_records(cluster, "job", b, partition) for b in (0, 1, 2)]
         assert copies[0] == copies[1] == copies[2] and len(copies[0]) == 15
-    assert main(["--topic", "job"]) == 0 and capsys.readouterr().out.splitlines()[-1] == "0 records copied to brokers [0, 1, 2]"
+    assert (
+        main(["--topic", "job"]) == 0
+        and capsys.readouterr().out.splitlines()[-1] == "0 records copied to brokers [0, 1, 2]"
+    )

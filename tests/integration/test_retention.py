@@ -47,7 +47,7 @@ def test_time_retention_removes_whole_old_files_metadata_only(cluster) -> None:
     assert cluster.partition_offsets("t")[0] == (10, 30)
     root = cluster.replicas.leader_table("t").root
     assert os.path.exists(os.path.join(root, before[0])), "retention must not delete files (VACUUM does, later)"
-    with pytest.raises(OffsetOutOfRangeError, match="10..30"):
+    with pytest.raises(OffsetOutOfRangeError, match=r"10..30"):
         cluster.read("t", 0, start_offset=5)
     again = cluster.run_retention(["t"], now_ms=now)
     assert again[0].removed_files == 0 and again[0].new_log_start == 10
@@ -72,7 +72,10 @@ def test_unlimited_and_dry_run_and_compact_topics_change_nothing(cluster, sparkl
         produce_batches(cluster, topic, [10 * HOUR_MS, 0])
     with assert_unchanged(cluster, sparklog_home):
         dry = cluster.run_retention(["keep", "dry", "compacted"], dry_run=True, now_ms=int(time.time() * 1000) + 10)
-    assert [(r.topic, r.removed_files, r.new_log_start, r.dry_run) for r in dry] == [("keep", 0, 0, True), ("dry", 2, 20, True)]
+    assert [(r.topic, r.removed_files, r.new_log_start, r.dry_run) for r in dry] == [
+        ("keep", 0, 0, True),
+        ("dry", 2, 20, True),
+    ]
     cluster.run_retention(["keep", "compacted"])
     assert surviving_offsets(cluster, "keep") == surviving_offsets(cluster, "compacted") == list(range(20))
 
@@ -147,5 +150,9 @@ def test_retention_and_delete_records_cli(cluster, zk_connect, sparklog_home) ->
         "Records delete operation completed:",
         "partition: t-0\tlow_watermark: 15",
     ]
-    assert_single_error(cli("delete-records", "--topic", "t", "--partition", "0", "--offset", "99", expect=1), "t-0", "99")
-    assert_single_error(cli("delete-records", "--topic", "t", "--partition", "7", "--offset", "1", expect=1), "partition 7")
+    assert_single_error(
+        cli("delete-records", "--topic", "t", "--partition", "0", "--offset", "99", expect=1), "t-0", "99"
+    )
+    assert_single_error(
+        cli("delete-records", "--topic", "t", "--partition", "7", "--offset", "1", expect=1), "partition 7"
+    )

@@ -23,7 +23,9 @@ def assert_files_tile_partitions(cluster: sparklog.Cluster, topic: str) -> list[
     for entry in files:
         assert entry.path.startswith(f"partition={entry.partition}/"), entry
         offsets = pq.read_table(table.full_path(entry.path), columns=["offset"]).column("offset").to_pylist()
-        assert offsets == list(range(entry.base_offset, entry.last_offset + 1)), f"{entry.path}: stats say {entry.base_offset}..{entry.last_offset}"
+        assert offsets == list(range(entry.base_offset, entry.last_offset + 1)), (
+            f"{entry.path}: stats say {entry.base_offset}..{entry.last_offset}"
+        )
         assert entry.num_records == len(offsets)
         assert entry.min_timestamp_us is not None and entry.max_timestamp_us is not None
         assert next_offset.get(entry.partition, 0) == entry.base_offset, f"gap or overlap before {entry}"
@@ -47,7 +49,9 @@ def test_segment_bytes_cuts_large_batches(cluster):
     cluster.create_topic("small-segments", partitions=2, config={"segment.bytes": 64 * 1024})
     values = pa.array([bytes([i % 256]) * 1000 for i in range(1000)], pa.binary())  # ~1 MB
     with cluster.producer() as producer:
-        producer.send_arrow("small-segments", pa.table({"value": values, "partition": pa.array([1] * 1000, pa.int32())}))
+        producer.send_arrow(
+            "small-segments", pa.table({"value": values, "partition": pa.array([1] * 1000, pa.int32())})
+        )
     files = assert_files_tile_partitions(cluster, "small-segments")
     assert len(files) >= 10, f"~1 MB at 64 KiB segments should make >= 10 files, got {len(files)}"
     assert all(f.partition == 1 for f in files)

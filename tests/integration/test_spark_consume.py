@@ -50,9 +50,7 @@ def upper(df):  # a transform: the value upper-cased, keyed like the input
 
 
 def lineage(df):  # a transform for a Delta output: where each row came from
-    return df.select(
-        F.col("value").cast("string").alias("value"), "topic", "partition", "offset", F.lit(1).alias("n")
-    )
+    return df.select(F.col("value").cast("string").alias("value"), "topic", "partition", "offset", F.lit(1).alias("n"))
 
 
 def run_until_empty(spark, cluster_options, **kwargs) -> list[sparklog.spark.ConsumeIntoResult]:
@@ -75,7 +73,9 @@ def test_consume_commit_cycles_see_every_record_once(spark, cluster, cluster_opt
     assert set(batch.df.columns) >= {"key", "value", "topic", "partition", "offset", "timestamp", "timestampType"}
     seen += [r.value.decode() for r in batch.df.collect()]
     batch.commit()
-    assert cluster.committed_offsets("readers", ["events"]) == {("events", p): hw for p, hw in cluster.high_watermarks("events").items()}
+    assert cluster.committed_offsets("readers", ["events"]) == {
+        ("events", p): hw for p, hw in cluster.high_watermarks("events").items()
+    }
     again = consume(spark, "readers", "events", **cluster_options)
     assert again.records == 0 and again.df.count() == 0, "after a commit the group has nothing left"
 
@@ -114,8 +114,11 @@ def test_starting_offsets_for_partitions_without_a_committed_offset(spark, clust
     assert latest.records == 0
     latest.commit()  # pins the position at the end
     produce_values(cluster, "start", ["new0", "new1"])
-    assert sorted(r.value for r in consume(spark, "late", "start", **cluster_options).df.collect()) == [b"new0", b"new1"]
-    with pytest.raises(OffsetOutOfRangeError, match="auto.offset.reset=none"):
+    assert sorted(r.value for r in consume(spark, "late", "start", **cluster_options).df.collect()) == [
+        b"new0",
+        b"new1",
+    ]
+    with pytest.raises(OffsetOutOfRangeError, match=r"auto.offset.reset=none"):
         consume(spark, "fresh", "start", auto_offset_reset="none", **cluster_options)
     explicit = consume(spark, "fresh", "start", startingOffsets='{"start": {"0": 1, "1": -1}}', **cluster_options)
     hw = cluster.high_watermarks("start")
@@ -127,13 +130,18 @@ def test_fail_on_data_loss_both_ways(spark, cluster, cluster_options, caplog):
     produce_values(cluster, "trimmed", [f"t{i}" for i in range(20)])
     cluster.commit_offsets("lossy", {("trimmed", 0): 5})
     cluster.delete_records("trimmed", {0: 12})
-    with pytest.raises(OffsetOutOfRangeError, match=r"offsets 5\.\.11 of trimmed-0 are no longer available \(log-start 12\)"):
+    with pytest.raises(
+        OffsetOutOfRangeError, match=r"offsets 5\.\.11 of trimmed-0 are no longer available \(log-start 12\)"
+    ):
         consume(spark, "lossy", "trimmed", **cluster_options)
     with pytest.raises(OffsetOutOfRangeError, match="failOnDataLoss=false"):
         consume_into(spark, "lossy", "trimmed", output_path=str(cluster.config.log_dir) + "/never", **cluster_options)
     with caplog.at_level(logging.WARNING, logger="sparklog"):
         batch = consume(spark, "lossy", "trimmed", failOnDataLoss=False, **cluster_options)
-    assert "group lossy: offsets 5..11 of trimmed-0 are no longer available (log-start 12); continuing from 12" in caplog.text
+    assert (
+        "group lossy: offsets 5..11 of trimmed-0 are no longer available (log-start 12); continuing from 12"
+        in caplog.text
+    )
     assert batch.ranges == {("trimmed", 0): (12, 20)}
     assert [r.value for r in batch.df.orderBy("offset").collect()] == [f"t{i}".encode() for i in range(12, 20)]
 
@@ -145,7 +153,7 @@ def test_group_with_live_members_is_refused(spark, cluster, cluster_options):
     with cluster.consumer("shared") as member:
         member.subscribe(["busy"])
         member.poll(2000)
-        with pytest.raises(GroupNotEmptyError, match="group shared|Group shared"):
+        with pytest.raises(GroupNotEmptyError, match=r"group shared|Group shared"):
             consume(spark, "shared", "busy", **cluster_options)
         with pytest.raises(GroupNotEmptyError):
             batch.commit()
@@ -163,7 +171,13 @@ def test_consume_into_topic_exactly_once_over_many_runs(spark, cluster, cluster_
         produce_values(cluster, "in", values)
         expected += [v.upper() for v in values]
         results = run_until_empty(
-            spark, cluster_options, group_id="pipe", topics="in", transform=upper, output_topic="out", maxOffsetsPerTrigger=25
+            spark,
+            cluster_options,
+            group_id="pipe",
+            topics="in",
+            transform=upper,
+            output_topic="out",
+            maxOffsetsPerTrigger=25,
         )
         assert len(results) >= 3 and all(r.mirrored for r in results)
         assert all(r.records <= 25 for r in results)
@@ -187,7 +201,13 @@ def test_consume_into_delta_exactly_once_and_created_from_the_schema(spark, clus
         produce_values(cluster, "clicks", values)
         expected += values
         for result in run_until_empty(
-            spark, cluster_options, group_id="etl", topics="clicks", transform=lineage, output_path=path, maxRecordsPerPartition=10
+            spark,
+            cluster_options,
+            group_id="etl",
+            topics="clicks",
+            transform=lineage,
+            output_path=path,
+            maxRecordsPerPartition=10,
         ):
             if result.records:
                 versions.append(result.delta_version)
@@ -195,7 +215,7 @@ def test_consume_into_delta_exactly_once_and_created_from_the_schema(spark, clus
     rows = delta_rows(path)
     assert rows.schema.names == ["value", "topic", "partition", "offset", "n"]
     assert Counter(rows.column("value").to_pylist()) == Counter(expected)
-    pairs = Counter(zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist()))
+    pairs = Counter(zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist(), strict=False))
     assert all(n == 1 for n in pairs.values()) and len(pairs) == len(expected)
     # Spark reads the live files natively too.
     live = [str(Path(path) / p) for p in DeltaSink(path).live_paths()]
@@ -222,11 +242,15 @@ def test_replayed_run_after_lost_mirror_does_not_duplicate(spark, cluster, clust
     second = consume_into(spark, "replay", "src", transform, **target, **cluster_options)
     assert second.records == 0, f"the output's stored input offsets win: {second.input_ranges}"
     output_values = (
-        [r.value for r in stored_records(cluster, "dst")] if to_topic else delta_rows(target["output_path"]).column("value").to_pylist()
+        [r.value for r in stored_records(cluster, "dst")]
+        if to_topic
+        else delta_rows(target["output_path"]).column("value").to_pylist()
     )
     assert len(output_values) == 12 and len(set(output_values)) == 12
     hw = cluster.high_watermarks("src")
-    assert cluster.committed_offsets("replay", ["src"]) == {("src", p): o for p, o in hw.items()}, "the mirror is repaired"
+    assert cluster.committed_offsets("replay", ["src"]) == {("src", p): o for p, o in hw.items()}, (
+        "the mirror is repaired"
+    )
 
 
 def test_empty_input_commits_nothing(spark, cluster, cluster_options, tmp_path):
@@ -248,7 +272,9 @@ def test_transform_dropping_everything_still_commits_the_input_offsets(spark, cl
     cluster.create_topic("noisy", partitions=1)
     cluster.create_topic("kept", partitions=1)
     produce_values(cluster, "noisy", [f"n{i}" for i in range(5)])
-    result = consume_into(spark, "filter", "noisy", lambda df: upper(df).where("value = 'NONE'"), output_topic="kept", **cluster_options)
+    result = consume_into(
+        spark, "filter", "noisy", lambda df: upper(df).where("value = 'NONE'"), output_topic="kept", **cluster_options
+    )
     assert result.records == 5 and result.output_ranges == {}
     assert cluster.high_watermarks("kept") == {0: 0}
     assert consume_into(spark, "filter", "noisy", upper, output_topic="kept", **cluster_options).records == 0
@@ -282,7 +308,12 @@ def test_stale_topic_commit_is_fenced_under_the_leases(spark, cluster, cluster_o
     produce_values(cluster, "src1", ["a", "b"])
     assert consume_into(spark, "g", "src1", output_topic="dst1", **cluster_options).records == 2
     app = input_app_id("g", "src1", 0)
-    stale = _Output("stale-run", plan=plan_produce(cluster_options, "dst1", "stale-run"), transactions={app: 2}, expected={app: None})
+    stale = _Output(
+        "stale-run",
+        plan=plan_produce(cluster_options, "dst1", "stale-run"),
+        transactions={app: 2},
+        expected={app: None},
+    )
     version = cluster.replicas.leader_table("dst1").snapshot().version()
     with pytest.raises(FencedError, match="was None, is now 2"):
         stale.commit([])
@@ -297,7 +328,7 @@ def test_failing_job_commits_nothing_and_reports_the_sparklog_error(spark, clust
     cluster.create_topic("narrow", partitions=1, config={"max.message.bytes": 200})
     produce_values(cluster, "wide", [f"w{i}" for i in range(6)])
     too_big = lambda df: df.select("key", F.expr("repeat('x', 1000)").alias("value"))  # noqa: E731
-    with pytest.raises(RecordTooLargeError, match="max.message.bytes"):  # raised in a task, re-raised as itself
+    with pytest.raises(RecordTooLargeError, match=r"max.message.bytes"):  # raised in a task, re-raised as itself
         consume_into(spark, "big", "wide", too_big, output_topic="narrow", **cluster_options)
     assert cluster.high_watermarks("narrow") == {0: 0} and cluster.committed_offsets("big", ["wide"]) == {}
     with cluster.producer(max_block_ms=2000) as producer:  # the failed run released the leases
@@ -320,15 +351,42 @@ def test_bad_input_fails_clearly_and_changes_nothing(spark, cluster, cluster_opt
         (TopicNotFoundError, "Output topic missing", dict(group_id="ok", topics="raw", output_topic="missing")),
         (ConfigError, "exactly one", dict(group_id="ok", topics="raw")),
         (ConfigError, "also an input", dict(group_id="ok", topics="raw", output_topic="raw")),
-        (ConfigError, "Unknown option 'subscribe'", dict(group_id="ok", topics="raw", output_path=path, subscribe="raw")),
-        (SchemaMismatchError, "column 'value'", dict(group_id="ok", topics="raw", output_path=path,
-                                                     transform=lambda df: df.select(F.col("offset").alias("value")))),
-        (SchemaMismatchError, "new column 'extra'", dict(group_id="ok", topics="raw", output_path=path,
-                                                          transform=lambda df: lineage(df).withColumn("extra", F.lit(1)))),
-        (SchemaMismatchError, "unsupported column 'offset'", dict(group_id="ok", topics="raw", output_topic="sink",
-                                                                   transform=lambda df: df.select("value", "offset"))),
-        (StorageError, "not a Delta table", dict(group_id="ok", topics="raw", output_path=str(sparklog_home / "not_delta"))),
-    ]  # fmt: skip
+        (
+            ConfigError,
+            "Unknown option 'subscribe'",
+            dict(group_id="ok", topics="raw", output_path=path, subscribe="raw"),
+        ),
+        (
+            SchemaMismatchError,
+            "column 'value'",
+            dict(
+                group_id="ok",
+                topics="raw",
+                output_path=path,
+                transform=lambda df: df.select(F.col("offset").alias("value")),
+            ),
+        ),
+        (
+            SchemaMismatchError,
+            "new column 'extra'",
+            dict(
+                group_id="ok",
+                topics="raw",
+                output_path=path,
+                transform=lambda df: lineage(df).withColumn("extra", F.lit(1)),
+            ),
+        ),
+        (
+            SchemaMismatchError,
+            "unsupported column 'offset'",
+            dict(group_id="ok", topics="raw", output_topic="sink", transform=lambda df: df.select("value", "offset")),
+        ),
+        (
+            StorageError,
+            "not a Delta table",
+            dict(group_id="ok", topics="raw", output_path=str(sparklog_home / "not_delta")),
+        ),
+    ]
     for error, message, kwargs in cases:
         with assert_unchanged(cluster, sparklog_home):
             with pytest.raises(error, match=message):

@@ -28,8 +28,14 @@ from sparklog.spark import consume_into, produce
 from sparklog.spark.exactly_once import _Output
 from sparklog.spark.stream_writer import SparklogStreamWriter, StreamSegmentsWritten, stream_app_id, write_stream_task
 from sparklog.spark.writer import (
-    ProducePlan, SegmentsWritten, abort_produce, commit_produce, plan_produce, release_leases, write_task_segments,
-)  # fmt: skip
+    ProducePlan,
+    SegmentsWritten,
+    abort_produce,
+    commit_produce,
+    plan_produce,
+    release_leases,
+    write_task_segments,
+)
 from tests.helpers import assert_log_consistent, assert_values_unique
 from tests.integration.test_streaming import assert_leases_released, assert_once, copy_query, send
 
@@ -204,7 +210,9 @@ def test_write_stream_to_multi_leader_topic_is_exactly_once(spark, brokers, clus
     commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
     last = commits[-1]
     for table, _parts in cluster.replicas.leader_tables("dst"):
-        assert table.app_version(table.snapshot(), stream_app_id(query_id)) == last, "every leader table got the batch id"
+        assert table.app_version(table.snapshot(), stream_app_id(query_id)) == last, (
+            "every leader table got the batch id"
+        )
 
     # A crash after the Delta commits but before Spark recorded the batch: Spark replays it.
     (checkpoint / "commits" / str(last)).unlink()
@@ -238,7 +246,7 @@ def test_stream_batch_committed_to_some_leader_tables_is_completed_by_its_replay
     first, *_middle, last = commit_order(cluster, "sink")
     with monkeypatch.context() as patch:
         committed = fail_at_table(patch, cluster.replicas.replica_table("sink", last).root)
-        with pytest.raises(StorageError, match="simulated crash.*committed before this failure"):
+        with pytest.raises(StorageError, match=r"simulated crash.*committed before this failure"):
             run_batch(0, keyed_batch(keys))
     assert len(committed) == 2, "two leader tables committed, the last one did not"
     partial = cluster.high_watermarks("sink")
@@ -248,10 +256,14 @@ def test_stream_batch_committed_to_some_leader_tables_is_completed_by_its_replay
     before = versions(cluster, "sink")
     replay = run_batch(0, keyed_batch(keys))
     after = versions(cluster, "sink")
-    assert {b: after[b] - before[b] for b in after} == {b: int(b == last) for b in after}, "only the missing table committed"
+    assert {b: after[b] - before[b] for b in after} == {b: int(b == last) for b in after}, (
+        "only the missing table committed"
+    )
     root = Path(cluster.replicas.replica_table("sink", first).root)
     replay_paths = [str(s["path"]) for m in replay for s in m.segments if int(s["partition"]) in led_by(first)]
-    assert replay_paths and not any((root / p).exists() for p in replay_paths), "the skipped table's replay files are deleted"
+    assert replay_paths and not any((root / p).exists() for p in replay_paths), (
+        "the skipped table's replay files are deleted"
+    )
     records = assert_log_consistent(cluster, "sink")
     assert sorted(r.value for r in records) == sorted(f"v-{k}".encode() for k in keys), "every row exactly once"
     assert all(r.partition == partition_for_key(r.value[2:], 4) for r in records)
@@ -275,7 +287,9 @@ def stored_inputs(cluster: sparklog.Cluster, topic: str, group: str, source: str
     for broker in (0, 1, 2):
         table = cluster.replicas.replica_table(topic, broker)
         dt = table.snapshot()
-        found[broker] = {p: table.app_version(dt, input_app_id(group, source, p)) for p in cluster.partitions_of(source)}
+        found[broker] = {
+            p: table.app_version(dt, input_app_id(group, source, p)) for p in cluster.partitions_of(source)
+        }
     return found
 
 
@@ -298,7 +312,9 @@ def test_consume_into_multi_leader_topic_exactly_once(spark, brokers, cluster_op
     assert Counter(r.value.decode() for r in records) == Counter(expected), "each input record exactly once"
     assert_on_leader_tables(cluster, "out")
     hw = cluster.high_watermarks("in")
-    assert stored_inputs(cluster, "out", "pipe", "in") == {b: hw for b in (0, 1, 2)}, "every leader table holds the offsets"
+    assert stored_inputs(cluster, "out", "pipe", "in") == {b: hw for b in (0, 1, 2)}, (
+        "every leader table holds the offsets"
+    )
     assert_leases_released(cluster, "out")
 
 
@@ -315,10 +331,17 @@ def test_consume_into_completes_a_run_committed_to_some_leader_tables(spark, bro
     # it dies between the leader tables of brokers 0 and 2 (before its mirror).
     plan = plan_produce(cluster_options, "out", "consume-into-pipe", adopt=True)
     source = cluster.read("in", include_headers=False).select(["key", "value"])
-    messages: list[SegmentsWritten | None] = [SegmentsWritten(0, write_task_segments(plan, iter(source.to_batches()), 0))]
+    messages: list[SegmentsWritten | None] = [
+        SegmentsWritten(0, write_task_segments(plan, iter(source.to_batches()), 0))
+    ]
     stored = {d: {a: None for a in ids.values()} for d in plan.log_dirs}
-    run1 = _Output("run-1", plan=plan, transactions={ids[p]: e for p, e in hw.items()}, expected_tables=stored,
-                   metadata={"sparklog.job": "run-1"})  # fmt: skip
+    run1 = _Output(
+        "run-1",
+        plan=plan,
+        transactions={ids[p]: e for p, e in hw.items()},
+        expected_tables=stored,
+        metadata={"sparklog.job": "run-1"},
+    )
     last = commit_order(cluster, "out")[-1]
     with monkeypatch.context() as patch:
         fail_at_table(patch, cluster.replicas.replica_table("out", last).root)

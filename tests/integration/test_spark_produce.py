@@ -68,8 +68,15 @@ def test_keys_partition_like_kafka_and_explicit_partition_wins(spark, cluster, c
     df = spark.createDataFrame(rows, "key string, value string, partition int")
     produce(df, "keyed", **cluster_options)
     table = cluster.read("keyed")
-    by_value = {v.decode(): (k.decode(), p) for k, v, p in zip(
-        table.column("key").to_pylist(), table.column("value").to_pylist(), table.column("partition").to_pylist())}
+    by_value = {
+        v.decode(): (k.decode(), p)
+        for k, v, p in zip(
+            table.column("key").to_pylist(),
+            table.column("value").to_pylist(),
+            table.column("partition").to_pylist(),
+            strict=False,
+        )
+    }
     for key, value, explicit in rows:
         expected = explicit if explicit is not None else partition_for_key(key.encode(), 5)
         assert by_value[value] == (key, expected), f"{value}: expected partition {expected}, got {by_value[value][1]}"
@@ -123,7 +130,7 @@ def test_failed_job_commits_nothing_and_releases_leases(spark, cluster, cluster_
     big = spark.range(2000, numPartitions=4).select(
         F.when(F.col("id") == 1999, F.repeat(F.lit("x"), 5000)).otherwise(F.col("id").cast("string")).alias("value")
     )
-    with pytest.raises(Exception, match="max.message.bytes"):
+    with pytest.raises(Exception, match=r"max.message.bytes"):
         produce(big, "atomic", **cluster_options)
     assert all(hw == 0 for _s, hw in cluster.partition_offsets("atomic").values()), "nothing may be committed"
     produce(spark.range(30).selectExpr("CAST(id AS STRING) AS value"), "atomic", **cluster_options)

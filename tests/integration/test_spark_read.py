@@ -7,16 +7,23 @@ import os
 import subprocess
 import sys
 import textwrap
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 import sparklog
-
-from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, TimestampType
 
 KAFKA_SOURCE_SCHEMA = StructType(
     [
@@ -45,8 +52,12 @@ def topics(cluster: sparklog.Cluster) -> dict[str, int]:
             for p in range(partitions):
                 for i in range(10):
                     producer.send(
-                        topic, f"{topic}/{p}/{i}", key=f"k{i}", partition=p,
-                        headers=[("n", str(i).encode())] if i % 2 else None, timestamp_ms=BASE_MS + 1000 * i,
+                        topic,
+                        f"{topic}/{p}/{i}",
+                        key=f"k{i}",
+                        partition=p,
+                        headers=[("n", str(i).encode())] if i % 2 else None,
+                        timestamp_ms=BASE_MS + 1000 * i,
                     )
     return layout
 
@@ -55,14 +66,21 @@ def expected(spark: SparkSession, rows: list[tuple[str, int, int]], headers: boo
     """The records (topic, partition, offset) as the Kafka source would return them."""
     data = []
     for topic, p, i in rows:
-        row = [f"k{i}".encode(), f"{topic}/{p}/{i}".encode(), topic, p, i,
-               datetime.fromtimestamp((BASE_MS + 1000 * i) / 1000, tz=timezone.utc).replace(tzinfo=None), 0]
+        row = [
+            f"k{i}".encode(),
+            f"{topic}/{p}/{i}".encode(),
+            topic,
+            p,
+            i,
+            datetime.fromtimestamp((BASE_MS + 1000 * i) / 1000, tz=UTC).replace(tzinfo=None),
+            0,
+        ]
         if headers:
             row.append([{"key": "n", "value": str(i).encode()}] if i % 2 else None)
         data.append(tuple(row))
     schema = KAFKA_SOURCE_SCHEMA
     if headers:
-        schema = StructType(list(schema.fields) + [HEADERS_FIELD])
+        schema = StructType([*list(schema.fields), HEADERS_FIELD])
     return spark.createDataFrame(data, schema)
 
 
@@ -91,7 +109,10 @@ def test_subscribe_pattern_and_assign(spark, cluster_options, topics):
     both = rows_of("clicks", range(3), range(10)) + rows_of("clicks-eu", [0], range(10))
     same(load(spark, cluster_options, subscribe="clicks,clicks-eu"), expected(spark, both))
     same(load(spark, cluster_options, subscribePattern="clicks.*"), expected(spark, both))
-    same(load(spark, cluster_options, subscribePattern="clicks-e."), expected(spark, rows_of("clicks-eu", [0], range(10))))
+    same(
+        load(spark, cluster_options, subscribePattern="clicks-e."),
+        expected(spark, rows_of("clicks-eu", [0], range(10))),
+    )
     same(
         load(spark, cluster_options, assign=json.dumps({"clicks": [0, 2]})),
         expected(spark, rows_of("clicks", [0, 2], range(10))),
@@ -105,8 +126,13 @@ def test_offsets_earliest_latest_and_json(spark, cluster_options, topics):
     )
     starting = json.dumps({"clicks": {"0": 3, "1": -2, "2": 9}})
     ending = json.dumps({"clicks": {"0": 5, "1": 2, "2": -1}})
-    wanted = rows_of("clicks", [0], range(3, 5)) + rows_of("clicks", [1], range(0, 2)) + rows_of("clicks", [2], range(9, 10))
-    same(load(spark, cluster_options, subscribe="clicks", startingOffsets=starting, endingOffsets=ending), expected(spark, wanted))
+    wanted = (
+        rows_of("clicks", [0], range(3, 5)) + rows_of("clicks", [1], range(0, 2)) + rows_of("clicks", [2], range(9, 10))
+    )
+    same(
+        load(spark, cluster_options, subscribe="clicks", startingOffsets=starting, endingOffsets=ending),
+        expected(spark, wanted),
+    )
 
 
 def test_timestamps(spark, cluster_options, topics):
@@ -115,18 +141,33 @@ def test_timestamps(spark, cluster_options, topics):
         expected(spark, rows_of("clicks", range(3), range(7, 10))),
     )
     same(
-        load(spark, cluster_options, subscribe="clicks", startingTimestamp=str(BASE_MS + 2500), endingTimestamp=str(BASE_MS + 5000)),
+        load(
+            spark,
+            cluster_options,
+            subscribe="clicks",
+            startingTimestamp=str(BASE_MS + 2500),
+            endingTimestamp=str(BASE_MS + 5000),
+        ),
         expected(spark, rows_of("clicks", range(3), range(3, 5))),
     )
     by_partition = json.dumps({"clicks": {"0": BASE_MS + 8000, "1": BASE_MS, "2": BASE_MS + 9000}})
     wanted = rows_of("clicks", [0], range(8, 10)) + rows_of("clicks", [1], range(10)) + rows_of("clicks", [2], [9])
-    same(load(spark, cluster_options, subscribe="clicks", startingOffsetsByTimestamp=by_partition), expected(spark, wanted))
+    same(
+        load(spark, cluster_options, subscribe="clicks", startingOffsetsByTimestamp=by_partition),
+        expected(spark, wanted),
+    )
     with pytest.raises(Exception, match="startingOffsetsByTimestampStrategy"):
         load(spark, cluster_options, subscribe="clicks", startingTimestamp=str(BASE_MS + 60_000)).collect()
-    assert load(
-        spark, cluster_options, subscribe="clicks", startingTimestamp=str(BASE_MS + 60_000),
-        startingOffsetsByTimestampStrategy="latest",
-    ).count() == 0
+    assert (
+        load(
+            spark,
+            cluster_options,
+            subscribe="clicks",
+            startingTimestamp=str(BASE_MS + 60_000),
+            startingOffsetsByTimestampStrategy="latest",
+        ).count()
+        == 0
+    )
 
 
 def test_include_headers(spark, cluster_options, topics):
@@ -145,11 +186,14 @@ def test_min_partitions_splits_work_without_changing_results(spark, cluster_opti
 def test_sql_view(spark, cluster_options, topics):
     opts = ", ".join(f"`{k}` '{v}'" for k, v in cluster_options.items())
     spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW clicks_view USING sparklog OPTIONS (subscribe 'clicks', {opts})")
-    counts = {r["partition"]: r["n"] for r in spark.sql("SELECT partition, count(*) AS n FROM clicks_view GROUP BY partition").collect()}
+    counts = {
+        r["partition"]: r["n"]
+        for r in spark.sql("SELECT partition, count(*) AS n FROM clicks_view GROUP BY partition").collect()
+    }
     assert counts == {0: 10, 1: 10, 2: 10}
     spark.sql(
         f"CREATE OR REPLACE TEMPORARY VIEW clicks_tail USING sparklog OPTIONS "
-        f"(subscribe 'clicks', startingOffsets '{{\"clicks\":{{\"0\":8,\"1\":8,\"2\":8}}}}', {opts})"
+        f'(subscribe \'clicks\', startingOffsets \'{{"clicks":{{"0":8,"1":8,"2":8}}}}\', {opts})'
     )
     assert spark.sql("SELECT count(*) AS n FROM clicks_tail").collect()[0]["n"] == 6
 
@@ -237,5 +281,7 @@ def test_any_session_finds_the_source_without_registration(cluster_options, topi
     )
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     env.pop("PYSPARK_SUBMIT_ARGS", None)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path
+    )
     assert "COUNT 10" in done.stdout, done.stderr[-3000:]

@@ -43,7 +43,12 @@ def run_available_now(df: DataFrame, checkpoint: Path, batches: list[Batch] | No
         rows = batch_df.select("topic", "partition", "offset", "value").collect()
         collected.append([(r.topic, r.partition, r.offset, bytes(r.value)) for r in rows])
 
-    query = df.writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    query = (
+        df.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination(180)
     assert not query.isActive, "the availableNow query did not finish"
     if query.exception() is not None:
@@ -98,8 +103,13 @@ def test_read_stream_sees_every_record_once_across_restarts(spark, cluster, clus
 def test_running_query_sees_new_records_and_new_partitions_from_zero(spark, cluster, cluster_options):
     cluster.create_topic("live", partitions=1)
     send(cluster, "live", ["before"])  # startingOffsets defaults to latest: never seen
-    query = stream(spark, cluster_options, subscribe="live").selectExpr("CAST(value AS STRING) AS v", "partition", "offset") \
-        .writeStream.format("memory").queryName("live_view").start()
+    query = (
+        stream(spark, cluster_options, subscribe="live")
+        .selectExpr("CAST(value AS STRING) AS v", "partition", "offset")
+        .writeStream.format("memory")
+        .queryName("live_view")
+        .start()
+    )
     try:
         query.processAllAvailable()
         send(cluster, "live", [f"a{i}" for i in range(5)])
@@ -134,13 +144,17 @@ def test_starting_offsets_earliest_latest_and_json(spark, cluster, cluster_optio
     cluster.create_topic("starts", partitions=3)
     for partition in range(3):
         send(cluster, "starts", [f"{partition}-{i}" for i in range(5)], partition=partition)
-    earliest = run_available_now(stream(spark, cluster_options, subscribe="starts", startingOffsets="earliest"), tmp_path / "e")
+    earliest = run_available_now(
+        stream(spark, cluster_options, subscribe="starts", startingOffsets="earliest"), tmp_path / "e"
+    )
     assert len(values_of(earliest)) == 15
     latest_df = stream(spark, cluster_options, subscribe="starts")  # default: latest
     assert values_of(run_available_now(latest_df, tmp_path / "l")) == []
     spec = json.dumps({"starts": {"0": 3, "1": -2, "2": -1}})
     json_df = stream(spark, cluster_options, subscribe="starts", startingOffsets=spec)
-    assert sorted(values_of(run_available_now(json_df, tmp_path / "j"))) == ["0-3", "0-4"] + [f"1-{i}" for i in range(5)]
+    assert sorted(values_of(run_available_now(json_df, tmp_path / "j"))) == ["0-3", "0-4"] + [
+        f"1-{i}" for i in range(5)
+    ]
     for partition in range(3):
         send(cluster, "starts", [f"{partition}-new"], partition=partition)
     new = ["0-new", "1-new", "2-new"]
@@ -156,14 +170,20 @@ def test_ending_offsets_and_bad_options_are_rejected(spark, cluster, cluster_opt
         ({"startingOffsets": json.dumps({"strict": {"1": 0}})}, "must name every partition"),
     ]:
         with pytest.raises(Exception, match=message):
-            run_available_now(stream(spark, cluster_options, subscribe="strict", **extra), tmp_path / f"c{len(message)}")
+            run_available_now(
+                stream(spark, cluster_options, subscribe="strict", **extra), tmp_path / f"c{len(message)}"
+            )
 
 
-def _start_below_log_start(spark, cluster, cluster_options, tmp_path, fail_on_data_loss: str) -> Callable[[], list[Batch]]:
+def _start_below_log_start(
+    spark, cluster, cluster_options, tmp_path, fail_on_data_loss: str
+) -> Callable[[], list[Batch]]:
     """Read 0..9 of a topic, then move log-start past the query's position (offset 15)."""
     cluster.create_topic("trimmed", partitions=1)
     send(cluster, "trimmed", [f"v{i}" for i in range(10)])
-    df = stream(spark, cluster_options, subscribe="trimmed", startingOffsets="earliest", failOnDataLoss=fail_on_data_loss)
+    df = stream(
+        spark, cluster_options, subscribe="trimmed", startingOffsets="earliest", failOnDataLoss=fail_on_data_loss
+    )
     assert len(values_of(run_available_now(df, tmp_path / "ckpt"))) == 10
     send(cluster, "trimmed", [f"v{i}" for i in range(10, 20)])
     assert cluster.delete_records("trimmed", {0: 15}) == {0: 15}
@@ -188,8 +208,14 @@ def test_fail_on_data_loss_false_skips_to_log_start(spark, cluster, cluster_opti
 def test_group_id_records_the_processed_offsets(spark, cluster, cluster_options, tmp_path):
     cluster.create_topic("tracked", partitions=2)
     send(cluster, "tracked", [f"v{i}" for i in range(12)])
-    df = stream(spark, cluster_options, subscribe="tracked", startingOffsets="earliest", groupId="reporting",
-                maxOffsetsPerTrigger="5")
+    df = stream(
+        spark,
+        cluster_options,
+        subscribe="tracked",
+        startingOffsets="earliest",
+        groupId="reporting",
+        maxOffsetsPerTrigger="5",
+    )
     assert len(values_of(run_available_now(df, tmp_path / "ckpt"))) == 12
     assert cluster.committed_offsets("reporting") == {("tracked", 0): 6, ("tracked", 1): 6}
     send(cluster, "tracked", ["late"], partition=1)
@@ -203,8 +229,12 @@ def copy_query(spark: SparkSession, options: dict[str, str], checkpoint: Path, *
     query = (
         stream(spark, options, subscribe="src", startingOffsets="earliest", **extra)
         .select("key", "value")
-        .writeStream.format("sparklog").options(**options).option("topic", "dst")
-        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+        .writeStream.format("sparklog")
+        .options(**options)
+        .option("topic", "dst")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination(180)
     if query.exception() is not None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import sparklog
-from sparklog.metadata import zkdata
 from sparklog.errors import OffsetOutOfRangeError, ProducerClosedError, SparklogError
+from sparklog.metadata import zkdata
 from tests.helpers import assert_log_consistent, stored_records, topic_dirs, values_at, wait_for
 
 
@@ -18,7 +18,9 @@ def znode_exists(cluster: sparklog.Cluster, path: str) -> bool:
     return cluster.replicas.zk.client.exists(path) is not None
 
 
-def produce(cluster: sparklog.Cluster, topic: str, values: list[bytes], **send_args: object) -> list[sparklog.RecordMetadata]:
+def produce(
+    cluster: sparklog.Cluster, topic: str, values: list[bytes], **send_args: object
+) -> list[sparklog.RecordMetadata]:
     with cluster.producer() as producer:
         futures = [producer.send(topic, v, **send_args) for v in values]  # type: ignore[arg-type]
         producer.flush()
@@ -119,7 +121,16 @@ def test_list_offsets_by_timestamp_exact_boundaries(cluster: sparklog.Cluster) -
     with cluster.producer() as producer:
         for i, delta in enumerate([0, 10, 20, 30, 5]):
             producer.send("tb", b"v%d" % i, timestamp_ms=base + delta)
-    expectations = {base - 1: 0, base: 0, base + 1: 1, base + 6: 1, base + 10: 1, base + 11: 2, base + 30: 3, base + 31: -1}
+    expectations = {
+        base - 1: 0,
+        base: 0,
+        base + 1: 1,
+        base + 6: 1,
+        base + 10: 1,
+        base + 11: 2,
+        base + 30: 3,
+        base + 31: -1,
+    }
     actual = {t: cluster.list_offsets("tb", t)[0] for t in expectations}
     assert actual == expectations, {t - base: (actual[t], e) for t, e in expectations.items() if actual[t] != e}
 
@@ -129,7 +140,16 @@ def test_read_ranges_and_out_of_range(cluster: sparklog.Cluster) -> None:
     produce(cluster, "r", [b"a%d" % i for i in range(10)], partition=0)
     produce(cluster, "r", [b"b%d" % i for i in range(3)], partition=1)
     whole = cluster.read("r")
-    assert whole.column_names == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
+    assert whole.column_names == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]
     assert set(whole.column("topic").to_pylist()) == {"r"}
     assert whole.num_rows == 13
     part = cluster.read("r", partition=0, start_offset=3, end_offset=7)
@@ -220,7 +240,7 @@ def test_delete_topic_while_producing(cluster: sparklog.Cluster, cluster_options
         while not stop.is_set():
             try:
                 producer.send("busy", b"x").result()
-            except BaseException as exc:  # noqa: BLE001 - collected for the assertions
+            except BaseException as exc:
                 failures.append(exc)
 
     thread = threading.Thread(target=produce_forever)

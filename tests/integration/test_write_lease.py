@@ -8,8 +8,8 @@ import time
 import pytest
 
 import sparklog
-from sparklog.metadata.lease import WriterLease
 from sparklog.errors import LeaseTimeoutError
+from sparklog.metadata.lease import WriterLease
 
 
 def test_a_restarted_owner_adopts_its_predecessors_lease_with_a_new_epoch(cluster: sparklog.Cluster) -> None:
@@ -25,4 +25,6 @@ def test_a_restarted_owner_adopts_its_predecessors_lease_with_a_new_epoch(cluste
     started = time.monotonic()
     restarted = WriterLease(cluster.replicas.zk, "t", 0, "job-42", lease_ms=60_000).acquire(1000, adopt=True)
     assert time.monotonic() - started < 1.0
-    assert restarted.epoch == first.epoch + 1 and restarted.takeover, "the predecessor must be fenced by an epoch marker"
+    assert restarted.epoch == first.epoch + 1 and restarted.takeover, (
+        "the predecessor must be fenced by an epoch marker"
+    )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import random
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -37,7 +36,9 @@ def assert_valid(assignment: Assignment, members: Sequence[MemberSubscription], 
     for member_id, tps in assignment.items():
         assert tps == sorted(tps), f"{member_id}: list not sorted: {tps}"
         foreign = [tp for tp in tps if tp[0] not in topics[member_id]]
-        assert not foreign, f"{member_id} got {foreign} from topics it does not subscribe to {sorted(topics[member_id])}"
+        assert not foreign, (
+            f"{member_id} got {foreign} from topics it does not subscribe to {sorted(topics[member_id])}"
+        )
     owners: dict[TopicPartition, list[str]] = {}
     for member_id, tps in assignment.items():
         for tp in tps:
@@ -51,7 +52,9 @@ def assert_valid(assignment: Assignment, members: Sequence[MemberSubscription], 
     assert not extra, f"partitions assigned that do not exist or nobody subscribes to: {extra}"
 
 
-def run(strategy: str, members: Sequence[MemberSubscription], partitions: Mapping[str, int], previous=None) -> Assignment:
+def run(
+    strategy: str, members: Sequence[MemberSubscription], partitions: Mapping[str, int], previous=None
+) -> Assignment:
     result = assign(strategy, members, partitions, previous)
     assert_valid(result, members, partitions)
     shuffled = list(members)
@@ -256,7 +259,9 @@ def test_sticky_random_moves_equal_theoretical_minimum(seed: int) -> None:
     old_partitions = {t: rng.randint(0, 10) for t in topics}
     new_partitions = {t: max(0, n + rng.randint(-3, 3)) for t, n in old_partitions.items()}
     old_ids = [f"m{i}" for i in range(rng.randint(1, 7))]
-    new_ids = sorted(set(rng.sample(old_ids, rng.randint(0, len(old_ids)))) | {f"n{i}" for i in range(rng.randint(0, 3))})
+    new_ids = sorted(
+        set(rng.sample(old_ids, rng.randint(0, len(old_ids)))) | {f"n{i}" for i in range(rng.randint(0, 3))}
+    )
     if not new_ids:
         new_ids = ["n0"]
     old_members = [m(x, *topics) for x in old_ids]
@@ -272,9 +277,7 @@ def test_sticky_random_moves_equal_theoretical_minimum(seed: int) -> None:
 
     spread = counts(result)
     assert max(spread.values()) - min(spread.values()) <= 1, f"unbalanced: {spread}"
-    valid = {
-        x: [(t, p) for t, p in tps if p < new_partitions[t]] for x, tps in previous.items() if x in set(new_ids)
-    }
+    valid = {x: [(t, p) for t, p in tps if p < new_partitions[t]] for x, tps in previous.items() if x in set(new_ids)}
     total = sum(new_partitions.values())
     assert len(moved(valid, result)) == minimum_moves(valid, new_ids, total), (
         f"moved {moved(valid, result)}; previous {valid}; result {result}"

@@ -17,12 +17,25 @@ from sparklog.cli.produce import READER_PROPERTIES, LineReader, MalformedLineErr
 from sparklog.errors import ConfigError
 
 COMMANDS = [
-    ["topics", "create"], ["topics", "list"], ["topics", "describe"], ["topics", "alter"], ["topics", "delete"],
-    ["configs", "describe"], ["configs", "alter"], ["produce"], ["consume"], ["get-offsets"],
-    ["zookeeper", "start"], ["zookeeper", "stop"], ["zookeeper", "status"],
-    ["groups", "list"], ["groups", "describe"], ["groups", "reset-offsets"], ["groups", "delete"],
+    ["topics", "create"],
+    ["topics", "list"],
+    ["topics", "describe"],
+    ["topics", "alter"],
+    ["topics", "delete"],
+    ["configs", "describe"],
+    ["configs", "alter"],
+    ["produce"],
+    ["consume"],
+    ["get-offsets"],
+    ["zookeeper", "start"],
+    ["zookeeper", "stop"],
+    ["zookeeper", "status"],
+    ["groups", "list"],
+    ["groups", "describe"],
+    ["groups", "reset-offsets"],
+    ["groups", "delete"],
     ["groups", "delete-offsets"],
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
@@ -70,7 +83,7 @@ def test_key_value() -> None:
 
 
 def test_unknown_property_is_rejected() -> None:
-    with pytest.raises(ConfigError, match="parse.kye"):
+    with pytest.raises(ConfigError, match=r"parse.kye"):
         parse_properties([("parse.kye", "true")], READER_PROPERTIES, "line reader")
 
 
@@ -86,8 +99,9 @@ def test_line_reader_plain_key_and_headers() -> None:
     both = reader(**{"parse.key": "true", "parse.headers": "true", "null.marker": "~"})
     assert both.parse("a:1,b:~,c:x:y\tk\tv", 1) == ParsedLine("k", "v", [("a", "1"), ("b", None), ("c", "x:y")])
     assert both.parse("\t~\t~", 1) == ParsedLine(None, None, None)
-    custom = reader(**{"parse.headers": "true", "headers.delimiter": "|", "headers.separator": ";",
-                       "headers.key.separator": "="})  # fmt: skip
+    custom = reader(
+        **{"parse.headers": "true", "headers.delimiter": "|", "headers.separator": ";", "headers.key.separator": "="}
+    )
     assert custom.parse("a=1;b=2|v", 1) == ParsedLine(None, "v", [("a", "1"), ("b", "2")])
 
 
@@ -120,8 +134,9 @@ def test_formatter_default_prints_the_value_only() -> None:
 
 
 def test_formatter_kafka_column_order_and_separators() -> None:
-    every = MessageFormatter(print_timestamp=True, print_key=True, print_partition=True, print_offset=True,
-                             print_headers=True)  # fmt: skip
+    every = MessageFormatter(
+        print_timestamp=True, print_key=True, print_partition=True, print_offset=True, print_headers=True
+    )
     assert every.format(RECORD) == "CreateTime:1700\tPartition:0\tOffset:5\th1:a,h2:null\tk\tv\ufffd\n"
     log_append = RECORD._replace(timestamp_type=1, headers=None, key=None)
     assert every.format(log_append) == "LogAppendTime:1700\tPartition:0\tOffset:5\tNO_HEADERS\tnull\tv\ufffd\n"

@@ -58,7 +58,11 @@ def test_file_overrides_defaults(props_file: Path, tmp_path: Path) -> None:
 
 
 def test_env_overrides_file(props_file: Path, tmp_path: Path) -> None:
-    env = {"SPARKLOG_CONF": str(props_file), "SPARKLOG_HOME": str(tmp_path / "from-env"), "SPARKLOG_ZOOKEEPER": "env:2181"}
+    env = {
+        "SPARKLOG_CONF": str(props_file),
+        "SPARKLOG_HOME": str(tmp_path / "from-env"),
+        "SPARKLOG_ZOOKEEPER": "env:2181",
+    }
     config = resolve_cluster_config(environ=env)
     assert config.home == str(tmp_path / "from-env")
     assert config.zookeeper_connect == "env:2181"
@@ -66,8 +70,14 @@ def test_env_overrides_file(props_file: Path, tmp_path: Path) -> None:
 
 
 def test_explicit_overrides_env(props_file: Path, tmp_path: Path) -> None:
-    env = {"SPARKLOG_CONF": str(props_file), "SPARKLOG_HOME": str(tmp_path / "from-env"), "SPARKLOG_ZOOKEEPER": "env:2181"}
-    config = resolve_cluster_config({"sparklog.home": str(tmp_path / "explicit")}, environ=env, zookeeper_connect="kw:2181")
+    env = {
+        "SPARKLOG_CONF": str(props_file),
+        "SPARKLOG_HOME": str(tmp_path / "from-env"),
+        "SPARKLOG_ZOOKEEPER": "env:2181",
+    }
+    config = resolve_cluster_config(
+        {"sparklog.home": str(tmp_path / "explicit")}, environ=env, zookeeper_connect="kw:2181"
+    )
     assert config.home == str(tmp_path / "explicit")
     assert config.zookeeper_connect == "kw:2181"
     assert config.broker_id == 7
@@ -75,14 +85,19 @@ def test_explicit_overrides_env(props_file: Path, tmp_path: Path) -> None:
 
 def test_keyword_overrides_mapping_and_none_is_unset(tmp_path: Path) -> None:
     config = resolve_cluster_config(
-        {"broker.id": 3, "zookeeper.connect": "map:2181"}, environ={"SPARKLOG_ZOOKEEPER": "env:2181"}, broker_id=4, zookeeper_connect=None
+        {"broker.id": 3, "zookeeper.connect": "map:2181"},
+        environ={"SPARKLOG_ZOOKEEPER": "env:2181"},
+        broker_id=4,
+        zookeeper_connect=None,
     )
     assert config.broker_id == 4
     assert config.zookeeper_connect == "map:2181"
 
 
 def test_empty_env_values_are_ignored(props_file: Path, tmp_path: Path) -> None:
-    config = resolve_cluster_config(environ={"SPARKLOG_CONF": str(props_file), "SPARKLOG_HOME": "", "SPARKLOG_ZOOKEEPER": ""})
+    config = resolve_cluster_config(
+        environ={"SPARKLOG_CONF": str(props_file), "SPARKLOG_HOME": "", "SPARKLOG_ZOOKEEPER": ""}
+    )
     assert config.home == str(tmp_path / "from-file")
     assert config.zookeeper_connect == "file:2181"
 
@@ -106,7 +121,9 @@ def test_relative_paths_become_absolute(tmp_path: Path) -> None:
 
 
 def test_options_round_trip(tmp_path: Path) -> None:
-    config = resolve_cluster_config({"sparklog.home": str(tmp_path), "zookeeper.connect": "h:1/c", "broker.rack": "r1"}, environ={})
+    config = resolve_cluster_config(
+        {"sparklog.home": str(tmp_path), "zookeeper.connect": "h:1/c", "broker.rack": "r1"}, environ={}
+    )
     assert resolve_cluster_config(config.to_options(), environ={}) == config
 
 
@@ -127,7 +144,7 @@ def test_unknown_key_in_properties_file_is_named(tmp_path: Path) -> None:
 
 
 def test_missing_or_malformed_properties_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="nope.properties"):
+    with pytest.raises(ConfigError, match=r"nope.properties"):
         resolve_cluster_config(environ={"SPARKLOG_CONF": str(tmp_path / "nope.properties")})
     bad = tmp_path / "bad.properties"
     bad.write_text("sparklog.home=/x\njust words\n")
@@ -179,18 +196,28 @@ def test_bad_topic_values_name_key_and_allowed(key: str, value: object) -> None:
 
 
 def test_unknown_topic_key_lists_allowed_keys() -> None:
-    with pytest.raises(ConfigError, match="retention.mss") as info:
+    with pytest.raises(ConfigError, match=r"retention.mss") as info:
         validate_configs({"retention.mss": 1}, TOPIC_CONFIGS, "topic")
     assert "retention.ms" in str(info.value).split("Allowed keys:")[1]
 
 
 def test_topic_values_are_parsed() -> None:
     parsed = validate_configs(
-        {"retention_ms": "-1", "cleanup.policy": "delete, compact", "min.insync.replicas": 2, "message.timestamp.type": "LogAppendTime"},
+        {
+            "retention_ms": "-1",
+            "cleanup.policy": "delete, compact",
+            "min.insync.replicas": 2,
+            "message.timestamp.type": "LogAppendTime",
+        },
         TOPIC_CONFIGS,
         "topic",
     )
-    assert parsed == {"retention.ms": -1, "cleanup.policy": "compact,delete", "min.insync.replicas": 2, "message.timestamp.type": "LogAppendTime"}
+    assert parsed == {
+        "retention.ms": -1,
+        "cleanup.policy": "compact,delete",
+        "min.insync.replicas": 2,
+        "message.timestamp.type": "LogAppendTime",
+    }
     effective = with_defaults(parsed, TOPIC_CONFIGS)
     assert set(effective) == set(TOPIC_CONFIGS)
     assert effective["max.message.bytes"] == 1_048_588
@@ -201,7 +228,9 @@ def test_producer_acks_accepts_kafka_spellings(acks: object) -> None:
     assert str(validate_configs({"acks": acks}, PRODUCER_CONFIGS, "producer")["acks"]) == str(acks)
 
 
-@pytest.mark.parametrize(("key", "value"), [("acks", "2"), ("acks", True), ("linger.ms", -1), ("enable.idempotence", "maybe"), ("bogus", 1)])
+@pytest.mark.parametrize(
+    ("key", "value"), [("acks", "2"), ("acks", True), ("linger.ms", -1), ("enable.idempotence", "maybe"), ("bogus", 1)]
+)
 def test_bad_producer_configs(key: str, value: object) -> None:
     with pytest.raises(ConfigError, match=key):
         validate_configs({key: value}, PRODUCER_CONFIGS, "producer")

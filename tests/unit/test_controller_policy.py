@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sparklog.errors import InvalidReplicationFactorError
 from sparklog.server.controller.placement import assign_replicas
 from sparklog.server.controller.policy import (
     LeaderElection,
@@ -25,7 +26,6 @@ from sparklog.server.controller.policy import (
     shrink_isr,
     truncation_offset,
 )
-from sparklog.errors import InvalidReplicationFactorError
 
 POLICY = Path(__file__).resolve().parents[2] / "sparklog" / "server" / "controller" / "policy.py"
 
@@ -224,7 +224,7 @@ def reconcile(follower: list[tuple[int, str]], leader: list[tuple[int, str]], hi
     keep = truncation_offset(len(follower), last_epoch, history)
     assert follower[:keep] == leader[:keep], f"kept {follower[:keep]} is not a prefix of the leader's {leader}"
     del follower[keep:]
-    follower.extend(leader[len(follower):])
+    follower.extend(leader[len(follower) :])
     return keep
 
 
@@ -333,7 +333,7 @@ def run_replication(seed: int, *, leader_caches: bool) -> None:
                 del log[keep:]
                 caches[follower] = truncated_history(caches[follower], keep)
                 reconciled[follower] = epoch
-            for record in logs[leader][len(log): len(log) + rng.randint(0, 4)]:
+            for record in logs[leader][len(log) : len(log) + rng.randint(0, 4)]:
                 if not caches[follower] or caches[follower][-1][0] != record[0]:
                     caches[follower] = append_epoch(caches[follower], record[0], len(log))
                 log.append(record)

@@ -19,8 +19,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "DESIGN.md"
 SCANNED = [
-    "sparklog", "jobs", "tests", "docs", "benchmarks", "notebooks", "conf", "scripts", "pyspark_sparklog", "README.md",
-]  # fmt: skip
+    "sparklog",
+    "jobs",
+    "tests",
+    "docs",
+    "benchmarks",
+    "notebooks",
+    "conf",
+    "scripts",
+    "pyspark_sparklog",
+    "README.md",
+]
 TEXT_SUFFIXES = {".py", ".md", ".json", ".ipynb", ".txt", ".toml", ".cfg", ".conf", ".properties", ".sh"}
 INVARIANTS_SECTION = 5
 
@@ -35,9 +44,7 @@ _SINGLE = re.compile(
     rf"(?<!{SIGN}){SIGN}(?!{SIGN})\s*(?P<chain>{_NUMBER}(?:(?:{_RANGE}{SIGN}?|{_LIST}{SIGN})\s*{_NUMBER})*)"
 )
 _DOUBLE = re.compile(rf"{SIGN}{SIGN}\s*(?P<chain>{_NUMBER}(?:(?:{_RANGE}|{_LIST}){SIGN}{{0,2}}\s*{_NUMBER})*)")
-_INVARIANTS = re.compile(
-    rf"\binvariants?[\s#*>]+(?P<chain>\d+(?:(?:{_RANGE}|{_LIST})\d+)*)(?!\.\d)", re.IGNORECASE
-)
+_INVARIANTS = re.compile(rf"\binvariants?[\s#*>]+(?P<chain>\d+(?:(?:{_RANGE}|{_LIST})\d+)*)(?!\.\d)", re.IGNORECASE)
 _SEPARATOR = re.compile(rf"({_RANGE}|{_LIST})")
 _RANGE_WORDS = {"-", "\u2013", "\u2014", "to"}
 
@@ -109,7 +116,7 @@ def parse_design(text: str) -> Design:
         starts = list(re.finditer(r"^(\d+)\.\s+\*\*", body.group(0), re.MULTILINE))
         for i, start in enumerate(starts):
             end = starts[i + 1].start() if i + 1 < len(starts) else len(body.group(0))
-            items[int(start.group(1))] = body.group(0)[start.start():end]
+            items[int(start.group(1))] = body.group(0)[start.start() : end]
     return Design(sections, subsections, list(items), items)
 
 
@@ -121,9 +128,10 @@ def scanned_files() -> list[Path]:
             files.append(path)
         elif path.is_dir():
             files.extend(
-                p for p in sorted(path.rglob("*"))
+                p
+                for p in sorted(path.rglob("*"))
                 if p.is_file() and p.suffix in TEXT_SUFFIXES and "__pycache__" not in p.parts
-            )  # fmt: skip
+            )
     return [f for f in files if f.resolve() != Path(__file__).resolve()]
 
 

@@ -14,17 +14,35 @@ PACKAGES = {"model", "log", "metadata", "server", "clients", "group", "admin", "
 ROOT_MODULES = {"__init__.py", "cluster.py", "config.py", "errors.py", "retries.py", "testing.py"}
 ENGINES = {"pyspark", "kazoo", "deltalake"}
 PURE_POLICIES = [
-    "sparklog.model.records", "sparklog.model.topic", "sparklog.model.offsets", "sparklog.model.batches",
-    "sparklog.config", "sparklog.errors", "sparklog.retries", "sparklog.server.controller.placement", "sparklog.server.controller.policy",
-    "sparklog.log.plans", "sparklog.group.assignors", "sparklog.group.reset", "sparklog.group.ids",
-]  # fmt: skip
+    "sparklog.model.records",
+    "sparklog.model.topic",
+    "sparklog.model.offsets",
+    "sparklog.model.batches",
+    "sparklog.config",
+    "sparklog.errors",
+    "sparklog.retries",
+    "sparklog.server.controller.placement",
+    "sparklog.server.controller.policy",
+    "sparklog.log.plans",
+    "sparklog.group.assignors",
+    "sparklog.group.reset",
+    "sparklog.group.ids",
+]
 # What the CLI may use: the public API. The embedded ZooKeeper's start/stop/status are
 # commands of their own (``sparklog zookeeper``), so that one metadata module is public too.
 CLI_ALLOWED = (
-    "sparklog.cli", "sparklog.cluster", "sparklog.config", "sparklog.errors", "sparklog.model", "sparklog.admin",
-    "sparklog.clients", "sparklog.maintenance", "sparklog.spark", "sparklog.server.broker",
+    "sparklog.cli",
+    "sparklog.cluster",
+    "sparklog.config",
+    "sparklog.errors",
+    "sparklog.model",
+    "sparklog.admin",
+    "sparklog.clients",
+    "sparklog.maintenance",
+    "sparklog.spark",
+    "sparklog.server.broker",
     "sparklog.metadata.embedded",
-)  # fmt: skip
+)
 
 
 def module_name(path: Path) -> str:

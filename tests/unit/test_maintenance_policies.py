@@ -5,6 +5,7 @@ Delta, no ZooKeeper: segments are a tiny dataclass, records a pyarrow table."""
 from __future__ import annotations
 
 import ast
+import itertools
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,18 +61,26 @@ def surviving_offsets(segments, plan) -> list[int]:
     """Every offset still readable after ``plan``: in kept files and at/after the new log start."""
     gone = set(paths(plan.removed))
     return [
-        o for s in segments if s.path not in gone
-        for o in range(s.base_offset, s.last_offset + 1) if o >= plan.new_log_start
-    ]  # fmt: skip
+        o
+        for s in segments
+        if s.path not in gone
+        for o in range(s.base_offset, s.last_offset + 1)
+        if o >= plan.new_log_start
+    ]
 
 
 def retain(segments, *, log_start=0, log_end=None, retention_ms=-1, retention_bytes=-1, now_ms=NOW):
     if log_end is None:
         log_end = max((s.last_offset + 1 for s in segments), default=0)
     return retention_plan(
-        segments, partition=0, log_start=log_start, log_end=log_end, now_ms=now_ms,
-        retention_ms=retention_ms, retention_bytes=retention_bytes,
-    )  # fmt: skip
+        segments,
+        partition=0,
+        log_start=log_start,
+        log_end=log_end,
+        now_ms=now_ms,
+        retention_ms=retention_ms,
+        retention_bytes=retention_bytes,
+    )
 
 
 # -- retention.ms ------------------------------------------------------------------------
@@ -89,7 +98,9 @@ def test_time_retention_removes_the_breached_prefix_only():
 def test_time_retention_boundary_is_strict(max_us, removed):
     seg = Seg("p0/s0", 0, 0, 9, 10, 100, max_us, max_us)
     plan = retain([seg, *chain((5, 100, NOW), start=10)], retention_ms=1000)
-    assert paths(plan.removed) == (["p0/s0"] if removed else []), f"max timestamp {max_us} us, cutoff {(NOW - 1000) * US}"
+    assert paths(plan.removed) == (["p0/s0"] if removed else []), (
+        f"max timestamp {max_us} us, cutoff {(NOW - 1000) * US}"
+    )
 
 
 def test_time_retention_may_remove_the_newest_segment():
@@ -235,7 +246,9 @@ def test_delete_records_below_log_start_is_a_no_op():
 
 @pytest.mark.parametrize("before", [31, -1])
 def test_delete_records_out_of_range_names_partition_and_range(before):
-    with pytest.raises(DeleteRecordsOffsetError, match=rf"Partition 3: .*offset {before}.*valid range is 4\.\.30") as err:
+    with pytest.raises(
+        DeleteRecordsOffsetError, match=rf"Partition 3: .*offset {before}.*valid range is 4\.\.30"
+    ) as err:
         delete_records_plan(SEGS30, partition=3, log_start=4, log_end=30, before_offset=before)
     assert isinstance(err.value, ValueError) and isinstance(err.value, OffsetOutOfRangeError)
 
@@ -245,9 +258,14 @@ def plan_compaction(segs, *, lag_ms=0, ratio=0.0, cleaned_up_to=0, log_end=None)
     if log_end is None:
         log_end = max((s.last_offset + 1 for s in segs), default=0)
     return compaction_plan(
-        segs, partition=0, log_end=log_end, now_ms=NOW, min_compaction_lag_ms=lag_ms,
-        min_cleanable_dirty_ratio=ratio, cleaned_up_to=cleaned_up_to,
-    )  # fmt: skip
+        segs,
+        partition=0,
+        log_end=log_end,
+        now_ms=NOW,
+        min_compaction_lag_ms=lag_ms,
+        min_cleanable_dirty_ratio=ratio,
+        cleaned_up_to=cleaned_up_to,
+    )
 
 
 def test_compaction_never_rewrites_the_active_head():
@@ -351,9 +369,9 @@ def test_compact_records_keeps_newest_per_key(seed):
     assert got == want, f"extra {sorted(set(got) - set(want))[:10]}, missing {sorted(set(want) - set(got))[:10]}"
     assert out.schema == FILE_SCHEMA
     by_offset = {r[0]: r for r in rows}
-    assert [(o, k, v) for o, k, v in zip(got, out.column("key").to_pylist(), out.column("value").to_pylist())] == [
-        (o, by_offset[o][2], by_offset[o][3]) for o in got
-    ], "records keep their offset, key and value"
+    assert [
+        (o, k, v) for o, k, v in zip(got, out.column("key").to_pylist(), out.column("value").to_pylist(), strict=False)
+    ] == [(o, by_offset[o][2], by_offset[o][3]) for o in got], "records keep their offset, key and value"
     keys = [k for k in out.column("key").to_pylist() if k is not None]
     assert len(keys) == len(set(keys)), "one record per key"
     assert sum(1 for r in rows if r[2] is None) == sum(1 for k in out.column("key").to_pylist() if k is None)
@@ -362,10 +380,13 @@ def test_compact_records_keeps_newest_per_key(seed):
 def test_tombstone_survives_until_delete_retention_passes():
     horizon = (NOW - 1000) * US
     rows = [
-        (0, 0, b"a", b"1"), (1, horizon, b"a", None),  # tombstone exactly at the horizon: kept
-        (2, 0, b"b", b"1"), (3, horizon - 1, b"b", None),  # 1 us older: dropped with its key
-        (4, 0, b"c", None), (5, 0, b"c", b"2"),  # an older tombstone is superseded
-    ]  # fmt: skip
+        (0, 0, b"a", b"1"),
+        (1, horizon, b"a", None),  # tombstone exactly at the horizon: kept
+        (2, 0, b"b", b"1"),
+        (3, horizon - 1, b"b", None),  # 1 us older: dropped with its key
+        (4, 0, b"c", None),
+        (5, 0, b"c", b"2"),  # an older tombstone is superseded
+    ]
     out = compact(records(rows), delete_retention_ms=1000)
     assert out.column("offset").to_pylist() == [1, 5]
     assert out.column("value").to_pylist() == [None, b"2"]
@@ -401,14 +422,15 @@ def test_optimize_groups_small_consecutive_segments_greedily():
     for group in groups:
         assert sum(s.size_bytes for s in group) <= 100
         assert [s.base_offset for s in group] == sorted(s.base_offset for s in group)
-        assert all(b.base_offset == a.last_offset + 1 for a, b in zip(group, group[1:]))
+        assert all(b.base_offset == a.last_offset + 1 for a, b in itertools.pairwise(group))
 
 
 def test_optimize_min_files_and_half_size_threshold():
     segs = sized(10, 20, 15, 60, 10, 10, 45, 45, 30)
     assert [paths(g) for g in optimize_plan(segs, partition=0, segment_bytes=100, min_files=3)] == [
-        ["p0/s0", "p0/s1", "p0/s2"], ["p0/s4", "p0/s5", "p0/s6"],
-    ]  # fmt: skip
+        ["p0/s0", "p0/s1", "p0/s2"],
+        ["p0/s4", "p0/s5", "p0/s6"],
+    ]
     assert optimize_plan(sized(50, 50, 50), partition=0, segment_bytes=100) == [], "half of segment.bytes is not small"
     assert optimize_plan(sized(60, 10, 60, 10, 60), partition=0, segment_bytes=100) == []
     with pytest.raises(ValueError, match="min_files >= 2"):

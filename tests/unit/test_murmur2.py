@@ -34,7 +34,12 @@ def java_murmur2(data: bytes) -> int:
     length4 = length // 4
     for i in range(length4):
         i4 = i * 4
-        k = (data[i4] & 0xFF) + ((data[i4 + 1] & 0xFF) << 8) + ((data[i4 + 2] & 0xFF) << 16) + ((data[i4 + 3] & 0xFF) << 24)
+        k = (
+            (data[i4] & 0xFF)
+            + ((data[i4 + 1] & 0xFF) << 8)
+            + ((data[i4 + 2] & 0xFF) << 16)
+            + ((data[i4 + 3] & 0xFF) << 24)
+        )
         k = _int32(k * m)
         k = _int32(k ^ ((k & 0xFFFFFFFF) >> r))
         k = _int32(k * m)
@@ -57,7 +62,7 @@ def java_murmur2(data: bytes) -> int:
 def random_keys(n: int, seed: int, max_len: int = 40) -> list[bytes]:
     rng = random.Random(seed)
     keys = [rng.randbytes(rng.randrange(max_len + 1)) for _ in range(n)]
-    return keys + [b"", b"\x00", b"\xff", b"\xff\xff\xff", b"\x80\x00\x00\x00\x80"]
+    return [*keys, b"", b"\x00", b"\xff", b"\xff\xff\xff", b"\x80\x00\x00\x00\x80"]
 
 
 @pytest.mark.parametrize(("key", "expected"), KAFKA_VECTORS, ids=[k.decode()[:12] for k, _ in KAFKA_VECTORS])
@@ -90,7 +95,7 @@ def test_vectorised_equals_scalar(num_partitions: int) -> None:
     keys = random_keys(3000, seed=10 + num_partitions)
     vectorised = partitions_for_keys(keys, num_partitions).tolist()
     scalar = [partition_for_key(k, num_partitions) for k in keys]
-    mismatches = [(k, v, s) for k, v, s in zip(keys, vectorised, scalar) if v != s]
+    mismatches = [(k, v, s) for k, v, s in zip(keys, vectorised, scalar, strict=False) if v != s]
     assert not mismatches, f"{len(mismatches)} keys differ, first {mismatches[0]} (key, vectorised, scalar)"
 
 

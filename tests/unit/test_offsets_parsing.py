@@ -59,7 +59,19 @@ def test_offsets_json_valid() -> None:
     assert all(isinstance(p, int) for parts in parsed.values() for p in parts)
 
 
-MALFORMED_ASSIGN = ["{", "[]", "{}", '{"t": 5}', '{"t": {"x": 1}}', '{"t": {"0": 1}}', '{"t": [-1]}', '{"t": ["a"]}', '{"t": [true]}', '{"t": [1.0]}', "null"]
+MALFORMED_ASSIGN = [
+    "{",
+    "[]",
+    "{}",
+    '{"t": 5}',
+    '{"t": {"x": 1}}',
+    '{"t": {"0": 1}}',
+    '{"t": [-1]}',
+    '{"t": ["a"]}',
+    '{"t": [true]}',
+    '{"t": [1.0]}',
+    "null",
+]
 
 
 @pytest.mark.parametrize("text", MALFORMED_ASSIGN)
@@ -74,7 +86,14 @@ def test_assign_json_valid() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("earliest", "earliest"), (" LATEST ", "latest"), ("-2", "earliest"), (-1, "latest"), ("0", 0), (1700000000000, 1700000000000)],
+    [
+        ("earliest", "earliest"),
+        (" LATEST ", "latest"),
+        ("-2", "earliest"),
+        (-1, "latest"),
+        ("0", 0),
+        (1700000000000, 1700000000000),
+    ],
 )
 def test_offset_spec(value: object, expected: object) -> None:
     assert parse_offset_spec(value) == expected

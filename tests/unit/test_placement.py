@@ -13,6 +13,7 @@ from collections import Counter
 
 import pytest
 
+from sparklog.errors import InvalidPartitionsError, InvalidReplicaAssignmentError, InvalidReplicationFactorError
 from sparklog.server.controller.placement import (
     assign_new_partitions,
     assign_replicas,
@@ -20,7 +21,6 @@ from sparklog.server.controller.placement import (
     rack_alternated_broker_list,
     validate_replica_assignment,
 )
-from sparklog.errors import InvalidPartitionsError, InvalidReplicaAssignmentError, InvalidReplicationFactorError
 
 SIX_BROKERS_THREE_RACKS = {0: "rack1", 1: "rack2", 2: "rack2", 3: "rack3", 4: "rack3", 5: "rack1"}
 
@@ -86,9 +86,17 @@ def test_kafka_replica_assignment_expected() -> None:
     # Kafka: AdminTest.testReplicaAssignment / AdminRackAwareTest.testReplicaAssignment
     # (brokers 0..4 without racks, 10 partitions, rf 3, fixedStartIndex 0).
     expected = {
-        0: [0, 1, 2], 1: [1, 2, 3], 2: [2, 3, 4], 3: [3, 4, 0], 4: [4, 0, 1],
-        5: [0, 2, 3], 6: [1, 3, 4], 7: [2, 4, 0], 8: [3, 0, 1], 9: [4, 1, 2],
-    }  # fmt: skip
+        0: [0, 1, 2],
+        1: [1, 2, 3],
+        2: [2, 3, 4],
+        3: [3, 4, 0],
+        4: [4, 0, 1],
+        5: [0, 2, 3],
+        6: [1, 3, 4],
+        7: [2, 4, 0],
+        8: [3, 0, 1],
+        9: [4, 1, 2],
+    }
     assert assign_replicas([0, 1, 2, 3, 4], 10, 3, start_index=0) == expected
     assert assign_replicas([4, 3, 2, 1, 0], 10, 3, start_index=0, replica_shift=0) == expected
 
@@ -160,19 +168,61 @@ RACK_CASES = [
     # (name in Kafka's AdminRackAwareTest, racks, partitions, rf, fixed start or None, checks)
     ("testAssignmentWithRackAware", SIX_BROKERS_THREE_RACKS, 6, 3, 2, {}),
     ("testAssignmentWithRackAwareWithRandomStartIndex", SIX_BROKERS_THREE_RACKS, 6, 3, None, {}),
-    ("testAssignmentWithRackAwareWithUnevenReplicas", SIX_BROKERS_THREE_RACKS, 13, 3, 0,
-     {"leaders": False, "replicas": False}),
-    ("testAssignmentWithRackAwareWithUnevenRacks",
-     {0: "rack1", 1: "rack1", 2: "rack2", 3: "rack3", 4: "rack3", 5: "rack1"}, 12, 3, None, {"replicas": False}),
+    (
+        "testAssignmentWithRackAwareWithUnevenReplicas",
+        SIX_BROKERS_THREE_RACKS,
+        13,
+        3,
+        0,
+        {"leaders": False, "replicas": False},
+    ),
+    (
+        "testAssignmentWithRackAwareWithUnevenRacks",
+        {0: "rack1", 1: "rack1", 2: "rack2", 3: "rack3", 4: "rack3", 5: "rack1"},
+        12,
+        3,
+        None,
+        {"replicas": False},
+    ),
     ("testAssignmentWith2ReplicasRackAware", SIX_BROKERS_THREE_RACKS, 12, 2, None, {}),
-    ("testAssignmentWith2ReplicasRackAwareWith6Partitions",
-     {6: "rack1", 7: "rack2", 8: "rack2", 9: "rack3", 10: "rack3", 11: "rack1"}, 6, 2, None, {}),
-    ("testAssignmentWith2ReplicasRackAwareWith6PartitionsAnd3Brokers", {0: "rack1", 1: "rack2", 4: "rack3"}, 3, 2,
-     None, {}),
-    ("testLargeNumberPartitionsAssignment",
-     {0: "rack1", 1: "rack2", 2: "rack2", 3: "rack3", 4: "rack3", 5: "rack1",
-      6: "rack1", 7: "rack2", 8: "rack2", 9: "rack3", 10: "rack1", 11: "rack3"}, 96, 3, None, {}),
-]  # fmt: skip
+    (
+        "testAssignmentWith2ReplicasRackAwareWith6Partitions",
+        {6: "rack1", 7: "rack2", 8: "rack2", 9: "rack3", 10: "rack3", 11: "rack1"},
+        6,
+        2,
+        None,
+        {},
+    ),
+    (
+        "testAssignmentWith2ReplicasRackAwareWith6PartitionsAnd3Brokers",
+        {0: "rack1", 1: "rack2", 4: "rack3"},
+        3,
+        2,
+        None,
+        {},
+    ),
+    (
+        "testLargeNumberPartitionsAssignment",
+        {
+            0: "rack1",
+            1: "rack2",
+            2: "rack2",
+            3: "rack3",
+            4: "rack3",
+            5: "rack1",
+            6: "rack1",
+            7: "rack2",
+            8: "rack2",
+            9: "rack3",
+            10: "rack1",
+            11: "rack3",
+        },
+        96,
+        3,
+        None,
+        {},
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -230,7 +280,13 @@ def test_mixed_rack_information_is_an_error_unless_asked_otherwise() -> None:
     unaware = assign_replicas(sorted(racks), 10, 3, 0, 0)
     for mode in ("safe", "disabled"):
         got = assign_replicas(
-            sorted(racks), 10, 3, 0, 0, broker_racks=racks, rack_aware_mode=mode  # type: ignore[arg-type]
+            sorted(racks),
+            10,
+            3,
+            0,
+            0,
+            broker_racks=racks,
+            rack_aware_mode=mode,  # type: ignore[arg-type]
         )
         assert got == unaware, f"{mode}: {got} != rack-unaware {unaware}"
 
@@ -244,15 +300,20 @@ def test_no_racks_or_empty_racks_mean_rack_unaware() -> None:
 
 
 def test_disabled_mode_ignores_full_rack_information() -> None:
-    got = assign_replicas(sorted(SIX_BROKERS_THREE_RACKS), 6, 3, 0, 0, broker_racks=SIX_BROKERS_THREE_RACKS,
-                          rack_aware_mode="disabled")
+    got = assign_replicas(
+        sorted(SIX_BROKERS_THREE_RACKS), 6, 3, 0, 0, broker_racks=SIX_BROKERS_THREE_RACKS, rack_aware_mode="disabled"
+    )
     assert got == assign_replicas(sorted(SIX_BROKERS_THREE_RACKS), 6, 3, 0, 0)
 
 
 def test_unknown_rack_mode_raises() -> None:
     with pytest.raises(ValueError, match="rack_aware_mode"):
         assign_replicas(
-            [0, 1], 2, 1, broker_racks={0: "a", 1: "b"}, rack_aware_mode="sometimes"  # type: ignore[arg-type]
+            [0, 1],
+            2,
+            1,
+            broker_racks={0: "a", 1: "b"},
+            rack_aware_mode="sometimes",  # type: ignore[arg-type]
         )
 
 

@@ -21,15 +21,18 @@ RECORDS = [
 def test_batch_sizes_equal_record_sizes_headers_included():
     key = pa.array([r[0] for r in RECORDS], pa.binary())
     value = pa.array([r[1] for r in RECORDS], pa.binary())
-    headers = pa.array([None if r[2] is None else [{"key": k, "value": v} for k, v in r[2]] for r in RECORDS], HEADERS_TYPE)
+    headers = pa.array(
+        [None if r[2] is None else [{"key": k, "value": v} for k, v in r[2]] for r in RECORDS], HEADERS_TYPE
+    )
     expected = [record_size(k, v, h) for k, v, h in RECORDS]
     assert list(record_sizes(key, value, headers)) == expected
     assert expected[0] == RECORD_OVERHEAD_BYTES + 1 + 10 + 2 + 5 + len("hé".encode()), "headers count, keys as UTF-8"
 
 
 def test_check_names_the_first_record_over_the_limit():
-    sizes = record_sizes(pa.array([None, None], pa.binary()), pa.array([b"a", b"b" * 50], pa.binary()),
-                         pa.nulls(2, HEADERS_TYPE))  # fmt: skip
+    sizes = record_sizes(
+        pa.array([None, None], pa.binary()), pa.array([b"a", b"b" * 50], pa.binary()), pa.nulls(2, HEADERS_TYPE)
+    )
     check_record_sizes(sizes, "t", RECORD_OVERHEAD_BYTES + 50)
     with pytest.raises(RecordTooLargeError, match=r"Record 1 of the batch to t is 71 bytes"):
         check_record_sizes(sizes, "t", RECORD_OVERHEAD_BYTES + 49)

@@ -9,9 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.cli.groups import members_lines, offsets_lines, parse_group_states, reset_lines, state_lines
-from sparklog.cli.main import main
-from sparklog.errors import InvalidOffsetSpecError
 from sparklog.admin.groups import (
     GroupDescription,
     MemberDescription,
@@ -24,6 +21,9 @@ from sparklog.admin.groups import (
     plan_reset,
     reset_scenario,
 )
+from sparklog.cli.groups import members_lines, offsets_lines, parse_group_states, reset_lines, state_lines
+from sparklog.cli.main import main
+from sparklog.errors import InvalidOffsetSpecError
 
 T0 = 1_704_067_200_000  # 2024-01-01T00:00:00Z in ms
 BOUNDS = {("t", 0): (2, 10), ("t", 1): (0, 4)}
@@ -50,29 +50,46 @@ def test_parse_datetime_kafka_formats(text: str, expected: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["2024-01-01", "2024-01-01 00:00:00.000", "2024-13-01T00:00:00.000", "2024-02-30T00:00:00.000",
-             "2024-01-01T25:00:00.000", "2024-01-01T00:00:00.000+25:00", "yesterday", ""],
-)  # fmt: skip
+    "text",
+    [
+        "2024-01-01",
+        "2024-01-01 00:00:00.000",
+        "2024-13-01T00:00:00.000",
+        "2024-02-30T00:00:00.000",
+        "2024-01-01T25:00:00.000",
+        "2024-01-01T00:00:00.000+25:00",
+        "yesterday",
+        "",
+    ],
+)
 def test_parse_datetime_rejects_malformed_input(text: str) -> None:
-    with pytest.raises(InvalidOffsetSpecError, match="Invalid datetime.*YYYY-MM-DDTHH:mm:SS.sss"):
+    with pytest.raises(InvalidOffsetSpecError, match=r"Invalid datetime.*YYYY-MM-DDTHH:mm:SS.sss"):
         parse_datetime(text)
 
 
 @pytest.mark.parametrize(
     ("text", "ms"),
     [
-        ("PT30M", 1_800_000), ("P1D", 86_400_000), ("P1DT2H3M4S", 93_784_000), ("PT0.5S", 500),
-        ("PT20.345S", 20_345), ("pt1h", 3_600_000), ("-PT6H", -21_600_000), ("PT-6H3M", -21_420_000),
-        ("PT-0.5S", -500), ("+P2D", 172_800_000), ("PT1,5S", 1500),
+        ("PT30M", 1_800_000),
+        ("P1D", 86_400_000),
+        ("P1DT2H3M4S", 93_784_000),
+        ("PT0.5S", 500),
+        ("PT20.345S", 20_345),
+        ("pt1h", 3_600_000),
+        ("-PT6H", -21_600_000),
+        ("PT-6H3M", -21_420_000),
+        ("PT-0.5S", -500),
+        ("+P2D", 172_800_000),
+        ("PT1,5S", 1500),
     ],
-)  # fmt: skip
+)
 def test_parse_duration_java_syntax(text: str, ms: int) -> None:
     assert parse_duration(text) == ms
 
 
 @pytest.mark.parametrize("text", ["P", "PT", "P1DT", "30M", "PT1.5H", "1h", "P1Y", ""])
 def test_parse_duration_rejects_malformed_input(text: str) -> None:
-    with pytest.raises(InvalidOffsetSpecError, match="Invalid duration.*PnDTnHnMnS"):
+    with pytest.raises(InvalidOffsetSpecError, match=r"Invalid duration.*PnDTnHnMnS"):
         parse_duration(text)
 
 
@@ -147,7 +164,9 @@ def test_plan_reset_shift_by_clamps_and_needs_a_committed_offset() -> None:
 
 def test_group_states_filter() -> None:
     assert parse_group_states("stable, EMPTY") == {"Stable", "Empty"}
-    with pytest.raises(argparse.ArgumentTypeError, match="Invalid state list 'Stable,Sleepy'. Valid states are: Empty, "):
+    with pytest.raises(
+        argparse.ArgumentTypeError, match=r"Invalid state list 'Stable,Sleepy'. Valid states are: Empty, "
+    ):
         parse_group_states("Stable,Sleepy")
 
 
@@ -168,17 +187,17 @@ def test_kafka_layouts_of_describe_members_state_and_reset() -> None:
         "g               orders                   0          5               10              5               consumer-1-abc  /10.0.0.1       consumer-1",
         "g               orders                   1          -               3               -               consumer-1-abc  /10.0.0.1       consumer-1",
         "g               a-rather-long-topic-name 0          1               -               -               -               -               -",
-    ]  # fmt: skip
+    ]
     assert members_lines(_description(), verbose=True) == [
         "",
         "GROUP           CONSUMER-ID     HOST            CLIENT-ID       #PARTITIONS     ASSIGNMENT",
         "g               consumer-1-abc  /10.0.0.1       consumer-1      2               orders(0,1)",
-    ]  # fmt: skip
+    ]
     assert state_lines(_description()) == [
         "",
         "GROUP           COORDINATOR (ID)          ASSIGNMENT-STRATEGY  STATE                #MEMBERS",
         "g               broker-a  (0)             range                Stable               1",
-    ]  # fmt: skip
+    ]
     assert reset_lines({"g": [("orders", 0, 7)]}) == [
         "",
         "GROUP           TOPIC           PARTITION  NEW-OFFSET",

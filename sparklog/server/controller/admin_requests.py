@@ -37,7 +37,7 @@ from sparklog.server.controller.policy import (
 )
 from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["AdminRequests", "RebalanceSettings", "split_key", "DROP_DELAY_S"]
+__all__ = ["DROP_DELAY_S", "AdminRequests", "RebalanceSettings", "split_key"]
 
 DROP_DELAY_S = 5.0  # > the fetchers' assignment refresh (sparklog.server.replica_fetcher.ASSIGNMENT_REFRESH_S)
 
@@ -64,7 +64,9 @@ class AdminRequests:
     """The admin requests of one active controller. States of a removed replica: *pending*
     (in :attr:`pending_drops` until its delay passed) → *emptied*."""
 
-    def __init__(self, replicas: ReplicaManager, settings: RebalanceSettings, elect: Elect, write_state: WriteState) -> None:
+    def __init__(
+        self, replicas: ReplicaManager, settings: RebalanceSettings, elect: Elect, write_state: WriteState
+    ) -> None:
         self.replicas = replicas
         self.settings = settings
         self.elect = elect
@@ -87,9 +89,10 @@ class AdminRequests:
         self.drop_removed_replicas()
         reassignments = store.reassignment_request()
         if reassignments:
-            remaining = {key: target for key, target in reassignments.items() if not self._reassign_step(key, target, live)}
+            remaining = {
+                key: target for key, target in reassignments.items() if not self._reassign_step(key, target, live)
+            }
             store.set_reassignment_request(remaining)
-
 
     def _elect_preferred(self, topic: str, partition: int, live: set[int]) -> None:
         try:
@@ -100,7 +103,6 @@ class AdminRequests:
         election = preferred_leader_election(assignment.replicas(partition), state.isr, live, state.leader)
         if election is not None:
             self.elect(topic, partition, state, election)
-
 
     def _auto_rebalance(self, live: set[int]) -> None:
         assignments, leaders = {}, {}
@@ -113,12 +115,13 @@ class AdminRequests:
             for p, replicas in assignment.partitions.items():
                 assignments[(topic, int(p))] = replicas
                 leaders[(topic, int(p))] = states[int(p)].leader
-        imbalance = preferred_leader_imbalance(assignments, leaders, self.settings.leader_imbalance_per_broker_percentage)
+        imbalance = preferred_leader_imbalance(
+            assignments, leaders, self.settings.leader_imbalance_per_broker_percentage
+        )
         for broker, partitions in sorted(imbalance.items()):
             if broker in live:
                 for topic, partition in partitions:
                     self._elect_preferred(topic, partition, live)
-
 
     def _reassign_step(self, key: str, target: list[int], live: set[int]) -> bool:
         """One step of one partition's reassignment; True when it is complete."""
@@ -150,7 +153,11 @@ class AdminRequests:
             state = self.replicas.states(topic, [partition])[partition]
         assignment, version = self.replicas.metadata.assignment(topic)
         self._set_replicas(topic, assignment, version, partition, target)
-        self.write_state(topic, partition, type(state)(state.leader, state.leader_epoch, [b for b in state.isr if b in target], state.epochs))
+        self.write_state(
+            topic,
+            partition,
+            type(state)(state.leader, state.leader_epoch, [b for b in state.isr if b in target], state.epochs),
+        )
         removed = [b for b in current if b not in target]
         if removed:
             # Emptied later: a fetcher acting on the assignment it read before this step could
@@ -158,7 +165,6 @@ class AdminRequests:
             self.pending_drops[(topic, partition)] = (removed, time.monotonic() + DROP_DELAY_S)
         log.info("reassignment of %s-%d complete: replicas %s", topic, partition, target)
         return True
-
 
     def drop_removed_replicas(self) -> None:
         """Empty the partitions of replicas a reassignment removed, once their delay passed."""
@@ -176,10 +182,17 @@ class AdminRequests:
                 try:
                     self.replicas.replica_table(topic, broker).drop_partition(partition)
                 except SparklogError as exc:
-                    log.warning("reassignment of %s-%d: could not empty the old replica on broker %d: %s", topic, partition, broker, exc)
+                    log.warning(
+                        "reassignment of %s-%d: could not empty the old replica on broker %d: %s",
+                        topic,
+                        partition,
+                        broker,
+                        exc,
+                    )
 
-
-    def _set_replicas(self, topic: str, assignment: TopicAssignment, version: int, partition: int, replicas: list[int]) -> None:
+    def _set_replicas(
+        self, topic: str, assignment: TopicAssignment, version: int, partition: int, replicas: list[int]
+    ) -> None:
         partitions = dict(assignment.partitions)
         partitions[str(partition)] = list(replicas)
         if not self.replicas.metadata.set_assignment(topic, TopicAssignment(assignment.topic_id, partitions), version):

@@ -30,6 +30,9 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
+from sparklog.errors import SparklogError
+from sparklog.metadata.broker_registration import live_broker_ids
+from sparklog.metadata.zkdata import PartitionState
 from sparklog.server.controller.admin_requests import AdminRequests, RebalanceSettings
 from sparklog.server.controller.policy import (
     LeaderElection,
@@ -40,9 +43,6 @@ from sparklog.server.controller.policy import (
     shrink_isr,
 )
 from sparklog.server.replica_manager import ReplicaManager
-from sparklog.metadata.broker_registration import live_broker_ids
-from sparklog.metadata.zkdata import PartitionState
-from sparklog.errors import SparklogError
 
 __all__ = ["Controller", "ControllerSettings"]
 
@@ -107,7 +107,7 @@ class Controller:
                 self.tick()
             except SparklogError as exc:
                 log.warning("controller tick failed: %s", exc)
-            except Exception:  # noqa: BLE001 - a bug must not leave the cluster without a controller
+            except Exception:
                 log.exception("controller tick failed unexpectedly; continuing")
             stop.wait(self.settings.tick_s)
 
@@ -129,7 +129,9 @@ class Controller:
             self._last_isr_check = now
         self.admin_requests.run(live)
 
-    def _partition(self, topic: str, partition: int, replicas: list[int], live: set[int], unclean: bool, check_isr: bool) -> None:
+    def _partition(
+        self, topic: str, partition: int, replicas: list[int], live: set[int], unclean: bool, check_isr: bool
+    ) -> None:
         state = self.replicas.states(topic, [partition])[partition]
         if state.leader not in live:
             election = elect_leader(replicas, state.isr, live, unclean=unclean)
@@ -147,7 +149,9 @@ class Controller:
         if check_isr and len(replicas) > 1:
             self._maintain_isr(topic, partition, replicas, state, live)
 
-    def _maintain_isr(self, topic: str, partition: int, replicas: list[int], state: PartitionState, live: set[int]) -> None:
+    def _maintain_isr(
+        self, topic: str, partition: int, replicas: list[int], state: PartitionState, live: set[int]
+    ) -> None:
         ends = {}
         for broker in replicas:
             table = self.replicas.replica_table(topic, broker)
@@ -169,14 +173,33 @@ class Controller:
             end = ends.get(broker)
             if key not in self._caught_up_ms or (end is not None and end >= min(leader_end, previous_end)):
                 self._caught_up_ms[key] = now_ms  # a new controller gives everyone a full lag window
-        caught_up = {b: self._caught_up_ms[(topic, partition, b)] for b in state.isr if (topic, partition, b) in self._caught_up_ms}
-        isr = list(shrink_isr(
-            state.leader, state.isr, caught_up, now_ms, self.settings.replica_lag_time_max_ms, log_end_offsets=ends,
-        ))  # fmt: skip
+        caught_up = {
+            b: self._caught_up_ms[(topic, partition, b)]
+            for b in state.isr
+            if (topic, partition, b) in self._caught_up_ms
+        }
+        isr = list(
+            shrink_isr(
+                state.leader,
+                state.isr,
+                caught_up,
+                now_ms,
+                self.settings.replica_lag_time_max_ms,
+                log_end_offsets=ends,
+            )
+        )
         hw = high_watermark(isr, {b: ends.get(b, 0) for b in isr})
-        isr = list(expand_isr(
-            state.leader, isr, replicas, live, ends, hw, leader_epoch_start_offset=state.epochs[-1][1],
-        ))  # fmt: skip
+        isr = list(
+            expand_isr(
+                state.leader,
+                isr,
+                replicas,
+                live,
+                ends,
+                hw,
+                leader_epoch_start_offset=state.epochs[-1][1],
+            )
+        )
         if isr != list(state.isr):
             log.info("%s-%d: ISR %s -> %s (log ends %s)", topic, partition, state.isr, isr, ends)
             self.write_state(topic, partition, replace(state, isr=isr))
@@ -188,23 +211,42 @@ class Controller:
         start = table.log_end(table.snapshot(), partition)
         epoch = state.leader_epoch + 1
         history = append_epoch([(int(e), int(o)) for e, o in state.epochs], epoch, start)
-        new = PartitionState(leader=election.leader, leader_epoch=epoch, isr=list(election.isr), epochs=[list(h) for h in history])
+        new = PartitionState(
+            leader=election.leader, leader_epoch=epoch, isr=list(election.isr), epochs=[list(h) for h in history]
+        )
         if not self.write_state(topic, partition, new):
             return False
         if election.unclean:
             log.error(
                 "%s-%d: UNCLEAN leader election: broker %d was not in sync (ISR %s); records above its log end %d "
-                "that the old leader %d had are lost", topic, partition, election.leader, state.isr, start, state.leader,
-            )  # fmt: skip
+                "that the old leader %d had are lost",
+                topic,
+                partition,
+                election.leader,
+                state.isr,
+                start,
+                state.leader,
+            )
         else:
-            log.warning("%s-%d: leader %d -> %d at epoch %d (start offset %d)", topic, partition, state.leader,
-                        election.leader, epoch, start)  # fmt: skip
+            log.warning(
+                "%s-%d: leader %d -> %d at epoch %d (start offset %d)",
+                topic,
+                partition,
+                state.leader,
+                election.leader,
+                epoch,
+                start,
+            )
         assignment, _ = self.replicas.metadata.assignment(topic)
         for broker in assignment.replicas(partition):
             try:
-                self.replicas.replica_table(topic, broker).commit_leader_epoch(partition, epoch, lineage=broker == election.leader)
+                self.replicas.replica_table(topic, broker).commit_leader_epoch(
+                    partition, epoch, lineage=broker == election.leader
+                )
             except SparklogError as exc:  # unreachable storage: its fetcher reconciles when it returns
-                log.warning("%s-%d: could not fence replica on broker %d at epoch %d: %s", topic, partition, broker, epoch, exc)
+                log.warning(
+                    "%s-%d: could not fence replica on broker %d at epoch %d: %s", topic, partition, broker, epoch, exc
+                )
         return True
 
     def write_state(self, topic: str, partition: int, new: PartitionState) -> bool:

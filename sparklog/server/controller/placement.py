@@ -39,7 +39,12 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Literal
 
-from sparklog.errors import ConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError, InvalidReplicationFactorError
+from sparklog.errors import (
+    ConfigError,
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+)
 
 __all__ = [
     "RACK_AWARE_MODES",
@@ -306,9 +311,7 @@ def _assign_rack_unaware(
         if partition > 0 and partition % n == 0:
             shift += 1
         first = (partition + start) % n
-        assignment[partition] = [brokers[first]] + [
-            brokers[_follower_index(first, shift, j, n)] for j in range(rf - 1)
-        ]
+        assignment[partition] = [brokers[first]] + [brokers[_follower_index(first, shift, j, n)] for j in range(rf - 1)]
     return assignment
 
 

@@ -18,6 +18,7 @@ assignment order decides elections, the ISR order is kept).
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -240,7 +241,7 @@ def append_epoch(history: Sequence[tuple[int, int]], epoch: int, start_offset: i
             "a new leader always gets a higher epoch"
         )
     kept = tuple(entry for entry in entries if entry[1] < start_offset)
-    return kept + ((epoch, start_offset),)
+    return (*kept, (epoch, start_offset))
 
 
 def epoch_end_offset(history: Sequence[tuple[int, int]], epoch: int, log_end: int) -> tuple[int, int] | None:
@@ -343,7 +344,7 @@ _NO_END = 2**63 - 1  # larger than any offset (offsets are bigint)
 
 def _checked_history(history: Sequence[tuple[int, int]]) -> EpochHistory:
     entries = tuple((int(epoch), int(start)) for epoch, start in history)
-    for (epoch, start), (next_epoch, next_start) in zip(entries, entries[1:]):
+    for (epoch, start), (next_epoch, next_start) in itertools.pairwise(entries):
         if next_epoch <= epoch or next_start < start:
             raise PolicyError(
                 f"epoch history must have strictly increasing epochs and non-decreasing start offsets, "
