@@ -88,7 +88,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("--by-duration", "DURATION", str, "the first offset at or after now minus an ISO-8601 duration, e.g. PT30M"),
         ("--from-file", "CSV", str, "offsets of a topic,partition,offset file (as --export writes)"),
     ):
-        scenario.add_argument(flag, action=_Scenario, nargs=None if meta else 0, type=kind, metavar=meta, help=text)
+        if kind is None:
+            scenario.add_argument(flag, action=_Scenario, nargs=0, help=text)
+        else:
+            scenario.add_argument(flag, action=_Scenario, type=kind, metavar=meta, help=text)
     mode = reset.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="only show the new offsets (the default)")
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")

@@ -135,7 +135,7 @@ def append(
             _check_leader_epochs(table, dt, {p: leader_epochs[p] for p in pending})
         append_ms = int(time.time() * 1000)
         base_offsets = {p: table.log_end(dt, p) for p in pending}
-        file_metadata = {PRODUCER_KEY: producer_id, SEQUENCE_KEY: str(sequence)} if idempotent else None
+        file_metadata = {PRODUCER_KEY: str(producer_id), SEQUENCE_KEY: str(sequence)} if idempotent else None
         segments: list[SegmentFile] = []
         try:
             for partition, records in sorted(pending.items()):

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
-from deltalake.transaction import AddAction, create_table_with_add_actions
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from sparklog.errors import FencedError, SchemaMismatchError, StorageError
 from sparklog.retries import DELTA_COMMIT
@@ -236,7 +236,8 @@ class DeltaSink:
         """Commit ``files`` and ``transactions`` in one Delta commit, only on a snapshot whose
         stored versions of ``expected``'s app ids equal it. ``FencedError`` (files deleted,
         nothing committed) if they moved; commits of others meanwhile: retry."""
-        actions = [AddAction(f.path, f.size_bytes, {}, f.modification_time_ms, True, f.stats) for f in files]
+        adds = [AddAction(f.path, f.size_bytes, {}, f.modification_time_ms, True, f.stats) for f in files]
+        actions: list[AddAction | RemoveAction] = list(adds)
         properties = CommitProperties(
             custom_metadata=dict(metadata) or None,
             max_commit_retries=0,
@@ -261,7 +262,7 @@ class DeltaSink:
                 check_input_offsets(f"Delta table at {self.root}", {app_id: None for app_id in expected}, expected)
                 try:
                     create_table_with_add_actions(
-                        self.root, _delta_schema(schema, self.root), actions, mode="error", commit_properties=properties
+                        self.root, _delta_schema(schema, self.root), adds, mode="error", commit_properties=properties
                     )
                     return
                 except (DeltaError, OSError) as exc:

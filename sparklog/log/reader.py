@@ -8,7 +8,7 @@ Safe in any process: the Spark source calls :func:`read_segment_range` on execut
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from sparklog.errors import StorageError
+from sparklog.log.plans import SegmentLike
 from sparklog.log.table import FileEntry, TopicTable, start_app_id
 from sparklog.model.schema import FILE_SCHEMA, read_schema
 
@@ -89,7 +90,7 @@ def read_ranges(
     return pa.concat_tables(pieces)
 
 
-def read_files(table: TopicTable, entries: list[FileEntry]) -> pa.Table:
+def read_files(table: TopicTable, entries: Sequence[SegmentLike]) -> pa.Table:
     """Whole files in the file layout (with ``offset``, without ``partition``), in order."""
     pieces = [pq.read_table(table.full_path(e.path), schema=FILE_SCHEMA) for e in entries]
     return pa.concat_tables(pieces) if pieces else FILE_SCHEMA.empty_table()

@@ -38,10 +38,7 @@ import shutil
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,6 +47,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, RemoveAction
 
 from sparklog.errors import FencedError, StorageError
+from sparklog.log.files import FileEntry, file_entries
 from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile, fsync_path
 from sparklog.log.transactions import (
@@ -103,20 +101,6 @@ def log_properties(history_retention_ms: int) -> dict[str, str]:
 
 class CommitConflict(Exception):
     """A concurrent commit touched the same partition; re-read the snapshot and retry."""
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    """A live data file of the table, from the Delta log's add actions and stats."""
-
-    path: str
-    partition: int
-    base_offset: int
-    last_offset: int
-    num_records: int
-    size_bytes: int
-    min_timestamp_us: int | None
-    max_timestamp_us: int | None
 
 
 class TopicTable:
@@ -325,36 +309,7 @@ class TopicTable:
             actions = actions.filter(
                 pc.is_in(actions.column("partition.partition"), pa.array(sorted(partitions), pa.int32()))
             )
-        if actions.num_rows == 0:
-            return []
-        cols: dict[str, list[Any]] = {
-            name: actions.column(name).to_pylist() if name in actions.column_names else [None] * actions.num_rows
-            for name in (
-                "path",
-                "partition.partition",
-                "min.offset",
-                "max.offset",
-                "num_records",
-                "size_bytes",
-                "min.timestamp",
-                "max.timestamp",
-            )
-        }
-        entries = [
-            FileEntry(
-                path=cols["path"][i],
-                partition=int(cols["partition.partition"][i]),
-                base_offset=int(cols["min.offset"][i]),
-                last_offset=int(cols["max.offset"][i]),
-                num_records=int(cols["num_records"][i]),
-                size_bytes=int(cols["size_bytes"][i]),
-                min_timestamp_us=_micros(cols["min.timestamp"][i]),
-                max_timestamp_us=_micros(cols["max.timestamp"][i]),
-            )
-            for i in range(actions.num_rows)
-        ]
-        entries.sort(key=lambda e: (e.partition, e.base_offset))
-        return entries
+        return file_entries(actions)
 
     def _actions(self, dt: DeltaTable) -> pa.Table:
         try:
@@ -493,16 +448,3 @@ class TopicTable:
             except CommitConflict:
                 continue
         raise EPOCH_MARKER.exhausted(f"The epoch marker {epoch} of {self.topic}-{partition}", "the writer retries it")
-
-
-def _micros(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, int):
-        return value
-    # pyarrow gives datetime for timestamp stats
-    moment = value if value.tzinfo else value.replace(tzinfo=UTC)
-    return (moment - _EPOCH) // timedelta(microseconds=1)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -64,7 +64,7 @@ def app_transactions(root: str, table_id: str, version: int) -> Mapping[str, int
         elif version in state.by_version:
             return state.by_version[version]
         older = [v for v in state.by_version if v < version] if state is not None else []
-        if older:
+        if state is not None and older:
             base = max(older)
             start, versions = base + 1, dict(state.by_version[base])
         else:  # first sight of this table, or older than every version kept (an old snapshot)

@@ -114,7 +114,7 @@ class _Output(DataSourceArrowWriter):
             for values in self.stored(self.transactions).values()
         )
 
-    def write(self, batches: Iterator[Any]) -> SegmentsWritten:  # type: ignore[override]
+    def write(self, batches: Iterator[Any]) -> SegmentsWritten:
         task = task_id()
         if self.plan is not None:
             return SegmentsWritten(task, write_task_segments(self.plan, batches, task))

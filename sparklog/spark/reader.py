@@ -110,8 +110,8 @@ def _bound(
         for p in partitions:
             if p not in spec:
                 result[p] = default
-            elif found[p] is not None:
-                result[p] = int(found[p])  # type: ignore[arg-type]
+            elif (offset := found[p]) is not None:
+                result[p] = offset
             elif side == "ending" or strategy == "latest":
                 result[p] = LATEST
             else:
@@ -126,16 +126,16 @@ def _bound(
         if (side, keyword) == ("starting", LATEST) or (side, keyword) == ("ending", EARLIEST):
             raise ConfigError(f"{side}Offsets={raw} is not allowed for batch queries")
         return {p: keyword for p in partitions}
-    spec = parse_offsets_json(raw, f"{side}Offsets").get(topic)
-    if spec is None or set(spec) != set(partitions):
+    explicit = parse_offsets_json(raw, f"{side}Offsets").get(topic)
+    if explicit is None or set(explicit) != set(partitions):
         raise InvalidOffsetSpecError(
             f"{side}Offsets must name every partition of topic {topic} ({partitions}), got {raw}; "
             "use -2 for earliest and -1 for latest"
         )
     forbidden = LATEST if side == "starting" else EARLIEST
-    if forbidden in spec.values():
+    if forbidden in explicit.values():
         raise InvalidOffsetSpecError(f"{side}Offsets {raw}: {forbidden} is not allowed for batch queries")
-    return dict(spec)
+    return dict(explicit)
 
 
 def resolve_read_ranges(replicas: ReplicaManager, options: Mapping[str, str]) -> dict[str, dict[int, tuple[int, int]]]:
@@ -196,7 +196,7 @@ class SparklogBatchReader(DataSourceReader):
                         )
         return _split_for_min_partitions(slices, int(self.options.get("minPartitions", "0") or 0))
 
-    def read(self, partition: SegmentSlice) -> Iterator[object]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[object]:
         from sparklog.log.reader import read_segment_range
 
         if not isinstance(partition, SegmentSlice):

@@ -214,7 +214,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.warning("%s Skipping (failOnDataLoss=false).", message)
 
     # -- planning and reading --------------------------------------------------------------
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:  # type: ignore[override]
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         """The batch read of ``[start, end)``: same clamping, data-loss rule and file slices."""
         starts = offsets_from_json(start, "stream start offset")
         ends = offsets_from_json(end, "stream end offset")
@@ -235,7 +235,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         return list(SparklogBatchReader(options, self.include_headers).partitions())
 
-    def read(self, partition: InputPartition) -> Iterator[object]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[object]:
         return SparklogBatchReader({}, self.include_headers).read(partition)
 
     # -- progress --------------------------------------------------------------------------
