@@ -59,7 +59,7 @@ LABELS = {
 }
 
 
-def _summary(ms: list[float]) -> dict[str, float]:
+def _summary(ms: list[float]) -> dict[str, Any]:
     tail = ms[-max(1, len(ms) // 10) :]
     return {
         "commits": len(ms),
@@ -176,7 +176,7 @@ def run(ctx: BenchContext) -> CaseResult:
         ctx.log(CASE, "warm-up: 20 commits of every side, untimed …")
         _sparklog_side(env.options, 20)
         _baseline_side(str(env.scratch), 20)
-    per_side: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+    per_side: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
     for run_no in range(1, ctx.runs + 1):
         order = list(SIDES)[(run_no - 1) % len(SIDES) :] + list(SIDES)[: (run_no - 1) % len(SIDES)]
         record: dict[str, Any] = {"run": run_no, "order": order}

@@ -53,7 +53,7 @@ def cached_values(ctx: BenchContext, records: int) -> DataFrame:
     seconds, count = timed(df.count)
     lengths = df.select(F.min(F.length("value")), F.max(F.length("value"))).first()
     assert count == records, (count, records)
-    assert tuple(lengths) == (VALUE_BYTES, VALUE_BYTES), lengths
+    assert lengths is not None and tuple(lengths) == (VALUE_BYTES, VALUE_BYTES), lengths
     ctx.log(CASE, f"cached {count:,} rows in {seconds:.1f} s")
     ctx.cache[key] = df
     return df

@@ -41,7 +41,7 @@ QUERY = "SELECT partition, count(*) AS records, sum(length(value)) AS bytes FROM
 def _sparklog_query(ctx: BenchContext, options: dict[str, str]) -> list[tuple[int, int, int]]:
     from sparklog.spark import register_topics
 
-    register_topics(ctx.spark, **options)
+    register_topics(ctx.spark, True, **options)
     rows = ctx.spark.sql(QUERY.format(view="bench")).collect()
     return sorted((int(r[0]), int(r[1]), int(r[2])) for r in rows)
 

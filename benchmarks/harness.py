@@ -309,7 +309,7 @@ def machine_info() -> dict[str, Any]:
     mem_kb = _proc_field("/proc/meminfo", "MemTotal")
     mem_bytes = int(mem_kb.split()[0]) * 1024 if mem_kb else None
     try:
-        usable_cpus = len(os.sched_getaffinity(0))
+        usable_cpus: int | None = len(os.sched_getaffinity(0))
     except AttributeError:
         usable_cpus = os.cpu_count()
     return {

@@ -35,6 +35,7 @@ import time
 import traceback
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from benchmarks import (
     case_commit_growth,
@@ -108,7 +109,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def load_previous(path: Path, selected: list[str]) -> dict[str, object] | None:
+def load_previous(path: Path, selected: list[str]) -> dict[str, Any] | None:
     """The existing report at ``path`` if it has cases this run will not produce (to carry over)."""
     try:
         previous = json.loads(path.read_text(encoding="utf-8"))
@@ -125,7 +126,7 @@ def write_report(
     results: list[CaseResult],
     machine: dict[str, object],
     config: dict[str, object],
-    previous: dict[str, object] | None,
+    previous: dict[str, Any] | None,
 ) -> None:
     """``write_json``, then add the carried-over cases of ``previous`` (each with its own machine/config)."""
     write_json(path, results, machine, config)
@@ -134,10 +135,10 @@ def write_report(
     payload = json.loads(path.read_text(encoding="utf-8"))
     origin = {"machine": previous.get("machine"), "config": previous.get("config")}
     # A case carried over twice keeps the machine/config of the run that measured it.
-    carried = {k: {**v, "carried_over": v.get("carried_over") or origin} for k, v in previous["cases"].items()}  # type: ignore[union-attr]
+    carried = {k: {**v, "carried_over": v.get("carried_over") or origin} for k, v in previous["cases"].items()}
     fresh = {k: {**v, "carried_over": None} for k, v in payload["cases"].items()}
     merged = dict(sorted({**carried, **fresh}.items()))
-    summary = [{**row, "carried_over": True} for row in previous.get("summary") or [] if row.get("case") in carried]  # type: ignore[union-attr]
+    summary = [{**row, "carried_over": True} for row in previous.get("summary") or [] if row.get("case") in carried]
     summary += [{**row, "carried_over": False} for row in payload["summary"]]
     summary.sort(key=lambda row: str(row.get("case")))  # stable: metric order within a case is kept
     payload["cases"] = merged
