@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.sparklog-installed
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: venv demo test bench clean zookeeper-stop
+.PHONY: venv demo lint test bench clean zookeeper-stop
 
 venv: $(STAMP)
 
@@ -24,7 +24,14 @@ $(STAMP): pyproject.toml
 demo: venv
 	$(BIN)/python -m jobs.demo
 
-test: venv
+# Lint (ruff) and format check, then the type checker: CI fails on any finding.
+LINTED := sparklog tests jobs benchmarks pyspark_sparklog
+lint: venv
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
+
+test: venv lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: venv

@@ -24,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sparklog import clock
 from sparklog.config import PRODUCER_CONFIGS, parse_acks, with_defaults
 from sparklog.errors import (
     ProducerClosedError,
@@ -145,7 +146,7 @@ class Producer:
                 f"{info.max_message_bytes}); nothing was sent"
             )
         target = self._choose_partition(topic, info, key_bytes, partition)
-        ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        ts = clock.now_ms() if timestamp_ms is None else int(timestamp_ms)
         future: Future[RecordMetadata] = Future()
         pending = _Pending(key_bytes, value_bytes, header_list, ts, future, size)
         with self._cv:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Literal, get_args
 
+from sparklog import clock
 from sparklog.errors import InvalidOffsetSpecError
 from sparklog.group.ids import validate_group_id
 from sparklog.model.topic import validate_topic_name
@@ -152,7 +152,7 @@ def reset_scenario(
     if kind == "to-datetime":
         return ResetScenario(kind, timestamp_ms=parse_datetime(str(value)))
     if kind == "by-duration":
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         return ResetScenario(kind, timestamp_ms=now - parse_duration(str(value)))
     if kind == "from-file":
         try:

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
+from sparklog import clock
 from sparklog.errors import FencedError, NotLeaderError, StorageError
 from sparklog.log.segment import PRODUCER_KEY, SEQUENCE_KEY, SegmentFile, split_for_size, write_segment
 from sparklog.log.table import (
@@ -133,7 +133,7 @@ def append(
         _check_fences(table, dt, {p: epochs[p] for p in pending})
         if leader_epochs is not None:
             _check_leader_epochs(table, dt, {p: leader_epochs[p] for p in pending})
-        append_ms = int(time.time() * 1000)
+        append_ms = clock.now_ms()
         base_offsets = {p: table.log_end(dt, p) for p in pending}
         file_metadata = {PRODUCER_KEY: str(producer_id), SEQUENCE_KEY: str(sequence)} if idempotent else None
         segments: list[SegmentFile] = []

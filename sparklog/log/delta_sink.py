@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -42,6 +41,7 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
+from sparklog import clock
 from sparklog.errors import FencedError, SchemaMismatchError, StorageError
 from sparklog.retries import DELTA_COMMIT
 
@@ -122,7 +122,7 @@ def _write_file(root: str, table: pa.Table, prefix: str) -> DataFile:
         pq.write_table(table, full, compression="snappy")
     except (OSError, pa.ArrowException) as exc:
         raise StorageError(f"Cannot write data file {full} of the Delta table at {root}: {exc}") from exc
-    return DataFile(relative, os.path.getsize(full), table.num_rows, _stats(table), int(time.time() * 1000))
+    return DataFile(relative, os.path.getsize(full), table.num_rows, _stats(table), clock.now_ms())
 
 
 def _stats(table: pa.Table) -> str:

@@ -28,13 +28,13 @@ commit to ``p`` also touches ``sparklog.end.<p>``.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
+from sparklog import clock
 from sparklog.errors import IllegalGenerationError, OffsetCommitError, StorageError
 from sparklog.log.append import MAX_COMMIT_ATTEMPTS
 from sparklog.log.reader import read_files
@@ -124,7 +124,7 @@ def commit_offsets(
             transactions[group_offset_app_id(group_id, topic, partition)] = (
                 -1 if commit.offset is None else commit.offset
             )
-        now_ms = int(time.time() * 1000)
+        now_ms = clock.now_ms()
         ordered = sorted(keys, key=lambda k: keys[k])
         values = [_value(offsets[keys[k]], generation, member_id, now_ms) for k in ordered]
         base = table.log_end(dt, log_partition)

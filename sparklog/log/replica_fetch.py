@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass, replace
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sparklog import clock
 from sparklog.errors import FencedError, StorageError
 from sparklog.log.append import COPIED_BATCHES_KEY
 from sparklog.log.reader import read_files
@@ -240,7 +240,7 @@ def _fresh_copy(path: str, size: int) -> bool:
         stat = os.stat(path)
     except FileNotFoundError:
         return False
-    return stat.st_size == size and time.time() - stat.st_mtime < _STAGED_MAX_AGE_S
+    return stat.st_size == size and clock.now_ms() / 1000 - stat.st_mtime < _STAGED_MAX_AGE_S
 
 
 def _own_names(segments: list[SegmentFile]) -> list[SegmentFile]:

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -24,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sparklog import clock
 from sparklog.errors import PolicyError
 from sparklog.model.schema import FILE_SCHEMA
 
@@ -189,7 +189,7 @@ def write_segment(
         size_bytes=os.path.getsize(full),
         min_timestamp_us=bounds["min"].as_py(),
         max_timestamp_us=bounds["max"].as_py(),
-        modification_time_ms=int(time.time() * 1000),
+        modification_time_ms=clock.now_ms(),
         record_count=n,
     )
 
@@ -246,7 +246,7 @@ def write_placeholder(
         size_bytes=os.path.getsize(full),
         min_timestamp_us=min(timestamps_us, default=0),
         max_timestamp_us=max(timestamps_us, default=0),
-        modification_time_ms=int(time.time() * 1000),
+        modification_time_ms=clock.now_ms(),
         record_count=0,
     )
 

@@ -36,7 +36,6 @@ import json
 import os
 import shutil
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
+from sparklog import clock
 from sparklog.errors import FencedError, StorageError
 from sparklog.log.files import FileEntry, file_entries
 from sparklog.log.plans import SegmentLike
@@ -359,7 +359,7 @@ class TopicTable:
         conflict logically (e.g. appends while maintenance removes other files); the default 0
         fails on any concurrent commit. Raises :class:`CommitConflict` on a conflict.
         """
-        now_ms = int(time.time() * 1000)
+        now_ms = clock.now_ms()
         actions: list[AddAction | RemoveAction] = [
             RemoveAction(entry.path, data_change, now_ms, entry.size_bytes, {"partition": str(entry.partition)})
             for entry in removes or []

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote
@@ -36,6 +35,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparklog import clock
 from sparklog.errors import ConfigError, StorageError
 from sparklog.log.plans import vacuum_candidates
 from sparklog.log.table import TopicTable
@@ -83,7 +83,7 @@ def vacuum_topic(
     ``progress(directory, files, bytes)`` is called per partition directory after its
     files were deleted (or, dry, counted).
     """
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     _check_delay(table, file_delete_delay_ms)
     on_disk = data_files_on_disk(table.root)
     live = {f.path for f in table.files(table.snapshot())}

@@ -19,11 +19,11 @@ completes it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sparklog import clock
 from sparklog.log.compaction import CompactionResult, TaskRunner, compact_partitions, run_in_process
 from sparklog.log.optimize import LogCheckpoint, OptimizeResult, checkpoint_log, optimize_topic
 from sparklog.log.retention import RetentionResult, apply_delete_policy
@@ -76,7 +76,7 @@ class MaintenanceReport:
 
 
 def _now(now_ms: int | None) -> int:
-    return int(time.time() * 1000) if now_ms is None else now_ms
+    return clock.now_ms() if now_ms is None else now_ms
 
 
 def _policies(configs: dict[str, Any]) -> set[str]:

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparklog import clock
 from sparklog.errors import ZooKeeperUnavailableError
 
 __all__ = [
@@ -314,7 +315,7 @@ def start(home: str | os.PathLike[str], timeout_s: float = 60.0) -> EmbeddedZooK
                 while proc.poll() is None and time.monotonic() < deadline:
                     if _ruok(port, 0.5) and proc.poll() is None:
                         # Via rename, so a lock-free status() never reads half a file.
-                        started_ms = int(time.time() * 1000)
+                        started_ms = clock.now_ms()
                         state = {"pid": proc.pid, "port": port, "started_ms": started_ms}
                         lay.state.with_suffix(".tmp").write_text(json.dumps(state))
                         os.replace(lay.state.with_suffix(".tmp"), lay.state)

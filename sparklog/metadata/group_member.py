@@ -46,6 +46,7 @@ from typing import Literal
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import KazooState
 
+from sparklog import clock
 from sparklog.errors import FencedInstanceIdError, SparklogError, ZooKeeperUnavailableError
 from sparklog.metadata import zkdata
 from sparklog.metadata.group_registry import (
@@ -55,7 +56,6 @@ from sparklog.metadata.group_registry import (
     STABLE,
     GroupRegistry,
     StaticDeparture,
-    now_ms,
 )
 from sparklog.metadata.session import ZkSession, zk_errors
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord, encode
@@ -293,7 +293,7 @@ class GroupMember:
         with contextlib.suppress(ZooKeeperUnavailableError), zk_errors(f"leaving group {self.group_id}"):
             try:
                 if self.record.instance_id is not None:
-                    departure = StaticDeparture(self.record, now_ms())
+                    departure = StaticDeparture(self.record, clock.now_ms())
                     client.create(zkdata.group_static_path(self.group_id, self.key), departure.encode())
                 client.delete(self.path)
             except (NoNodeError, NodeExistsError):
@@ -346,7 +346,7 @@ class GroupMember:
         group = self.group_id
         watch = self._leader_wake_watch
         members = self.registry.members(group, watch=watch, member_watch=watch)
-        now = now_ms()
+        now = clock.now_ms()
         departed = {k: d for k, d in self.registry.departures(group, watch=watch).items() if k not in members}
         expired = [k for k, d in departed.items() if d.expires_ms <= now]
         for key in expired:

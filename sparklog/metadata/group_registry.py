@@ -17,11 +17,11 @@ commit's validation (generation, member id); the Delta half is the generation fe
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
+from sparklog import clock
 from sparklog.errors import (
     FencedInstanceIdError,
     GroupNotEmptyError,
@@ -40,10 +40,6 @@ PREPARING = "PreparingRebalance"
 COMPLETING = "CompletingRebalance"
 STABLE = "Stable"
 DEAD = "Dead"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -159,7 +155,7 @@ class GroupRegistry:
 
     def snapshot(self, group_id: str) -> GroupSnapshot:
         record, version = self.state_record(group_id)
-        now = now_ms()
+        now = clock.now_ms()
         departed = {k: d for k, d in self.departures(group_id).items() if d.expires_ms > now}
         members = self.members(group_id)
         return GroupSnapshot(

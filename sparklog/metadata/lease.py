@@ -27,16 +27,13 @@ from dataclasses import dataclass
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from sparklog import clock
 from sparklog.errors import FencedError, LeaseTimeoutError, TopicNotFoundError
 from sparklog.metadata import zkdata
 from sparklog.metadata.session import ZkSession, zk_errors
 from sparklog.metadata.zkdata import WriterLeaseRecord, decode_json, encode
 
-__all__ = ["LeaseGrant", "WriterLease", "now_ms", "reserve_offsets"]
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
+__all__ = ["LeaseGrant", "WriterLease", "reserve_offsets"]
 
 
 @dataclass(frozen=True)
@@ -106,7 +103,7 @@ class WriterLease:
         with zk_errors(f"acquiring write lease of {self.topic}-{self.partition}"):
             while True:
                 record, version = self._read()
-                now = now_ms()
+                now = clock.now_ms()
                 expires = now + self.lease_ms
                 if record is None:
                     if callable(log_epoch):
@@ -167,7 +164,9 @@ class WriterLease:
                 record, version = self._read()
                 if record is None or record.owner != self.owner or record.epoch != grant.epoch or record.released:
                     raise FencedError(self._lost_message(record))
-                new = WriterLeaseRecord(self.owner, grant.epoch, now_ms() + self.lease_ms, False, record.next_offset)
+                new = WriterLeaseRecord(
+                    self.owner, grant.epoch, clock.now_ms() + self.lease_ms, False, record.next_offset
+                )
                 try:
                     self._set(new, version)
                     return
@@ -260,7 +259,7 @@ def reserve_offsets(zk: ZkSession, grant: LeaseGrant, key: str, count: int, leas
                     f"(epoch {grant.epoch}); now {record.owner} (epoch {record.epoch}). The job is fenced."
                 )
             base = record.next_offset
-            expires = max(record.expires_ms, now_ms() + lease_ms)
+            expires = max(record.expires_ms, clock.now_ms() + lease_ms)
             updated = WriterLeaseRecord(record.owner, record.epoch, expires, False, base + count)
             txn = client.transaction()
             txn.set_data(path, encode(updated), version=stat.version)

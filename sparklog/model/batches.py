@@ -9,13 +9,13 @@ else Kafka's murmur2 of the key, else round-robin. Pure Arrow/numpy: runs in Spa
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparklog import clock
 from sparklog.errors import SchemaMismatchError, UnknownPartitionError
 from sparklog.model.records import partitions_for_keys
 from sparklog.model.schema import FILE_SCHEMA, HEADERS_TYPE
@@ -83,7 +83,7 @@ def normalise_input(
             ) from exc
     else:
         headers = pa.nulls(n, HEADERS_TYPE)
-    now_us = int(time.time() * 1_000_000)
+    now_us = clock.now_us()
     if "timestamp" in names:
         column = table.column("timestamp")
         if not pa.types.is_timestamp(column.type):

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ if TYPE_CHECKING:
     from sparklog.metadata.lease import LeaseGrant
     from sparklog.metadata.session import ZkSession
 
+from sparklog import clock
 from sparklog.errors import ConfigError, SchemaMismatchError, SparklogError, StorageError
 from sparklog.spark.options import cluster_config_from_options
 
@@ -244,7 +244,7 @@ def write_task_segments(plan: ProducePlan, iterator: Iterator[object], task: int
         for partition, pieces in sorted(per_partition.items()):
             records = pa.concat_tables(pieces)
             if plan.log_append_time:
-                records = with_append_time(records, int(time.time() * 1000))
+                records = with_append_time(records, clock.now_ms())
             grant = grants[partition]
             # Keyed by the lease epoch too: a run with a stable owner (consume_into) adopting
             # the leases of a killed run must not get that run's reservations back (its

@@ -11,13 +11,14 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sparklog"
 PACKAGES = {"model", "log", "metadata", "server", "clients", "group", "admin", "maintenance", "spark", "cli"}
-ROOT_MODULES = {"__init__.py", "cluster.py", "config.py", "errors.py", "retries.py", "testing.py"}
+ROOT_MODULES = {"__init__.py", "clock.py", "cluster.py", "config.py", "errors.py", "retries.py", "testing.py"}
 ENGINES = {"pyspark", "kazoo", "deltalake"}
 PURE_POLICIES = [
     "sparklog.model.records",
     "sparklog.model.topic",
     "sparklog.model.offsets",
     "sparklog.model.batches",
+    "sparklog.clock",
     "sparklog.config",
     "sparklog.errors",
     "sparklog.retries",
@@ -33,6 +34,7 @@ PURE_POLICIES = [
 CLI_ALLOWED = (
     "sparklog.cli",
     "sparklog.cluster",
+    "sparklog.clock",
     "sparklog.config",
     "sparklog.errors",
     "sparklog.model",
@@ -193,3 +195,12 @@ def test_modules_stay_small():
     sizes = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     too_big = {name: n for name, n in sizes.items() if n > 500}
     assert not too_big, f"modules over 500 lines: {too_big}"
+
+
+def test_wall_clock_is_read_in_one_place():
+    readers = sorted(
+        name
+        for name, path in modules().items()
+        if name != "sparklog.clock" and ("time.time()" in path.read_text() or "time.time_ns()" in path.read_text())
+    )
+    assert not readers, f"read the wall clock through sparklog.clock, not time.time(): {readers}"

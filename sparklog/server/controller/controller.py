@@ -30,6 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
+from sparklog import clock
 from sparklog.errors import SparklogError
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.zkdata import PartitionState
@@ -159,7 +160,7 @@ class Controller:
                 ends[broker] = table.current_log_end(partition)
             except SparklogError:
                 continue  # storage of that replica unreadable: it cannot be caught up
-        now_ms = int(time.time() * 1000)
+        now_ms = clock.now_ms()
         leader_end = ends.get(state.leader)
         if leader_end is None:
             return
