@@ -5,13 +5,14 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.sparklog-installed
+SPARK_ENV_STAMP := $(VENV)/.sparklog-spark-env
 # Keep Spark and the embedded ZooKeeper quiet and local.
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .PHONY: venv demo lint test bench clean zookeeper-stop
 
-venv: $(STAMP)
+venv: $(STAMP) $(SPARK_ENV_STAMP)
 
 # `compat` editable mode puts the repo on sys.path, so Spark's data-source lookup
 # (pkgutil over sys.path) finds pyspark_sparklog in its Python workers.
@@ -20,6 +21,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --config-settings editable_mode=compat -e '.[dev]'
 	@touch $(STAMP)
+
+# Spark launched from .venv (`.venv/bin/python job.py`, `.venv/bin/spark-submit job.py`) runs
+# Python with .venv's interpreter even when .venv is not activated: see sparklog/spark/spark_env.py.
+$(SPARK_ENV_STAMP): $(STAMP) sparklog/spark/spark_env.py
+	$(BIN)/python -m sparklog.spark.spark_env
+	@touch $(SPARK_ENV_STAMP)
 
 demo: venv
 	$(BIN)/python -m jobs.demo

@@ -1,0 +1,98 @@
+"""The binding of an environment's Spark to its interpreter (sparklog.spark.spark_env): what
+Spark's launch scripts see, that a user's PYSPARK_PYTHON wins, and that files sparklog did not
+write are left alone. The end-to-end jobs are in tests/integration/test_spark_without_venv.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from sparklog.errors import ConfigError
+from sparklog.spark.spark_env import bind_environment
+
+INSTALLED_SPARK_HOME = Path(importlib.util.find_spec("pyspark").origin).parent
+BIN_DIR = Path(sysconfig.get_path("scripts"))
+
+
+def launch_env(spark_home: Path, **env: str) -> tuple[str, str]:
+    """PYSPARK_PYTHON and the python3 on PATH after pyspark's own bin/load-spark-env.sh."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
+    # As without activation: this environment's bin is not on PATH.
+    base["PATH"] = os.pathsep.join(
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != BIN_DIR.resolve()
+    )
+    script = '. "$SPARK_HOME/bin/load-spark-env.sh"; echo "${PYSPARK_PYTHON:-}"; command -v python3'
+    done = subprocess.run(
+        ["bash", "-c", script],
+        env={**base, "SPARK_HOME": str(spark_home), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    pyspark_python, python3 = done.stdout.splitlines()
+    return pyspark_python, python3
+
+
+def test_make_venv_bound_this_environment():
+    bin_dir = BIN_DIR
+    assert (INSTALLED_SPARK_HOME / "conf" / "spark-env.sh").is_file(), "run `make venv` (it binds .venv's Spark)"
+    assert (bin_dir / "spark-distribution").resolve() == INSTALLED_SPARK_HOME.resolve()
+    pyspark_python, python3 = launch_env(INSTALLED_SPARK_HOME)
+    assert Path(pyspark_python).parent == bin_dir and Path(pyspark_python).name.startswith("python")
+    assert Path(python3).parent == bin_dir
+
+
+def test_explicit_pyspark_python_wins(tmp_path):
+    pyspark_python, python3 = launch_env(INSTALLED_SPARK_HOME, PYSPARK_PYTHON="/opt/other/bin/python3")
+    assert pyspark_python == "/opt/other/bin/python3"
+    assert Path(python3).parent != BIN_DIR, "PATH must stay the user's"
+
+
+def fake_environment(root: Path) -> tuple[Path, Path]:
+    """A pyspark directory with its real launch scripts, and a bin dir whose path needs quoting
+    (Spark's load-spark-env.sh itself breaks on a space in SPARK_HOME)."""
+    spark_home = root / "site-packages" / "pyspark"
+    (spark_home / "bin").mkdir(parents=True)
+    (spark_home / "bin" / "load-spark-env.sh").write_bytes(
+        (INSTALLED_SPARK_HOME / "bin" / "load-spark-env.sh").read_bytes()
+    )
+    bin_dir = root / "my env's" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    return spark_home, bin_dir
+
+
+def test_bind_writes_env_and_link_and_rewrites_its_own(tmp_path):
+    spark_home, bin_dir = fake_environment(tmp_path)
+    python = bin_dir / "python3"
+    for _ in range(2):
+        env_file, link = bind_environment(python, bin_dir, spark_home)
+        assert env_file == spark_home / "conf" / "spark-env.sh"
+        assert link.is_symlink() and link.resolve() == spark_home.resolve()
+        assert launch_env(spark_home) == (str(python), str(python))
+
+
+def test_bind_never_overwrites_a_users_spark_env(tmp_path):
+    spark_home, bin_dir = fake_environment(tmp_path)
+    (spark_home / "conf").mkdir()
+    users = "SPARK_LOCAL_IP=127.0.0.1\n"
+    (spark_home / "conf" / "spark-env.sh").write_text(users)
+    with pytest.raises(ConfigError, match=r"was not written by sparklog.*PYSPARK_PYTHON"):
+        bind_environment(bin_dir / "python3", bin_dir, spark_home)
+    assert (spark_home / "conf" / "spark-env.sh").read_text() == users
+    assert not (bin_dir / "spark-distribution").exists()
+
+
+def test_bind_never_replaces_a_real_spark_distribution_dir(tmp_path):
+    spark_home, bin_dir = fake_environment(tmp_path)
+    (bin_dir / "spark-distribution").mkdir()
+    with pytest.raises(ConfigError, match=r"is not a link.*SPARK_HOME"):
+        bind_environment(bin_dir / "python3", bin_dir, spark_home)
+    assert (bin_dir / "spark-distribution").is_dir() and not (spark_home / "conf" / "spark-env.sh").exists()
