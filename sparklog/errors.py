@@ -185,7 +185,7 @@ class GroupIdNotFoundError(GroupError):
 
 
 class OffsetCommitError(GroupError, ValueError):
-    """An offset commit is malformed or would move a committed offset backwards."""
+    """An offset commit is malformed (a negative offset)."""
 
 
 class ConsumerClosedError(SparklogError):
