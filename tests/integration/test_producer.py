@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from concurrent.futures import Future
 
 import pyarrow as pa
 import pytest
 
 import sparklog
+from sparklog import clock
 from sparklog.errors import RecordTooLargeError
 from sparklog.model.records import RecordMetadata, partition_for_key
 from tests.helpers import (
@@ -197,9 +197,9 @@ def test_log_append_time_set_after_producer_start_takes_effect(cluster: sparklog
     with cluster.producer(linger_ms=0) as producer:
         assert producer.send("stamped", b"create-time", timestamp_ms=1_000).result().timestamp == 1_000
         cluster.alter_topic_config("stamped", set={"message.timestamp.type": "LogAppendTime"})
-        before_ms = int(time.time() * 1000)
+        before_ms = clock.now_ms()
         meta = producer.send("stamped", b"append-time", timestamp_ms=1_000).result()
-        after_ms = int(time.time() * 1000)
+        after_ms = clock.now_ms()
     assert before_ms <= meta.timestamp <= after_ms, "RecordMetadata carries the log append time"
     rows = cluster.read("stamped").sort_by("offset").to_pylist()
     assert [(r["value"], r["timestampType"]) for r in rows] == [(b"create-time", 0), (b"append-time", 1)]
