@@ -176,7 +176,7 @@ class Cluster:
     # -- consumer groups -----------------------------------------------------------------
     def commit_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
         """Commit offsets for a group from outside it (Kafka's standalone commit, generation -1):
-        allowed while the group has no live members. Offsets never move backwards here."""
+        allowed while the group has no live members. Any offset >= 0 is stored, a lower one too."""
         from sparklog.group.coordinator import OffsetCommit
 
         self.groups.commit(group_id, {tp: OffsetCommit(int(o), metadata) for tp, o in offsets.items()})

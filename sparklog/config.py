@@ -166,6 +166,8 @@ PRODUCER_CONFIGS: dict[str, ConfigSpec] = {
         _choice("compression.type", "none", ("none", "gzip", "snappy", "lz4", "zstd")),
         ConfigSpec("client.id", "", str, "a string"),
         _long("writer.lease.ms", 10_000, 100),
+        # Kafka's: how old the producer's copy of a topic's partition count and configs may get.
+        _long("metadata.max.age.ms", 300_000, 0),
     )
 }
 

@@ -99,7 +99,15 @@ class InvalidOffsetSpecError(SparklogError, ValueError):
 
 
 class RecordTooLargeError(SparklogError, ValueError):
-    """A record or request exceeds ``max.message.bytes`` / ``max.request.size``."""
+    """A record or request exceeds ``max.message.bytes`` / ``max.request.size``.
+
+    ``records``: partition -> positions of the records too large in the request's batch for
+    that partition, when a produce request names them (the producer then fails only those
+    and sends the rest again, as Kafka's producer splits a batch rejected as too large)."""
+
+    def __init__(self, message: str, records: dict[int, list[int]] | None = None) -> None:
+        super().__init__(message)
+        self.records: dict[int, list[int]] = dict(records or {})
 
 
 class SchemaMismatchError(SparklogError, ValueError):
@@ -185,7 +193,7 @@ class GroupIdNotFoundError(GroupError):
 
 
 class OffsetCommitError(GroupError, ValueError):
-    """An offset commit is malformed or would move a committed offset backwards."""
+    """An offset commit is malformed (a negative offset)."""
 
 
 class ConsumerClosedError(SparklogError):

@@ -9,6 +9,14 @@ producer id and a per-topic sequence, so a retried request is stored once.
 ``acks``: ``0`` completes futures at once (offset -1) and commits in the background;
 ``1`` completes after the commit; ``all`` also fsyncs data and commit files first.
 Records of one partition keep send order. Thread-safe.
+
+Metadata, as Kafka's producer keeps it: a topic's partition count and ``max.message.bytes``
+are cached and re-read once older than ``metadata.max.age.ms``, and at once after an error
+that says they may be stale (unknown partition, leader moved, record too large, storage).
+So new partitions get records (keyless round-robin, keyed by murmur2 over the new count)
+within ``metadata.max.age.ms``. The cached limit only fails a record early; what binds is
+the produce request, which reads the topic's configs when served
+(:mod:`sparklog.server.produce_request`): a record over the current limit fails alone.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ import pyarrow as pa
 from sparklog import clock
 from sparklog.config import PRODUCER_CONFIGS, parse_acks, with_defaults
 from sparklog.errors import (
+    FencedError,
+    LeaderNotAvailableError,
     ProducerClosedError,
     RecordTooLargeError,
     SchemaMismatchError,
@@ -35,18 +45,27 @@ from sparklog.errors import (
     UnknownPartitionError,
 )
 from sparklog.log.append import AppendResult
-from sparklog.log.segment import parquet_compression
 from sparklog.metadata.lease import WriterLease
 from sparklog.model.batches import normalise_input
 from sparklog.model.records import RecordMetadata, partition_for_key, records_to_arrow, to_bytes
 from sparklog.model.sizes import record_size
-from sparklog.server.produce_request import RequestSettings, TopicWriteSettings, produce_request
+from sparklog.server.produce_request import RequestSettings, produce_request
 from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["BatchMetadata", "Producer"]
 
 HeadersArg = Iterable[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 _FENCED_RETRIES = 5
+# Errors after which the cached metadata may be what is wrong (Kafka's producer requests a
+# metadata update on UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER and the like).
+_STALE_METADATA = (
+    StorageError,
+    TopicNotFoundError,
+    UnknownPartitionError,
+    FencedError,
+    LeaderNotAvailableError,
+    RecordTooLargeError,
+)
 
 
 def _normalise_headers(headers: HeadersArg) -> list[tuple[str, bytes | None]] | None:
@@ -94,10 +113,7 @@ class _TopicQueue:
 class _TopicInfo:
     partitions: int
     max_message_bytes: int
-    log_append_time: bool
-    compression: str
-    segment_bytes: int
-    min_insync_replicas: int
+    fetched_at: float  # time.monotonic() of the read
 
 
 class Producer:
@@ -138,7 +154,9 @@ class Producer:
         key_bytes, value_bytes = to_bytes(key, "key"), to_bytes(value, "value")
         header_list = _normalise_headers(headers)
         size = record_size(key_bytes, value_bytes, header_list)
-        limit = min(int(self.config["max.request.size"]), info.max_message_bytes)
+        if size > self._record_limit(info):
+            info = self._topic_info(topic, refresh=True)  # the topic's limit may have been raised
+        limit = self._record_limit(info)
         if size > limit:
             raise RecordTooLargeError(
                 f"The record to {topic} is {size} bytes, larger than the limit {limit} "
@@ -175,9 +193,12 @@ class Producer:
         until the batch is committed (acknowledged per ``acks``).
         """
         info = self._topic_info(topic)
-        table, partitions = normalise_input(
-            records, info.partitions, topic, min(int(self.config["max.request.size"]), info.max_message_bytes)
-        )
+        try:
+            table, partitions = normalise_input(records, info.partitions, topic, self._record_limit(info))
+        except (RecordTooLargeError, UnknownPartitionError):
+            # Maybe only our copy is stale (limit raised, partitions added): decide on a fresh one.
+            info = self._topic_info(topic, refresh=True)
+            table, partitions = normalise_input(records, info.partitions, topic, self._record_limit(info))
         self.flush()
         if table.num_rows == 0:
             return BatchMetadata(topic, {})  # nothing to produce (no empty commit, no sequence used)
@@ -234,27 +255,26 @@ class Producer:
         self.close()
 
     # -- internals -----------------------------------------------------------------------
-    def _topic_info(self, topic: str) -> _TopicInfo:
+    def _topic_info(self, topic: str, refresh: bool = False) -> _TopicInfo:
+        """The topic's partition count and limit, re-read when ``refresh`` or older than
+        ``metadata.max.age.ms``."""
         info = self._topics.get(topic)
-        if info is None:
+        max_age_s = int(self.config["metadata.max.age.ms"]) / 1000
+        if info is None or refresh or time.monotonic() - info.fetched_at >= max_age_s:
+            fetched_at = time.monotonic()
             configs = self._replicas.topic_config(topic)
-            info = _TopicInfo(
-                partitions=len(self._replicas.partitions_of(topic)),
-                max_message_bytes=int(configs["max.message.bytes"]),
-                log_append_time=configs["message.timestamp.type"] == "LogAppendTime",
-                compression=parquet_compression(str(configs["compression.type"]), str(self.config["compression.type"])),
-                segment_bytes=int(configs["segment.bytes"]),
-                min_insync_replicas=int(configs["min.insync.replicas"]),
-            )
+            info = _TopicInfo(len(self._replicas.partitions_of(topic)), int(configs["max.message.bytes"]), fetched_at)
             self._topics[topic] = info
         return info
+
+    def _record_limit(self, info: _TopicInfo) -> int:
+        return min(int(self.config["max.request.size"]), info.max_message_bytes)
 
     def _choose_partition(self, topic: str, info: _TopicInfo, key: bytes | None, partition: int | None) -> int:
         if partition is not None:
             if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < info.partitions:
                 # The topic may have grown since we cached it.
-                self._topics.pop(topic, None)
-                info = self._topic_info(topic)
+                info = self._topic_info(topic, refresh=True)
                 if (
                     isinstance(partition, bool)
                     or not isinstance(partition, int)
@@ -323,14 +343,23 @@ class Producer:
     def _send_queue(self, topic: str, queue: _TopicQueue) -> None:
         futures = [rec.future for recs in queue.partitions.values() for rec in recs]
         try:
-            info = self._topic_info(topic)
-            batches = {p: _to_arrow(recs) for p, recs in queue.partitions.items()}
-            result = self._produce(topic, batches)
+            partitions = queue.partitions
+            while True:
+                try:
+                    result = self._produce(topic, {p: _to_arrow(recs) for p, recs in partitions.items()})
+                    break
+                except RecordTooLargeError as exc:
+                    if not exc.records:
+                        raise
+                    partitions = _fail_records(partitions, exc)
+                    if not partitions:
+                        return
             # With acks=0 these are the internal futures flush() waits on; the caller's completed at send.
-            for p, recs in queue.partitions.items():
+            for p, recs in partitions.items():
                 base = result.base_offsets.get(p, -1)
                 for i, rec in enumerate(recs):
-                    ts = result.log_append_time_ms if info.log_append_time else rec.timestamp_ms
+                    # -1: a CreateTime topic (the request read the topic's current type).
+                    ts = result.log_append_time_ms if result.log_append_time_ms >= 0 else rec.timestamp_ms
                     rec.future.set_result(RecordMetadata(topic, p, base + i if base >= 0 else -1, ts))
         except BaseException as exc:  # noqa: BLE001 - delivered through the futures
             for future in futures:
@@ -351,30 +380,39 @@ class Producer:
 
     def _produce(self, topic: str, batches: Mapping[int, pa.Table]) -> AppendResult:
         """One produce request (:mod:`sparklog.server.produce_request`): leaders, leases, appends, acks."""
-        info = self._topic_info(topic)
         with self._produce_lock:
             sequence = self._sequences.get(topic, 0) + 1
             self._sequences[topic] = sequence
             idempotent = bool(self.config["enable.idempotence"])
-            topic_settings = TopicWriteSettings(
-                info.log_append_time, info.compression, info.segment_bytes, info.min_insync_replicas
-            )
             request = RequestSettings(
                 acks=self.acks,
                 max_block_ms=int(self.config["max.block.ms"]),
                 delivery_timeout_ms=int(self.config["delivery.timeout.ms"]),
                 producer_id=self.producer_id if idempotent else None,
                 sequence=sequence if idempotent else None,
+                compression_type=str(self.config["compression.type"]),
             )
             try:
-                return produce_request(
-                    self._replicas, topic, batches, topic_settings, request, functools.partial(self._lease, topic)
-                )
-            except (StorageError, TopicNotFoundError):
-                # Maybe deleted (and re-created): re-read metadata and re-open the tables next time.
-                self._topics.pop(topic, None)
-                self._replicas.forget_tables(topic)
+                return produce_request(self._replicas, topic, batches, request, functools.partial(self._lease, topic))
+            except _STALE_METADATA as exc:
+                self._topics.pop(topic, None)  # re-read on the next send
+                if isinstance(exc, (StorageError, TopicNotFoundError)):
+                    # Maybe deleted (and re-created): re-open the tables next time too.
+                    self._replicas.forget_tables(topic)
                 raise
+
+
+def _fail_records(partitions: dict[int, list[_Pending]], exc: RecordTooLargeError) -> dict[int, list[_Pending]]:
+    """Fail the records ``exc`` names; the others, in order, for the next request."""
+    rest: dict[int, list[_Pending]] = {}
+    for p, recs in partitions.items():
+        rejected = set(exc.records.get(p, ()))
+        for i, rec in enumerate(recs):
+            if i in rejected:
+                rec.future.set_exception(exc)
+            else:
+                rest.setdefault(p, []).append(rec)
+    return rest
 
 
 def _to_arrow(records: list[_Pending]) -> pa.Table:

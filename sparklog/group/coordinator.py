@@ -7,8 +7,11 @@ generation fence) as the shared state. Invariants (DESIGN §5.6, §5.7):
 * a commit is accepted only from a member of the group's current generation (checked in
   ZooKeeper, then fenced in Delta by the generation marker), or, with generation -1, from
   a standalone client while the group has no live members;
-* committed offsets never move backwards except through :meth:`GroupCoordinator.reset`
-  (which requires an inactive group, like Kafka's ``--reset-offsets``).
+* an accepted commit stores the offsets it carries, lower than the committed ones too (a
+  member that seeks back and commits: Kafka's coordinator stores whatever passes the
+  generation and member checks); only negative offsets are refused. Invariant 7 ("offsets
+  move forward except by an explicit reset") counts such a commit as explicit, like
+  :meth:`GroupCoordinator.reset` (which requires an inactive group, like Kafka's ``--reset-offsets``).
 """
 
 from __future__ import annotations

@@ -13,11 +13,13 @@ topic holding:
 
 Invariants: every commit of ``g`` touches ``sparklog.group/<g>``, so two commits of one
 group prepared on the same snapshot never both land (delta-rs fails the second), which
-makes the checks below atomic with the commit: a commit carrying a generation older than
-``sparklog.group/<g>`` raises :class:`IllegalGenerationError`; a commit that would move an
-offset backwards raises :class:`OffsetCommitError` unless it is a reset. The group leader
-commits a *generation marker* (an empty commit raising ``sparklog.group/<g>``) before a new
-generation goes live, which fences commits of the previous generation.
+makes the check below atomic with the commit: a commit carrying a generation older than
+``sparklog.group/<g>`` raises :class:`IllegalGenerationError`. The group leader commits a
+*generation marker* (an empty commit raising ``sparklog.group/<g>``) before a new generation
+goes live, which fences commits of the previous generation. The offset itself is not
+checked against the stored one: as in Kafka, a commit stores what the member commits, a
+lower offset too (seek back and commit); ``sparklog.offset/...`` is the newest commit's
+value, not a maximum (a later ``txn`` action of an app id replaces an earlier one).
 
 The partition is compacted as it is written: a commit replaces the partition's live file
 by one holding the newest record of every key (offsets preserved, gaps allowed), so live
@@ -35,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparklog import clock
-from sparklog.errors import IllegalGenerationError, OffsetCommitError, StorageError
+from sparklog.errors import IllegalGenerationError, StorageError
 from sparklog.log.append import MAX_COMMIT_ATTEMPTS
 from sparklog.log.reader import read_files
 from sparklog.log.segment import SegmentFile, discard_segments, write_segment
@@ -92,8 +94,8 @@ def commit_offsets(
     """Store ``offsets`` of ``group_id`` in one Delta commit to ``log_partition``.
 
     ``generation`` is checked against the log's group fence (``NO_GENERATION`` skips the
-    check: the caller has verified the group is inactive). Without ``reset`` no offset may
-    go below the one committed.
+    check: the caller has verified the group is inactive). Any offset is stored, below the
+    committed one too; ``reset`` only names the commit an ``OFFSET RESET`` in the log.
 
     The partition is compacted as it is written (Kafka compacts this topic too): the
     commit replaces the partition's live file(s) by one file holding the newest record of
@@ -113,14 +115,8 @@ def commit_offsets(
         retained = latest_per_key(read_files(table, live))
         keys = {_key(group_id, t, p): tp for tp in offsets for t, p in [tp]}
         transactions: dict[str, int] = {group_fence_app_id(group_id): max(fence, generation)}
-        for key, (topic, partition) in keys.items():
+        for topic, partition in keys.values():
             commit = offsets[(topic, partition)]
-            current = _offset_of(retained.get(key))
-            if commit.offset is not None and not reset and current is not None and commit.offset < current:
-                raise OffsetCommitError(
-                    f"Offset commit of group {group_id} for {topic}-{partition} rejected: {commit.offset} is "
-                    f"below the committed offset {current} (offsets only move forward; use reset-offsets)"
-                )
             transactions[group_offset_app_id(group_id, topic, partition)] = (
                 -1 if commit.offset is None else commit.offset
             )
@@ -165,12 +161,6 @@ def _value(commit: OffsetCommit, generation: int, member_id: str, now_ms: int) -
         "commit_timestamp": now_ms,
     }
     return json.dumps(payload, sort_keys=True).encode()
-
-
-def _offset_of(row: dict[str, Any] | None) -> int | None:
-    if row is None or row["value"] is None:
-        return None
-    return int(json.loads(row["value"])["offset"])
 
 
 def latest_per_key(records: pa.Table) -> dict[bytes, dict[str, Any]]:

@@ -13,6 +13,13 @@ table, :func:`sparklog.log.append.append`), release the leases. Then, by ``acks`
   :class:`~sparklog.errors.NotEnoughReplicasAfterAppendError`.
 * ``1`` and ``0``: done once the leader commit returned.
 
+The topic's configs are read when the request is served, not taken from the producer: as
+Kafka's broker applies the log's current config to every append, a producer started before
+``alter_topic_config`` cannot bypass a lowered ``max.message.bytes`` (records over it fail
+with :class:`~sparklog.errors.RecordTooLargeError` naming them, nothing is appended) nor
+miss ``message.timestamp.type=LogAppendTime`` (the result's ``log_append_time_ms`` is the
+commit's time then, -1 for CreateTime topics, as in Kafka's produce response).
+
 Retriable errors (a leader moved: ``NotLeaderError``/``FencedError``; no leader yet;
 not enough replicas) are retried until ``delivery.timeout.ms``, as Kafka's producer does;
 partitions already appended are not sent again, and with idempotence a retried partition
@@ -35,13 +42,16 @@ from sparklog.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderError,
+    RecordTooLargeError,
 )
 from sparklog.log.append import AppendResult, append
+from sparklog.log.segment import parquet_compression
 from sparklog.log.table import TopicTable
 from sparklog.metadata.lease import WriterLease
+from sparklog.model.sizes import record_sizes
 from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["RequestSettings", "TopicWriteSettings", "produce_request"]
+__all__ = ["RequestSettings", "TopicWriteSettings", "produce_request", "topic_write_settings"]
 
 _RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
 _ISR_POLL_S = 0.002
@@ -56,6 +66,20 @@ class TopicWriteSettings:
     compression: str
     segment_bytes: int
     min_insync_replicas: int
+    max_message_bytes: int
+
+
+def topic_write_settings(replicas: ReplicaManager, topic: str, producer_compression: str) -> TopicWriteSettings:
+    """The topic's current configs (ZooKeeper), with ``compression.type=producer`` resolved
+    to the producer's ``compression.type``."""
+    configs = replicas.topic_config(topic)
+    return TopicWriteSettings(
+        log_append_time=configs["message.timestamp.type"] == "LogAppendTime",
+        compression=parquet_compression(str(configs["compression.type"]), producer_compression),
+        segment_bytes=int(configs["segment.bytes"]),
+        min_insync_replicas=int(configs["min.insync.replicas"]),
+        max_message_bytes=int(configs["max.message.bytes"]),
+    )
 
 
 @dataclass(frozen=True)
@@ -67,17 +91,20 @@ class RequestSettings:
     delivery_timeout_ms: int
     producer_id: str | None  # None: not idempotent
     sequence: int | None
+    compression_type: str = "none"  # the producer's compression.type
 
 
 def produce_request(
     replicas: ReplicaManager,
     topic: str,
     batches: Mapping[int, pa.Table],
-    topic_settings: TopicWriteSettings,
     request: RequestSettings,
     lease_for: Callable[[int], WriterLease],
 ) -> AppendResult:
     """Append ``batches`` (partition -> records) and wait as ``acks`` says; see the module doc."""
+    # Read once per request, so its retries append under the settings its size check used.
+    topic_settings = topic_write_settings(replicas, topic, request.compression_type)
+    _check_record_sizes(topic, batches, topic_settings.max_message_bytes)
     deadline = time.monotonic() + request.delivery_timeout_ms / 1000
     remaining = dict(batches)
     offsets: dict[int, int] = {}
@@ -114,12 +141,31 @@ def produce_request(
                 duplicate = duplicate or result.duplicate
                 for p in partitions:
                     del remaining[p]
-            return AppendResult(offsets, append_ms, duplicate)
+            return AppendResult(offsets, append_ms if topic_settings.log_append_time else -1, duplicate)
         except RETRIABLE:
             if time.monotonic() + _RETRY_BACKOFF_S > deadline:
                 raise
             attempt += 1
             time.sleep(_RETRY_BACKOFF_S)
+
+
+def _check_record_sizes(topic: str, batches: Mapping[int, pa.Table], max_message_bytes: int) -> None:
+    oversized: dict[int, list[int]] = {}
+    largest = 0
+    for p, records in sorted(batches.items()):
+        sizes = record_sizes(*(records.column(c).combine_chunks() for c in ("key", "value", "headers")))
+        rows = [int(i) for i in (sizes > max_message_bytes).nonzero()[0]]
+        if rows:
+            oversized[p] = rows
+            largest = max(largest, int(sizes.max()))
+    if oversized:
+        where = "; ".join(f"{topic}-{p} record(s) {rows}" for p, rows in oversized.items())
+        raise RecordTooLargeError(
+            f"Produce request to {topic}: {where} (largest {largest} bytes: key, value and headers) exceed the topic's "
+            f"max.message.bytes={max_message_bytes}; nothing was appended. Raise the topic's max.message.bytes or "
+            "send smaller records",
+            records=oversized,
+        )
 
 
 def _append_to_leader(

@@ -196,7 +196,8 @@ def advances(ranges: Ranges, before: Mapping[TopicPartition, int | None]) -> dic
 
 def commit_advances(groups: GroupCoordinator, group_id: str, ranges: Ranges) -> dict[TopicPartition, int]:
     """Commit the ends of ``ranges`` that move the group's offsets forward (a standalone
-    commit, generation -1); returns what was committed."""
+    commit, generation -1); returns what was committed. The exactly-once mirror's commit:
+    it copies input offsets that only grow, so it never lowers what a member committed."""
     offsets = advances(ranges, groups.committed(group_id, list(ranges)))
     if offsets:
         groups.commit(group_id, dict(offsets))
@@ -253,14 +254,19 @@ class GroupBatch:
         return sum(end - start for start, end in self.ranges.values())
 
     def commit(self) -> dict[TopicPartition, int]:
-        """Record the end offsets under the group (standalone commit to ``__consumer_offsets``);
-        returns what was committed. Fails if the group got live members meanwhile."""
+        """Record the end offsets under the group (standalone commit to ``__consumer_offsets``),
+        below the committed ones too: as in Kafka, a commit stores what it carries, so it
+        wins over a commit or reset made since this batch was read. Returns what was
+        committed (unchanged offsets are left out). Fails if the group got live members meanwhile."""
         from sparklog.group.coordinator import GroupCoordinator
 
         with connect_replicas(self._options) as replicas:
             groups = GroupCoordinator(replicas)
             require_inactive_group(groups, self.group_id)
-            offsets = commit_advances(groups, self.group_id, self.ranges)
+            committed = groups.committed(self.group_id, list(self.ranges))
+            offsets = {tp: end for tp, (_start, end) in self.ranges.items() if committed.get(tp) != end}
+            if offsets:
+                groups.commit(self.group_id, offsets)
         self.committed = True
         return offsets
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import random
 import threading
+from concurrent.futures import Future
 
 import pyarrow as pa
 import pytest
 
 import sparklog
-from sparklog.model.records import partition_for_key
+from sparklog import clock
+from sparklog.errors import RecordTooLargeError
+from sparklog.model.records import RecordMetadata, partition_for_key
 from tests.helpers import (
     Ack,
     assert_acks_stored,
@@ -17,6 +20,7 @@ from tests.helpers import (
     assert_values_unique,
     partition_counts,
     values_at,
+    wait_for,
 )
 
 
@@ -136,3 +140,67 @@ def test_send_requests_respect_max_request_size(cluster: sparklog.Cluster) -> No
     commits = cluster.replicas.leader_table("capped").snapshot().version() - before
     # 100 records of ~1 KiB at <= 10 kB per request: at least 10 requests (commits).
     assert commits >= 10, f"{commits} commits: requests exceeded max.request.size"
+
+
+# -- metadata and topic configs that change under a running producer ------------------------
+def test_producer_sees_new_partitions_within_metadata_max_age(cluster: sparklog.Cluster) -> None:
+    cluster.create_topic("growing", partitions=2)
+    key = next(k for k in (b"key-%d" % i for i in range(100)) if partition_for_key(k, 4) >= 2)
+    with cluster.producer(linger_ms=0, metadata_max_age_ms=200) as producer:
+        assert producer.send("growing", b"before", key=key).result().partition == partition_for_key(key, 2)
+        cluster.create_partitions("growing", 4)
+        landed: list[int] = []
+
+        def keyed_record_lands_where_kafka_puts_it_for_4_partitions() -> bool:
+            landed.append(producer.send("growing", b"keyed", key=key).result().partition)
+            return landed[-1] == partition_for_key(key, 4)
+
+        wait_for(
+            keyed_record_lands_where_kafka_puts_it_for_4_partitions, 30, "the producer to refresh the partition count"
+        )
+        assert set(landed[:-1]) <= {partition_for_key(key, 2)}, "before the refresh: the old count's partition only"
+        keyless = [producer.send("growing", b"keyless-%d" % i) for i in range(8)]
+        assert sorted(f.result().partition for f in keyless) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert_log_consistent(cluster, "growing")
+
+
+def test_altered_max_message_bytes_applies_to_the_next_send(cluster: sparklog.Cluster) -> None:
+    """Enforced by the produce request with the topic's current config, not the producer's
+    copy (its default metadata.max.age.ms of 5 minutes does not expire in this test)."""
+    cluster.create_topic("limited", partitions=1, config={"max.message.bytes": 1000})
+    with cluster.producer(linger_ms=60_000) as producer:
+
+        def send(value: bytes) -> Future[RecordMetadata]:
+            future = producer.send("limited", value)
+            producer.flush()
+            return future
+
+        assert send(b"x" * 100).result().offset == 0
+        cluster.alter_topic_config("limited", set={"max.message.bytes": 300})
+        with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes=300"):
+            send(b"x" * 500).result()
+        assert cluster.high_watermarks("limited") == {0: 1}, "the oversized record was not stored"
+        cluster.alter_topic_config("limited", set={"max.message.bytes": 5000})
+        assert send(b"y" * 2000).result().offset == 1, "a raised limit applies at once too"
+        # One request holding an oversized record among others: only that record fails (as
+        # Kafka splits a batch rejected with MESSAGE_TOO_LARGE and sends the rest again).
+        cluster.alter_topic_config("limited", set={"max.message.bytes": 300})
+        small, big, after = (producer.send("limited", v) for v in (b"a" * 10, b"b" * 500, b"c" * 10))
+        producer.flush()
+        assert isinstance(big.exception(), RecordTooLargeError)
+        assert (small.result().offset, after.result().offset) == (2, 3)
+    assert values_at(assert_log_consistent(cluster, "limited"), 0)[2:] == [b"a" * 10, b"c" * 10]
+
+
+def test_log_append_time_set_after_producer_start_takes_effect(cluster: sparklog.Cluster) -> None:
+    cluster.create_topic("stamped", partitions=1)
+    with cluster.producer(linger_ms=0) as producer:
+        assert producer.send("stamped", b"create-time", timestamp_ms=1_000).result().timestamp == 1_000
+        cluster.alter_topic_config("stamped", set={"message.timestamp.type": "LogAppendTime"})
+        before_ms = clock.now_ms()
+        meta = producer.send("stamped", b"append-time", timestamp_ms=1_000).result()
+        after_ms = clock.now_ms()
+    assert before_ms <= meta.timestamp <= after_ms, "RecordMetadata carries the log append time"
+    rows = cluster.read("stamped").sort_by("offset").to_pylist()
+    assert [(r["value"], r["timestampType"]) for r in rows] == [(b"create-time", 0), (b"append-time", 1)]
+    assert int(rows[1]["timestamp"].timestamp() * 1000) == meta.timestamp

@@ -107,6 +107,17 @@ def test_uncommitted_batch_is_read_again_and_per_partition_cap(spark, cluster, c
     assert second.ranges == first.ranges, "without a commit the same records come again (at-least-once)"
 
 
+def test_batch_commit_stores_its_ends_below_a_newer_commit_like_kafka(spark, cluster, cluster_options):
+    cluster.create_topic("rewind", partitions=1)
+    produce_values(cluster, "rewind", [f"r{i}" for i in range(10)])
+    batch = consume(spark, "rewinders", "rewind", maxOffsetsPerTrigger=4, **cluster_options)
+    assert batch.ranges == {("rewind", 0): (0, 4)}
+    cluster.commit_offsets("rewinders", {("rewind", 0): 8})  # committed further meanwhile
+    assert batch.commit() == {("rewind", 0): 4}, "the batch's commit stores its end: the last commit wins"
+    assert cluster.committed_offsets("rewinders", ["rewind"]) == {("rewind", 0): 4}
+    assert consume(spark, "rewinders", "rewind", **cluster_options).ranges == {("rewind", 0): (4, 10)}
+
+
 def test_starting_offsets_for_partitions_without_a_committed_offset(spark, cluster, cluster_options):
     cluster.create_topic("start", partitions=2)
     produce_values(cluster, "start", [f"old{i}" for i in range(6)])

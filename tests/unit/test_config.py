@@ -229,8 +229,22 @@ def test_producer_acks_accepts_kafka_spellings(acks: object) -> None:
 
 
 @pytest.mark.parametrize(
-    ("key", "value"), [("acks", "2"), ("acks", True), ("linger.ms", -1), ("enable.idempotence", "maybe"), ("bogus", 1)]
+    ("key", "value"),
+    [
+        ("acks", "2"),
+        ("acks", True),
+        ("linger.ms", -1),
+        ("enable.idempotence", "maybe"),
+        ("metadata.max.age.ms", -1),
+        ("metadata.max.age.ms", "soon"),
+        ("bogus", 1),
+    ],
 )
 def test_bad_producer_configs(key: str, value: object) -> None:
     with pytest.raises(ConfigError, match=key):
         validate_configs({key: value}, PRODUCER_CONFIGS, "producer")
+
+
+def test_producer_metadata_max_age_default_is_kafkas() -> None:
+    assert with_defaults({}, PRODUCER_CONFIGS)["metadata.max.age.ms"] == 300_000
+    assert validate_configs({"metadata_max_age_ms": 0}, PRODUCER_CONFIGS, "producer") == {"metadata.max.age.ms": 0}
