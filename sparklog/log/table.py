@@ -275,11 +275,11 @@ class TopicTable:
         fence. Any writer of an older epoch is refused afterwards; a concurrent one conflicts."""
         for _ in range(50):
             dt = self.snapshot()
-            if self.fenced_leader_epoch(dt, partition) >= epoch and (
-                not lineage or self.leader_epoch(dt, partition) >= epoch
-            ):
+            fenced = self.fenced_leader_epoch(dt, partition)
+            if fenced >= epoch and (not lineage or self.leader_epoch(dt, partition) >= epoch):
                 return
-            transactions = {leader_fence_app_id(partition): epoch}
+            # A late marker (from a controller deposed mid-election) must not lower a newer fence.
+            transactions = {leader_fence_app_id(partition): max(epoch, fenced)}
             if lineage:
                 transactions[leader_app_id(partition)] = epoch
             try:

@@ -1,7 +1,8 @@
 """Child-process entry points of the maintenance concurrency and kill tests (``spawn``).
 
-* :func:`compaction_job` runs one :func:`sparklog.maintenance.runner.run_compaction` after a start
-  signal and reports each partition's status: the racing-jobs test.
+* :func:`compaction_job` signals it is ready, runs one
+  :func:`sparklog.maintenance.runner.run_compaction` after a start signal and reports each
+  partition's status: the racing-jobs test.
 * :func:`maintenance_until_killed` runs :func:`sparklog.maintenance.runner.run_maintenance`, one
   fsynced line per finished partition, and is SIGKILLed by the parent at some point. With
   ``spark_master`` it first starts its own Spark session (and becomes a process-group
@@ -20,7 +21,7 @@ import time
 import traceback
 from collections.abc import Mapping
 from multiprocessing.queues import Queue
-from multiprocessing.synchronize import Event
+from multiprocessing.synchronize import Event, Semaphore
 from pathlib import Path
 
 import sparklog
@@ -30,19 +31,27 @@ def compaction_job(
     options: Mapping[str, str],
     topic: str,
     now_ms: int,
+    ready: Semaphore,
     go: Event,
     results: Queue,  # type: ignore[type-arg]
 ) -> None:
+    """Releases ``ready`` once at the start line (or on failing before it: the parent then
+    finds the traceback in ``results``), runs when ``go`` is set."""
     from sparklog.maintenance.runner import run_compaction
 
+    at_start_line = False
     try:
         with sparklog.connect(options) as cluster:
             cluster.replicas.leader_table(topic).snapshot()  # open everything before the start line
+            at_start_line = True
+            ready.release()
             go.wait(60)
             done = run_compaction(cluster.replicas, None, [topic], now_ms=now_ms)
             results.put([(r.partition, r.status) for r in done])
     except BaseException:
         results.put(traceback.format_exc())
+        if not at_start_line:
+            ready.release()
 
 
 def maintenance_until_killed(
@@ -92,5 +101,5 @@ def consume_until_stopped(
                 ends = cluster.high_watermarks(topic)
                 if all(consumer.position((topic, p)) >= ends[p] for p in partitions):
                     break
-            time.sleep(0.01)
+            time.sleep(0.01)  # poll pacing, not a wait
         consumer.close()

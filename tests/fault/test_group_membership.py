@@ -25,7 +25,7 @@ import pytest
 
 import sparklog
 from tests.fault.group_workers import member, produce_forever, read_journal
-from tests.helpers import reaping, spawn_context
+from tests.helpers import reaping, spawn_context, wait_for
 
 TOPIC = "orders"
 GROUP = "billing"
@@ -44,6 +44,7 @@ class Members:
         self.config = dict(config or MEMBER_CONFIG)
         self.count = 0
         self.live: dict[int, tuple[BaseProcess, Path]] = {}
+        self.journal_of: dict[int, Path] = {}  # slot -> journal of its latest incarnation
 
     def start(self, slot: int, **config: object) -> BaseProcess:
         self.count += 1
@@ -56,7 +57,16 @@ class Members:
         process.start()
         self.processes.append(process)
         self.live[slot] = (process, stop)
+        self.journal_of[slot] = journal
         return process
+
+    def journal(self, slot: int) -> list[list[str]]:
+        return read_journal(self.journal_of[slot])
+
+    def adopted_generation(self, slot: int) -> int | None:
+        """The generation of the last assignment the slot's latest incarnation adopted."""
+        adopted = [line for line in self.journal(slot) if line[0] == "A"]
+        return int(adopted[-1][1]) if adopted else None
 
     def stop(self, slot: int, wait: bool = True) -> None:
         process, stop = self.live.pop(slot)
@@ -99,11 +109,25 @@ class OffsetsWatch:
             assert offset >= self.last.get(tp, 0), f"committed offset of {tp} went down: {self.last[tp]} -> {offset}"
         self.last.update(current)
 
-    def sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self.sample()
-            time.sleep(0.2)
+
+def wait_settled(
+    cluster: sparklog.Cluster, members: Members, watch: OffsetsWatch, slots: list[int] | None = None
+) -> None:
+    """Until the group is Stable with exactly ``slots`` (default: every live slot) as members,
+    a dead or paused member's session gone, and each of them adopted that generation's
+    assignment; committed offsets are sampled meanwhile."""
+    expected = sorted(members.live) if slots is None else sorted(slots)
+
+    def settled() -> bool:
+        watch.sample()
+        record, _ = cluster.groups.registry.state_record(GROUP)
+        if record is None or record.state != "Stable" or len(record.members) != len(expected):
+            return False
+        if len(cluster.groups.registry.members(GROUP)) != len(expected):
+            return False
+        return all(members.adopted_generation(slot) == record.generation for slot in expected)
+
+    wait_for(settled, 90, f"group {GROUP} stable with the members in slots {expected}, each with its assignment", 0.2)
 
 
 def start_producer(options: dict[str, str], tmp: Path, processes: list[BaseProcess]) -> Path:
@@ -160,7 +184,7 @@ def three_members_while_producing(cluster, cluster_options, tmp_path, processes)
     stop_producer = start_producer(cluster_options, tmp_path, processes)
     for slot in range(3):
         members.start(slot)
-    watch.sleep(3)
+    wait_settled(cluster, members, watch)
     return members, watch, stop_producer
 
 
@@ -170,13 +194,13 @@ def test_rolling_and_full_bounces_while_producing_lose_nothing(cluster, cluster_
         for slot in range(3):
             members.stop(slot)
             members.start(slot)
-            watch.sleep(1.0)
+            wait_settled(cluster, members, watch)
     for _round in range(5):  # all at once
         for slot in range(3):
             members.stop(slot, wait=False)
         for slot in range(3):
             members.start(slot)
-        watch.sleep(1.5)
+        wait_settled(cluster, members, watch)
     stop_producer.write_text("stop")
     hw = wait_fully_committed(cluster, watch)
     members.stop_all()
@@ -192,9 +216,8 @@ def test_killed_members_lose_no_record(cluster, cluster_options, tmp_path, proce
     for kill in range(5):
         slot = kill % 3
         members.kill(slot)
-        watch.sleep(0.5)
-        members.start(slot)
-        watch.sleep(SESSION_MS / 1000 + 1)
+        members.start(slot)  # while the killed member's session still holds its partitions
+        wait_settled(cluster, members, watch)  # which takes that session's expiry
     stop_producer.write_text("stop")
     hw = wait_fully_committed(cluster, watch)
     members.stop_all()
@@ -213,14 +236,20 @@ def test_member_paused_past_its_session_is_fenced_on_resume(cluster, cluster_opt
     paused = members.start(0)
     members.start(1)
     members.start(2)
-    watch.sleep(4)
+    wait_settled(cluster, members, watch)
+    # It must hold offsets of its own to commit when resumed.
+    wait_for(lambda: any(line[:2] == ["C", "ok"] for line in members.journal(0)), 60, "a commit by the member to pause")
     stop_producer = start_producer(cluster_options, tmp_path, processes)
     os.kill(paused.pid, signal.SIGSTOP)
     try:
-        watch.sleep(SESSION_MS / 1000 + 4)  # its session expires; the others take over
+        wait_settled(cluster, members, watch, slots=[1, 2])  # its session expires; the others take over
+        commits = sum(line[0] == "C" for line in members.journal(0))
     finally:
         os.kill(paused.pid, signal.SIGCONT)
-    watch.sleep(4)
+    wait_for(
+        lambda: sum(line[0] == "C" for line in members.journal(0)) > commits, 60, "the resumed member's commit attempt"
+    )
+    wait_settled(cluster, members, watch)  # it rejoins
     stop_producer.write_text("stop")
     hw = wait_fully_committed(cluster, watch)
     members.stop_all()
@@ -244,19 +273,23 @@ def test_static_member_killed_and_restarted_within_its_session_keeps_its_partiti
     members = Members(cluster_options, tmp_path, processes, {"session_timeout_ms": 15_000})
     for slot in range(3):
         members.start(slot, group_instance_id=f"node-{slot}")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        record = cluster.groups.registry.state_record(GROUP)[0]
-        if record is not None and record.state == "Stable" and len(record.members) == 3:
-            break
-        time.sleep(0.2)
+    wait_settled(cluster, members, OffsetsWatch(cluster))
     before = cluster.groups.registry.state_record(GROUP)[0]
     assert before is not None and len(before.members) == 3
     members.kill(1)
     members.start(1, group_instance_id="node-1")
-    time.sleep(4)
-    after = cluster.groups.registry.state_record(GROUP)[0]
-    assert after.generation == before.generation and after.assignment == before.assignment
+    # The replacement is in once it adopted an assignment; a rebalance its joining caused
+    # would have come first.
+    wait_for(lambda: members.adopted_generation(1) is not None, 60, "the restarted static member's assignment", 0.2)
+    # What must hold here is that nothing happens: no event to wait for, so watch the group
+    # for a while (the others may react to the new member's znode) and sample it throughout.
+    deadline = time.monotonic() + 4
+    while True:
+        after = cluster.groups.registry.state_record(GROUP)[0]
+        assert after.generation == before.generation and after.assignment == before.assignment
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert after.members["node-1"] != before.members["node-1"], "the restarted process must have a new member id"
     journals = members.journals()
     adopted = [line for line in journals[-1] if line[0] == "A"]

@@ -89,7 +89,7 @@ def run_kill_loop(
                 assert child.process.exitcode == -signal.SIGKILL
                 alive.remove(child)
                 kills += 1
-        time.sleep(0.01)
+        time.sleep(0.01)  # the kill schedule's resolution, not a wait
     for child in alive:  # the survivors die too
         os.kill(child.process.pid, signal.SIGKILL)
         child.process.join(10)

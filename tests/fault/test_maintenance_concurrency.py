@@ -239,13 +239,16 @@ def test_three_compaction_jobs_at_once_equal_one_run(cluster, cluster_options, s
         now = int(time.time() * 1000)
         fill(cluster, "race", 4, files=3, per_file=300, keys=40, now=now, rng=rng)
         expected = one_run_reference(cluster, "race", now, tmp_path / f"ref{round_}")
-        go, results = ctx.Event(), ctx.Queue()
+        ready, go, results = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
         with reaping([]) as processes:
             for _ in range(2):
-                child = ctx.Process(target=compaction_job, args=(cluster_options, "race", now, go, results))
+                child = ctx.Process(target=compaction_job, args=(cluster_options, "race", now, ready, go, results))
                 child.start()
                 processes.append(child)
-            time.sleep(3)  # the children import sparklog and connect meanwhile
+            for n in range(2):  # each has imported sparklog, connected and opened the table
+                assert ready.acquire(timeout=120), (
+                    f"round {round_}: compaction child {n + 1} of 2 not at the start line in 120 s"
+                )
             go.set()
             mine = run_compaction(cluster.replicas, spark, ["race"], now_ms=now)
             theirs = [results.get(timeout=120) for _ in range(2)]
@@ -302,7 +305,7 @@ def test_killed_maintenance_leaves_the_previous_state_and_a_rerun_completes(clus
             wait_for(
                 lambda: len(progress_lines(path)) > target or child.exitcode is not None, 60, "maintenance progress"
             )
-            time.sleep(rng.uniform(0, 0.1))
+            time.sleep(rng.uniform(0, 0.1))  # not a wait: the kill lands anywhere in the next rewrite
             if child.exitcode is None:
                 os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
             child.join(10)

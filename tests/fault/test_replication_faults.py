@@ -14,17 +14,23 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.recipe.watchers import DataWatch
 
 import sparklog
+from sparklog.admin.partitions import elect_preferred_leaders
 from sparklog.errors import LeaderNotAvailableError, NotEnoughReplicasError, NotLeaderError
 from sparklog.log.append import append
 from sparklog.log.reader import read_ranges
+from sparklog.log.table import TopicTable
+from sparklog.metadata import zkdata
+from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.records import records_to_arrow
 from sparklog.testing import BrokerAgents
 from tests.fault.workers import produce_until_killed, read_ack_log
@@ -171,14 +177,93 @@ def test_two_of_three_down_refuses_produces_until_one_returns(cluster, agents) -
     assert [v for _o, v in replica_records(cluster, down[0], 0, 2, "two-down")] == [b"before", b"after"]
 
 
+class FirstSight:
+    """The replicas as they were the instant a new leader of ``topic``-``partition`` became
+    visible in ZooKeeper: a watch on the partition state, at the first state naming a leader
+    other than ``old_leader`` (and not -1), notes every other replica's newest Delta version
+    and tries an append of ``old_epoch`` on the old leader's replica. It runs on the watching
+    client's event thread, as soon as ZooKeeper notifies, so whatever the controller does
+    after publishing the leader has not happened yet."""
+
+    def __init__(self, cluster: sparklog.Cluster, topic: str, partition: int, old_leader: int, old_epoch: int) -> None:
+        self.state: PartitionState | None = None
+        self.versions: dict[int, int] = {}  # replica -> its newest commit at that instant
+        self.append_error: BaseException | None = None
+        self.failure: BaseException | None = None  # the observation itself broke
+        self._seen = threading.Event()
+        path = zkdata.partition_state_path(topic, partition)
+        replicas = cluster.replicas.metadata.assignment(topic)[0].replicas(partition)
+
+        def on_change(data: bytes | None, _stat: object) -> bool | None:
+            if self._seen.is_set() or data is None:
+                return None
+            state = PartitionState.decode(data, path)
+            if state.leader in (old_leader, -1):
+                return None
+            try:
+                self.versions = {
+                    b: newest_commit(cluster.replicas.replica_table(topic, b)) for b in replicas if b != state.leader
+                }
+                batch = records_to_arrow([None], [b"zombie"], [int(time.time() * 1000)], [None])
+                try:
+                    append(
+                        cluster.replicas.replica_table(topic, old_leader),
+                        {partition: 1_000},
+                        {partition: batch},
+                        leader_epochs={partition: old_epoch},
+                    )
+                except BaseException as exc:
+                    self.append_error = exc
+            except BaseException as exc:
+                self.failure = exc
+            self.state = state
+            self._seen.set()
+            return False
+
+        DataWatch(cluster.replicas.zk.client, path, on_change)
+
+    def wait(self, timeout_s: float) -> PartitionState:
+        assert self._seen.wait(timeout_s), f"no new leader became visible within {timeout_s} s"
+        if self.failure is not None:
+            raise AssertionError(f"observing the new leader failed: {self.failure!r}") from self.failure
+        assert self.state is not None
+        return self.state
+
+
+def newest_commit(table: TopicTable) -> int:
+    log_dir = Path(table.root, "_delta_log")
+    return max(int(p.name[:20]) for p in log_dir.iterdir() if p.name.endswith(".json") and p.name[:20].isdigit())
+
+
+def assert_fenced_when_visible(
+    cluster: sparklog.Cluster, sight: FirstSight, topic: str, old_leader: int, old_epoch: int
+) -> None:
+    new = sight.wait(30)
+    for broker, version in sorted(sight.versions.items()):
+        fenced = TopicTable.fenced_leader_epoch(cluster.replicas.replica_table(topic, broker).snapshot(version), 0)
+        assert fenced >= new.leader_epoch, (
+            f"{topic}-0: broker {new.leader} became visible as leader at epoch {new.leader_epoch} while the replica on "
+            f"broker {broker} (old leader {old_leader}) was fenced only at epoch {fenced} (its version {version}): "
+            "it still accepted writes of the old epoch"
+        )
+    assert isinstance(sight.append_error, NotLeaderError), (
+        f"an append of the old epoch {old_epoch} to the old leader {old_leader} at the moment leader {new.leader} "
+        f"became visible should be refused, got {sight.append_error!r}"
+    )
+    assert "leadership moved" in str(sight.append_error)
+
+
 def test_paused_leader_cannot_commit_under_its_old_epoch(cluster, agents) -> None:
+    """Never two replicas accepting writes: when the new leader becomes visible, every other
+    replica (the paused old leader included) is already fenced at the new epoch."""
     create_topic(cluster, agents, "paused")
     with cluster.producer(acks="all", linger_ms=0) as producer:
         producer.send("paused", value=b"a", partition=0).result(timeout=60)
     state = cluster.replicas.states("paused", [0])[0]
     old_leader, old_epoch = state.leader, state.leader_epoch
+    sight = FirstSight(cluster, "paused", 0, old_leader, old_epoch)
     agents.pause(old_leader)
-    agents.wait_for(lambda: leader_of(cluster, 0, "paused") not in (old_leader, -1), 30, "a new leader")
+    assert_fenced_when_visible(cluster, sight, "paused", old_leader, old_epoch)
     agents.resume(old_leader)
     table = cluster.replicas.replica_table("paused", old_leader)
     batch = records_to_arrow([None], [b"zombie"], [int(time.time() * 1000)], [None])
@@ -190,6 +275,37 @@ def test_paused_leader_cannot_commit_under_its_old_epoch(cluster, agents) -> Non
         lambda: sorted(cluster.replicas.states("paused", [0])[0].isr) == [1, 2, 3], 60, "the old leader back in sync"
     )
     assert [v for _o, v in replica_records(cluster, old_leader, 0, 2, "paused")] == [b"a", b"b"]
+
+
+def test_preferred_election_fences_the_live_leader_before_publishing(
+    cluster, cluster_options, agents, tmp_path
+) -> None:
+    """The same at a preferred-leader election, where the old leader is live and a producer
+    keeps writing to it: no instant at which both it and the new leader take writes."""
+    create_topic(cluster, agents)
+    preferred = cluster.replicas.metadata.assignment(TOPIC)[0].replicas(0)[0]
+    agents.stop(preferred)  # its partitions move to another replica
+    agents.wait_for(lambda: leader_of(cluster) not in (preferred, -1), 30, "a new leader")
+    agents.start(preferred)
+    agents.wait_for(
+        lambda: preferred in cluster.replicas.states(TOPIC, [0])[0].isr, 60, "the preferred replica in sync"
+    )
+    producer = Producer(cluster_options, tmp_path)
+    producer.wait_acks(20)
+    state = cluster.replicas.states(TOPIC, [0])[0]
+    sight = FirstSight(cluster, TOPIC, 0, state.leader, state.leader_epoch)
+    assert elect_preferred_leaders(cluster, [(TOPIC, 0)])[(TOPIC, 0)] == "elected"
+    assert_fenced_when_visible(cluster, sight, TOPIC, state.leader, state.leader_epoch)
+    producer.wait_acks(20)
+    assert_replicated_exactly_once(cluster, agents, producer.kill())
+
+
+def controller_ticks(cluster: sparklog.Cluster, topic: str, ticks: int) -> None:
+    """Return after the controller ran ``ticks`` whole ticks from now: a preferred-election
+    request (for ``topic``-0, already led by its preferred replica: a no-op) is taken in the
+    admin step that ends a tick, after every partition of that tick was looked at."""
+    for _ in range(ticks):
+        assert elect_preferred_leaders(cluster, [(topic, 0)]) == {(topic, 0): "already"}
 
 
 def test_unclean_election_only_when_enabled_and_reported(cluster, agents) -> None:
@@ -207,7 +323,8 @@ def test_unclean_election_only_when_enabled_and_reported(cluster, agents) -> Non
     agents.start(stale)
     agents.wait_for(lambda: agents.controller() == stale, 30, "the stale broker's agent as controller")
     agents.wait_for(lambda: leader_of(cluster, 0, "unclean") == -1, 30, "the partition offline")
-    time.sleep(1)  # ten more controller ticks
+    cluster.create_topic("ticks", 1, replication_factor=1)
+    controller_ticks(cluster, "ticks", 2)  # each looked at the offline partition with the stale broker live
     state = cluster.replicas.states("unclean", [0])[0]
     assert state.leader == -1, f"a stale replica must not be elected with unclean election off: {state}"
     with pytest.raises(LeaderNotAvailableError):

@@ -580,6 +580,8 @@ def test_reassignment_empties_the_removed_replicas(
 
     # Emptied DROP_DELAY_S after completion; then no fetcher copies them back.
     agents.wait_for(lambda: not kept(), DROP_DELAY_S + 15, "the removed replicas emptied")
+    # Nothing to wait for: no fetcher may copy them back, which takes letting each fetcher
+    # refresh its assignment (not observable from here) within the grace period.
     time.sleep(max(0.0, completed_at + DROP_DELAY_S + _REMOVED_REPLICA_GRACE_S - time.monotonic()))
     assert not kept(), (
         f"{_REMOVED_REPLICA_GRACE_S} s after they were emptied, removed replicas hold data again: "

@@ -132,6 +132,20 @@ def test_writer_of_an_older_leader_epoch_is_fenced_on_the_follower(tmp_path) -> 
     assert records(follower, 0) == [(0, b"a")]
 
 
+def test_a_late_epoch_marker_never_lowers_a_newer_fence(tmp_path) -> None:
+    """A controller deposed mid-election commits its markers of epoch 4 after its successor
+    fenced the replica at 5: the lineage may follow, the fence must stay at 5."""
+    replica, _ = tables(tmp_path)
+    produce(replica, 0, ["a"], leader_epoch=3)
+    replica.commit_leader_epoch(0, 5, lineage=False)
+    replica.commit_leader_epoch(0, 4, lineage=True)
+    dt = replica.snapshot()
+    assert (replica.leader_epoch(dt, 0), replica.fenced_leader_epoch(dt, 0)) == (4, 5)
+    with pytest.raises(NotLeaderError, match="leader epoch 5, newer than this writer's 4"):
+        produce(replica, 0, ["zombie"], leader_epoch=4)
+    assert records(replica, 0) == [(0, b"a")]
+
+
 def test_staged_files_are_committed_in_place_and_stale_ones_copied_again(tmp_path) -> None:
     """An acks=all producer stages its new files in the followers' dirs under the leader's
     name; the fetch commits a fresh staged file as is, and copies over an old one."""

@@ -247,8 +247,11 @@ def test_delete_topic_while_producing(cluster: sparklog.Cluster, cluster_options
     thread.start()
     try:
         wait_for(lambda: cluster.list_offsets("busy")[0] > 3, 30, "the producer to get going")
+        failed_before = len(failures)
         cluster.delete_topic("busy")
-        time.sleep(0.5)  # the producer keeps trying against the deleted topic
+        # The producer keeps trying against the deleted topic: each failed send is a chance
+        # for its lease to re-create the topic's znodes.
+        wait_for(lambda: len(failures) >= failed_before + 3, 30, "three sends failing against the deleted topic")
     finally:
         stop.set()
         thread.join(30)

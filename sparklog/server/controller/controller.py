@@ -16,11 +16,12 @@ in ticks. Each tick:
    (:mod:`sparklog.server.controller.admin_requests`), and the automatic preferred-leader rebalance.
 
 Every new leader gets a new leader epoch and an entry ``(epoch, its log end)`` in the
-partition's epoch history; the state is written by compare-and-set in a multi-op that checks
-the controller epoch (a deposed controller writes nothing), then the epoch is committed to
-the replicas' Delta logs (:meth:`TopicTable.commit_leader_epoch`: lineage on the new
-leader, a fence on the others, the old leader included), so writers of the old epoch are
-refused.
+partition's epoch history. States are written by compare-and-set in a multi-op that checks
+the controller epoch (a deposed controller writes nothing). An election reserves the epoch
+in ZooKeeper with no leader, commits it to the replicas' Delta logs
+(:meth:`TopicTable.commit_leader_epoch`: a fence on every other replica, the old leader
+included, then the lineage on the new leader) and only then publishes the new leader, so
+at no instant do two replicas accept writes for one partition (:meth:`Controller.elect`).
 """
 
 from __future__ import annotations
@@ -207,10 +208,52 @@ class Controller:
 
     # -- writes ----------------------------------------------------------------------------
     def elect(self, topic: str, partition: int, state: PartitionState, election: LeaderElection) -> bool:
-        """Make ``election.leader`` the leader under a new epoch; commit the epoch to the replicas."""
-        table = self.replicas.replica_table(topic, election.leader)
-        start = table.log_end(table.snapshot(), partition)
+        """Make ``election.leader`` the leader under a new epoch ``E``, never letting two replicas
+        accept writes for the partition at one instant:
+
+        1. reserve ``E`` in ZooKeeper with no leader (-1): no writer can learn of a leader of
+           ``E`` yet, and the old leader's writers see the leadership move;
+        2. fence every other replica at ``E``, the old leader included: writers of older epochs
+           are refused there from now on;
+        3. commit ``E``'s lineage on the new leader: its fetcher, following the old leader under
+           an older epoch, is refused from now on, so its log end, ``E``'s start offset, holds still;
+        4. publish the new leader with ``E`` and its history entry.
+
+        Cut short after 1 (a deposed controller, a ZooKeeper or storage error), the partition is
+        offline under ``E`` and the next tick elects again under ``E + 1``: an epoch is never
+        issued twice, so markers a cut-short election left behind name an epoch no leader has.
+        """
         epoch = state.leader_epoch + 1
+        if not self.write_state(topic, partition, replace(state, leader=-1, leader_epoch=epoch)):
+            return False
+        assignment, _ = self.replicas.metadata.assignment(topic)
+        others = [
+            b for b in dict.fromkeys([*assignment.replicas(partition), state.leader]) if b not in (-1, election.leader)
+        ]
+        for broker in others:
+            try:
+                self.replicas.replica_table(topic, broker).commit_leader_epoch(partition, epoch, lineage=False)
+            except SparklogError as exc:
+                # Every process reaches a log dir the same way: storage refusing this marker
+                # refuses producers too. Its fetcher reconciles when it returns.
+                log.warning(
+                    "%s-%d: could not fence replica on broker %d at epoch %d: %s", topic, partition, broker, epoch, exc
+                )
+        table = self.replicas.replica_table(topic, election.leader)
+        try:
+            table.commit_leader_epoch(partition, epoch, lineage=True)
+            start = table.log_end(table.snapshot(), partition)
+        except SparklogError as exc:
+            log.error(
+                "%s-%d: leader election of broker %d at epoch %d failed on its replica, partition offline until "
+                "the next attempt: %s",
+                topic,
+                partition,
+                election.leader,
+                epoch,
+                exc,
+            )
+            return False
         history = append_epoch([(int(e), int(o)) for e, o in state.epochs], epoch, start)
         new = PartitionState(
             leader=election.leader, leader_epoch=epoch, isr=list(election.isr), epochs=[list(h) for h in history]
@@ -238,16 +281,6 @@ class Controller:
                 epoch,
                 start,
             )
-        assignment, _ = self.replicas.metadata.assignment(topic)
-        for broker in assignment.replicas(partition):
-            try:
-                self.replicas.replica_table(topic, broker).commit_leader_epoch(
-                    partition, epoch, lineage=broker == election.leader
-                )
-            except SparklogError as exc:  # unreachable storage: its fetcher reconciles when it returns
-                log.warning(
-                    "%s-%d: could not fence replica on broker %d at epoch %d: %s", topic, partition, broker, epoch, exc
-                )
         return True
 
     def write_state(self, topic: str, partition: int, new: PartitionState) -> bool:
