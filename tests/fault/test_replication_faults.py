@@ -294,7 +294,7 @@ def test_preferred_election_fences_the_live_leader_before_publishing(
     producer.wait_acks(20)
     state = cluster.replicas.states(TOPIC, [0])[0]
     sight = FirstSight(cluster, TOPIC, 0, state.leader, state.leader_epoch)
-    assert elect_preferred_leaders(cluster, [(TOPIC, 0)])[(TOPIC, 0)] == "elected"
+    assert elect_preferred_leaders(cluster.replicas, [(TOPIC, 0)])[(TOPIC, 0)] == "elected"
     assert_fenced_when_visible(cluster, sight, TOPIC, state.leader, state.leader_epoch)
     producer.wait_acks(20)
     assert_replicated_exactly_once(cluster, agents, producer.kill())
@@ -305,7 +305,7 @@ def controller_ticks(cluster: sparklog.Cluster, topic: str, ticks: int) -> None:
     request (for ``topic``-0, already led by its preferred replica: a no-op) is taken in the
     admin step that ends a tick, after every partition of that tick was looked at."""
     for _ in range(ticks):
-        assert elect_preferred_leaders(cluster, [(topic, 0)]) == {(topic, 0): "already"}
+        assert elect_preferred_leaders(cluster.replicas, [(topic, 0)]) == {(topic, 0): "already"}
 
 
 def test_unclean_election_only_when_enabled_and_reported(cluster, agents) -> None:
