@@ -144,7 +144,9 @@ class CoordinationError(SparklogError):
 
 
 class ZooKeeperUnavailableError(CoordinationError):
-    """ZooKeeper cannot be reached or the embedded server cannot start."""
+    """ZooKeeper cannot be reached (a lost connection, e.g. while its ensemble elects a new
+    leader, or a lost session) or the embedded server cannot start. Clients retry it within
+    their timeouts (``delivery.timeout.ms``, ``session.timeout.ms``)."""
 
 
 class StorageError(SparklogError):

@@ -1,5 +1,7 @@
 """The test harness that ships with sparklog: real broker agents (``sparklog broker start``
-processes) against a test's or a benchmark's cluster.
+processes) against a test's or a benchmark's cluster, and a real ZooKeeper ensemble
+(:class:`~sparklog.metadata.ensemble.ZooKeeperEnsemble`, quorum peers that can be killed
+and restarted) for ZooKeeper failovers.
 
 :class:`BrokerAgents` runs agents as child processes, each with its own log dir under a base
 dir, against a given ZooKeeper connect string (with the test's chroot) and ``sparklog.home``.
@@ -37,8 +39,9 @@ from typing import IO
 import sparklog
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.controller_election import current_controller
+from sparklog.metadata.ensemble import ZooKeeperEnsemble
 
-__all__ = ["BrokerAgents"]
+__all__ = ["BrokerAgents", "ZooKeeperEnsemble"]
 
 # Runs `sparklog` like the console script, with INFO logging on stderr so the agent's log
 # shows the controller's decisions (ISR changes, elections, reassignment steps).

@@ -15,6 +15,7 @@ import pytest
 
 import sparklog
 from sparklog.metadata import embedded
+from sparklog.testing import ZooKeeperEnsemble
 
 for _var in ("SPARKLOG_HOME", "SPARKLOG_ZOOKEEPER", "SPARKLOG_CONF"):
     os.environ.pop(_var, None)
@@ -29,6 +30,15 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield connect
     finally:
         embedded.stop(home)
+
+
+@pytest.fixture(scope="session")
+def zk_ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
+    """A 3-server ZooKeeper ensemble for failover tests, started once (on first use). A test
+    that kills servers restarts them before it ends; use a chroot of your own on it."""
+    with ZooKeeperEnsemble(tmp_path_factory.mktemp("zk-ensemble")) as ensemble:
+        ensemble.start()
+        yield ensemble
 
 
 @pytest.fixture

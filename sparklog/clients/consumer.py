@@ -11,16 +11,23 @@ Group protocol as Kafka's classic consumer runs it: rebalance events are handled
 starts each partition from the committed offset, or per ``auto.offset.reset`` when there
 is none or it is out of range (``none`` raises :class:`OffsetOutOfRangeError`). A consumer
 is used by one thread (like Kafka's).
+
+A ZooKeeper failover within the session timeout is invisible: ``poll`` returns what it can
+(nothing, at worst) until ZooKeeper answers again, and ``commit`` and the acknowledgement of
+a rebalance are retried for up to ``session.timeout.ms`` after the first failure before
+:class:`~sparklog.errors.ZooKeeperUnavailableError` is raised. An auto-commit inside ``poll``
+is not retried (``poll`` must not block): the next interval commits.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -32,6 +39,7 @@ from sparklog.errors import (
     InvalidOffsetSpecError,
     OffsetOutOfRangeError,
     UnknownPartitionError,
+    ZooKeeperUnavailableError,
 )
 from sparklog.group.coordinator import NO_GENERATION, GroupCoordinator, OffsetCommit
 from sparklog.group.ids import new_member_id, validate_group_id, validate_instance_id
@@ -47,6 +55,8 @@ log = logging.getLogger("sparklog.clients.consumer")
 
 TopicPartition = tuple[str, int]
 _IDLE_WAIT_S = 0.02  # between looks at the log when nothing is new
+_COORDINATION_BACKOFF_S = 0.1  # between tries while ZooKeeper is unreachable
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -206,7 +216,7 @@ class Consumer:
             if self._on_revoke is not None:
                 self._on_revoke(list(self._assigned))
             self._set_assignment([])
-            member.ack()
+            self._retry_coordination(member.ack)
         elif result.action == "assigned" and result.assignment is not None:
             self._set_assignment(list(result.assignment.partitions))
             if self._on_assign is not None:
@@ -214,9 +224,25 @@ class Consumer:
         elif result.action == "rejoined":
             self._set_assignment([])
 
-    def _commit_quietly(self) -> None:
+    def _retry_coordination(self, operation: Callable[[], T]) -> T:
+        """``operation()``, tried again while ZooKeeper is unreachable, for up to
+        ``session.timeout.ms`` after the first failure (a request to a hung server only fails
+        once the client gives up on it): beyond that the session is gone anyway."""
+        deadline: float | None = None
+        while True:
+            try:
+                return operation()
+            except ZooKeeperUnavailableError as exc:
+                if deadline is None:
+                    deadline = time.monotonic() + int(self.configs["session.timeout.ms"]) / 1000
+                if time.monotonic() + _COORDINATION_BACKOFF_S > deadline:
+                    raise
+                log.info("group %s: ZooKeeper unreachable, retrying: %s", self.group_id, exc)
+                time.sleep(_COORDINATION_BACKOFF_S)
+
+    def _commit_quietly(self, retry: bool = True) -> None:
         try:
-            self.commit()
+            self._commit(None, "", retry)
         except (GroupError, CoordinationError) as exc:  # auto-commit: Kafka logs and carries on
             log.warning("auto-commit of group %s failed: %s", self.group_id, exc)
 
@@ -310,9 +336,18 @@ class Consumer:
         budget = int(max_records or self.configs["max.poll.records"])
         deadline = time.monotonic() + max(0, timeout_ms) / 1000
         while True:
-            self._handle_group_events()
-            self._maybe_auto_commit()
-            batch = self._fetch(budget)
+            positions = dict(self._positions)
+            try:
+                self._handle_group_events()
+                self._maybe_auto_commit()
+                batch = self._fetch(budget)
+            except ZooKeeperUnavailableError as exc:
+                # A ZooKeeper failover: records read before the error are dropped with their
+                # positions, and read again once ZooKeeper answers.
+                log.info("group %s: ZooKeeper unreachable during poll: %s", self.group_id, exc)
+                self._positions = {tp: o for tp, o in positions.items() if tp in self._assigned}
+                batch = empty_read_table(True)
+                time.sleep(min(_COORDINATION_BACKOFF_S, max(0.0, deadline - time.monotonic())))
             remaining = deadline - time.monotonic()
             if batch.num_rows or remaining <= 0:
                 return batch
@@ -370,6 +405,9 @@ class Consumer:
     # -- commits -------------------------------------------------------------------------
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None, metadata: str = "") -> None:
         """Commit ``offsets`` (default: the current positions) synchronously."""
+        self._commit(offsets, metadata, retry=True)
+
+    def _commit(self, offsets: Mapping[TopicPartition, int] | None, metadata: str, retry: bool) -> None:
         self._check_open()
         if self.group_id is None:
             raise GroupError("commit() needs a group id: Cluster.consumer(group_id=...)")
@@ -379,13 +417,23 @@ class Consumer:
             return
         commits = {(str(t), int(p)): OffsetCommit(int(o), metadata) for (t, p), o in offsets.items()}
         member = self._member
+        group_id = self.group_id
         if member is None:
-            self.coordinator.commit(self.group_id, commits)
+            send = functools.partial(self.coordinator.commit, group_id, commits)
         else:
             generation = member.assignment.generation if member.assignment is not None else NO_GENERATION - 1
-            self.coordinator.commit(
-                self.group_id, commits, generation=generation, member_id=member.member_id, member_key=member.key
+            send = functools.partial(
+                self.coordinator.commit,
+                group_id,
+                commits,
+                generation=generation,
+                member_id=member.member_id,
+                member_key=member.key,
             )
+        if retry:
+            self._retry_coordination(send)
+        else:
+            send()
         self._last_auto_commit = time.monotonic()
         self._last_committed.update({tp: c.offset for tp, c in commits.items() if c.offset is not None})
 
@@ -394,8 +442,8 @@ class Consumer:
             return
         if time.monotonic() - self._last_auto_commit >= int(self.configs["auto.commit.interval.ms"]) / 1000:
             moved = any(self._last_committed.get(tp) != o for tp, o in self._positions.items())
-            if moved:  # an idle consumer adds no commits to the log
-                self._commit_quietly()
+            if moved:  # an idle consumer adds no commits to the log; a failed one is retried next interval
+                self._commit_quietly(retry=False)
             self._last_auto_commit = time.monotonic()
 
     # -- life cycle ----------------------------------------------------------------------

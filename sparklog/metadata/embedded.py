@@ -39,9 +39,13 @@ from sparklog import clock
 from sparklog.errors import ZooKeeperUnavailableError
 
 __all__ = [
+    "LOG4J2_PROPERTIES",
     "EmbeddedZooKeeperStatus",
     "ensure_started",
+    "find_java",
     "find_zookeeper_jars",
+    "four_letter_word",
+    "server_command",
     "start",
     "status",
     "stop",
@@ -56,8 +60,9 @@ _NO_JAVA = (
 )
 # Log4j2 writes to stdout, which is already redirected to zookeeper.log: one writer per file.
 # ServerCnxn is muted because a readiness probe arriving before the database has loaded makes
-# it log a harmless NullPointerException stack trace.
-_LOG4J2 = """\
+# it log a harmless NullPointerException stack trace. Shared with the test ensemble
+# (:mod:`sparklog.metadata.ensemble`).
+LOG4J2_PROPERTIES = """\
 status = error
 appender.out.type = Console
 appender.out.name = out
@@ -116,7 +121,8 @@ def find_zookeeper_jars() -> Path:
     )
 
 
-def _find_java() -> str:
+def find_java() -> str:
+    """The ``java`` of ``JAVA_HOME``, else the one on ``PATH``."""
     java_home = os.environ.get("JAVA_HOME")
     candidate = os.path.join(java_home, "bin", "java") if java_home else ""
     if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
@@ -126,16 +132,21 @@ def _find_java() -> str:
     raise ZooKeeperUnavailableError(_NO_JAVA)
 
 
-def _ruok(port: int, timeout_s: float = 1.0) -> bool:
+def four_letter_word(port: int, word: str, timeout_s: float = 1.0) -> str | None:
+    """The server's whole reply to ``word`` (``ruok``, ``srvr``...) on 127.0.0.1; None if unreachable."""
     try:
         with socket.create_connection((_HOST, port), timeout=timeout_s) as sock:
-            sock.sendall(b"ruok")
+            sock.sendall(word.encode("ascii"))
             reply = b""
-            while len(reply) < 4 and (chunk := sock.recv(4 - len(reply))):
+            while chunk := sock.recv(4096):  # the server closes the connection after replying
                 reply += chunk
-            return reply == b"imok"
+            return reply.decode("utf-8", "replace")
     except OSError:
-        return False
+        return None
+
+
+def _ruok(port: int, timeout_s: float = 1.0) -> bool:
+    return four_letter_word(port, "ruok", timeout_s) == "imok"
 
 
 def _runs_cfg(pid: int, cfg: Path) -> bool | None:
@@ -248,7 +259,7 @@ def _write_config(lay: _Layout, port: int) -> None:
         "4lw.commands.whitelist=ruok,srvr,stat,mntr\n"
         "autopurge.snapRetainCount=3\nautopurge.purgeInterval=1\n"
     )
-    lay.log4j.write_text(_LOG4J2)
+    lay.log4j.write_text(LOG4J2_PROPERTIES)
 
 
 def _log_tail(lay: _Layout, offset: int, lines: int = 20) -> str:
@@ -260,20 +271,25 @@ def _log_tail(lay: _Layout, offset: int, lines: int = 20) -> str:
         return f"(cannot read log: {exc})"
 
 
-def _launch(lay: _Layout, java: str, jars: Path) -> tuple[subprocess.Popen[bytes], list[str], int]:
-    cmd = [
+def server_command(java: str, jars: Path, log4j: Path, main_class: str, cfg: Path) -> list[str]:
+    """The JVM command line of one ZooKeeper server (standalone or quorum peer) from ``jars``."""
+    return [
         java,
         "-Xmx256m",
         "-XX:+UseSerialGC",
         "-Djava.net.preferIPv4Stack=true",
         "-Dzookeeper.admin.enableServer=false",
-        f"-Dlog4j2.configurationFile={lay.log4j}",
+        f"-Dlog4j2.configurationFile={log4j}",
         "-Dzookeeper.jmx.log4j.disable=true",
         "-cp",
         f"{jars}/*",
-        _MAIN_CLASS,
-        str(lay.cfg),
+        main_class,
+        str(cfg),
     ]
+
+
+def _launch(lay: _Layout, java: str, jars: Path) -> tuple[subprocess.Popen[bytes], list[str], int]:
+    cmd = server_command(java, jars, lay.log4j, _MAIN_CLASS, lay.cfg)
     with open(lay.log, "ab") as log:
         offset = log.tell()
         log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(cmd)}\n".encode())
@@ -306,7 +322,7 @@ def start(home: str | os.PathLike[str], timeout_s: float = 60.0) -> EmbeddedZooK
         for pid in _server_pids(lay):
             _kill(pid, lay.cfg, 5.0)
         lay.state.unlink(missing_ok=True)
-        java, jars = _find_java(), find_zookeeper_jars()
+        java, jars = find_java(), find_zookeeper_jars()
         for _attempt in range(_BIND_ATTEMPTS):
             port = _free_port()
             _write_config(lay, port)

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError, SessionExpiredError
 from kazoo.protocol.states import KazooState
 
 from sparklog import clock
@@ -220,13 +220,17 @@ class GroupMember:
             with zk_errors(f"syncing with group {self.group_id}"):
                 stat = self.zk.client.exists(self.path, watch=self.wakeup)
                 record, _ = self.registry.state_record(self.group_id, watch=self.wakeup)
-        except ZooKeeperUnavailableError:
+        except ZooKeeperUnavailableError as exc:
+            self.changed.set()  # look again: kazoo holds the next request back until it reconnects
+            time.sleep(0.05)
+            if not (self._session_lost or isinstance(exc.__cause__, SessionExpiredError)):
+                # Only the connection was lost (a failover of the ensemble): the session, our
+                # znode and our assignment live on.
+                return SyncResult("none")
             # Our session expired (e.g. the process was paused) and kazoo is opening a new
             # one: nothing is ours any more; rejoin once reads work again.
             self._session_lost = True
             self.assignment = None
-            self.changed.set()
-            time.sleep(0.05)
             return SyncResult("rejoined")
         if stat is None or self._session_lost:
             return self._rejoin(record)
@@ -254,14 +258,17 @@ class GroupMember:
         return SyncResult("none")
 
     def ack(self) -> None:
-        """After a "revoke": this member committed and stopped fetching its partitions."""
+        """After a "revoke": this member committed and stopped fetching its partitions.
+        May be called again after a ``ZooKeeperUnavailableError``: nothing changes until
+        the acknowledgement is written."""
         record, _ = self.registry.state_record(self.group_id)
         generation = record.generation if record is not None else 0
-        self.record = replace(self.record, acked_generation=generation + 1)
+        acked = replace(self.record, acked_generation=generation + 1)
+        with zk_errors(f"acknowledging the rebalance of group {self.group_id}"):
+            self.zk.client.set(self.path, encode(acked))
+        self.record = acked
         self.assignment = Assignment(generation, ())
         self.status = "JOINED"
-        with zk_errors(f"acknowledging the rebalance of group {self.group_id}"):
-            self.zk.client.set(self.path, encode(self.record))
 
     def _rejoin(self, record: GroupStateRecord | None) -> SyncResult:
         """Our session expired (or our znode vanished): join again, with nothing assigned."""

@@ -12,6 +12,11 @@ Recipe (one znode per partition, ``.../partitions/<p>/writer``, JSON
   fenced by the Delta transaction of the new epoch, not by this znode: a paused process
   can outlive its lease, so the lease only keeps honest writers from colliding.
 
+A connection lost during a ZooKeeper failover leaves a write's outcome unknown. A later
+``acquire`` recognises a grant of ours that did land (our owner at the epoch we tried, with
+the ``takeover`` decided then), and a failed ``release`` keeps the grant, so the next
+``acquire`` renews the lease instead of waiting for it to expire.
+
 ``takeover`` on a grant means the previous holder did not release (it may be a zombie):
 the new holder must commit an epoch marker before anything else. The lease record is not
 ephemeral because a Spark job's lease spans several short-lived Python processes; expiry
@@ -28,7 +33,7 @@ from dataclasses import dataclass
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from sparklog import clock
-from sparklog.errors import FencedError, LeaseTimeoutError, TopicNotFoundError
+from sparklog.errors import FencedError, LeaseTimeoutError, TopicNotFoundError, ZooKeeperUnavailableError
 from sparklog.metadata import zkdata
 from sparklog.metadata.session import ZkSession, zk_errors
 from sparklog.metadata.zkdata import WriterLeaseRecord, decode_json, encode
@@ -60,6 +65,8 @@ class WriterLease:
         # acquire/release tries a compare-and-set on it before reading (one round trip
         # instead of two when nobody else touched the lease meanwhile).
         self._known: tuple[WriterLeaseRecord, int] | None = None
+        # (epoch, takeover) of the grant last written: its reply may have been lost.
+        self._attempt: tuple[int, bool] | None = None
 
     def _read(self) -> tuple[WriterLeaseRecord | None, int]:
         known, self._known = self._known, None
@@ -109,6 +116,7 @@ class WriterLease:
                     if callable(log_epoch):
                         log_epoch = log_epoch()
                     new = WriterLeaseRecord(self.owner, log_epoch + 1, expires, False, next_offset)
+                    self._attempt = (new.epoch, log_epoch > 0)
                     try:
                         # No makepath: the partition znode exists for as long as the topic does,
                         # and re-creating it would resurrect a deleted topic as an empty ghost.
@@ -122,22 +130,20 @@ class WriterLease:
                         ) from None
                     # Someone wrote before the znode existed: they may still be around.
                     return self._granted(new.epoch, takeover=log_epoch > 0)
-                mine = (
-                    self.grant is not None
-                    and record.owner == self.owner
-                    and record.epoch == self.grant.epoch
-                    and not record.released
-                )
+                ours = record.owner == self.owner and not record.released
+                landed = self._attempt if ours and self._attempt and record.epoch == self._attempt[0] else None
+                mine = landed is not None or (ours and self.grant is not None and record.epoch == self.grant.epoch)
                 adopted = adopt and not mine and record.owner == self.owner
                 if mine or adopted or record.released or record.expires_ms <= now:
                     floor = 0 if callable(log_epoch) else log_epoch
                     epoch = record.epoch if mine else max(record.epoch, floor) + 1
+                    takeover = landed[1] if landed is not None else False if mine else not record.released
                     new = WriterLeaseRecord(self.owner, epoch, expires, False, next_offset)
+                    self._attempt = (epoch, takeover)
                     try:
                         self._set(new, version)
                     except BadVersionError:
                         continue
-                    takeover = False if mine else not record.released
                     return self._granted(epoch, takeover=takeover)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -154,6 +160,7 @@ class WriterLease:
 
     def _granted(self, epoch: int, takeover: bool) -> LeaseGrant:
         self.grant = LeaseGrant(self.topic, self.partition, self.owner, epoch, takeover)
+        self._attempt = None
         return self.grant
 
     def renew(self) -> None:
@@ -183,19 +190,23 @@ class WriterLease:
         if grant is None:
             return
         self.grant = None
-        with zk_errors(f"releasing write lease of {self.topic}-{self.partition}"):
-            for _ in range(10):
-                record, version = self._read()
-                if record is None or record.owner != self.owner or record.epoch != grant.epoch:
-                    return
-                new = WriterLeaseRecord(self.owner, grant.epoch, record.expires_ms, True, -1)
-                try:
-                    self._set(new, version)
-                    if drop_reservations:
-                        self._drop_reservations()
-                    return
-                except BadVersionError:
-                    continue
+        try:
+            with zk_errors(f"releasing write lease of {self.topic}-{self.partition}"):
+                for _ in range(10):
+                    record, version = self._read()
+                    if record is None or record.owner != self.owner or record.epoch != grant.epoch:
+                        return
+                    new = WriterLeaseRecord(self.owner, grant.epoch, record.expires_ms, True, -1)
+                    try:
+                        self._set(new, version)
+                        if drop_reservations:
+                            self._drop_reservations()
+                        return
+                    except BadVersionError:
+                        continue
+        except ZooKeeperUnavailableError:
+            self.grant = grant  # maybe still held: a retry, or our next acquire, settles it
+            raise
 
     def _drop_reservations(self) -> None:
         try:

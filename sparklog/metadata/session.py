@@ -15,9 +15,16 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError, OperationTimeoutError, SessionExpiredError
+from kazoo.exceptions import (
+    ConnectionLoss,
+    KazooException,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+    SessionMovedError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.retry import KazooRetry
+from kazoo.retry import ForceRetryError, KazooRetry, RetryFailedError
 
 from sparklog.config import ClusterConfig
 from sparklog.errors import CoordinationError, ZooKeeperUnavailableError
@@ -25,8 +32,10 @@ from sparklog.errors import CoordinationError, ZooKeeperUnavailableError
 __all__ = ["DEFAULT_CHROOT", "RETRYABLE_ERRORS", "ZkSession", "resolve_connect", "split_chroot", "zk_errors"]
 
 DEFAULT_CHROOT = "/sparklog"
-# The errors after which the same request may simply be sent again.
-RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (ConnectionLoss, OperationTimeoutError)
+# The errors after which the same request may simply be sent again: the connection to one
+# server was lost or the session moved to another (an ensemble failover), the session is kept.
+# A write whose reply was lost may have been applied: callers make a repeat harmless.
+RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (ConnectionLoss, OperationTimeoutError, SessionMovedError)
 
 T = TypeVar("T")
 
@@ -57,9 +66,10 @@ def zk_errors(what: str) -> Iterator[None]:
     """Wrap kazoo errors raised inside the block, naming the operation."""
     try:
         yield
-    except (SessionExpiredError, ConnectionLoss, KazooTimeoutError) as exc:
+    except (SessionExpiredError, *RETRYABLE_ERRORS, RetryFailedError, KazooTimeoutError) as exc:
         raise ZooKeeperUnavailableError(
-            f"{what}: ZooKeeper unreachable or session lost ({type(exc).__name__})"
+            f"{what}: ZooKeeper unreachable or session lost ({type(exc).__name__}); clients retry this "
+            "within their timeouts, check the ensemble (`sparklog zookeeper status` for the embedded one)"
         ) from exc
     except KazooException as exc:
         raise CoordinationError(f"{what}: {type(exc).__name__} {exc}") from exc
@@ -74,6 +84,7 @@ class ZkSession:
         self._connection_timeout_s = connection_timeout_ms / 1000.0
         self._client: KazooClient | None = None
         self.retry = KazooRetry(max_tries=5, delay=0.05, max_delay=1.0, ignore_expire=False)
+        self.retry.retry_exceptions = (*RETRYABLE_ERRORS, ForceRetryError)
 
     @classmethod
     def from_config(cls, config: ClusterConfig) -> ZkSession:

@@ -21,14 +21,18 @@ miss ``message.timestamp.type=LogAppendTime`` (the result's ``log_append_time_ms
 commit's time then, -1 for CreateTime topics, as in Kafka's produce response).
 
 Retriable errors (a leader moved: ``NotLeaderError``/``FencedError``; no leader yet;
-not enough replicas) are retried until ``delivery.timeout.ms``, as Kafka's producer does;
-partitions already appended are not sent again, and with idempotence a retried partition
-that did land is recognised by its sequence (per partition), so nothing is stored twice.
+not enough replicas; ZooKeeper unreachable, e.g. while its ensemble elects a new leader) are
+retried until ``delivery.timeout.ms``, as Kafka's producer does; partitions already appended
+are not sent again, and with idempotence a retried partition that did land is recognised by
+its sequence (per partition), so nothing is stored twice. Releasing the write leases after
+the commit cannot fail the request: a lease left held is renewed by this producer's next
+acquire or expires after ``writer.lease.ms``.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,6 +47,7 @@ from sparklog.errors import (
     NotEnoughReplicasError,
     NotLeaderError,
     RecordTooLargeError,
+    ZooKeeperUnavailableError,
 )
 from sparklog.log.append import AppendResult, append
 from sparklog.log.segment import parquet_compression
@@ -53,9 +58,12 @@ from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["RequestSettings", "TopicWriteSettings", "produce_request", "topic_write_settings"]
 
+log = logging.getLogger("sparklog.server.produce_request")
+
 _RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
 _ISR_POLL_S = 0.002
-RETRIABLE = (FencedError, LeaderNotAvailableError, NotEnoughReplicasError)
+RETRIABLE = (FencedError, LeaderNotAvailableError, NotEnoughReplicasError, ZooKeeperUnavailableError)
+_RELEASE_ATTEMPTS = 3  # kazoo holds a request back until it reconnects: one retry usually does
 
 
 @dataclass(frozen=True)
@@ -205,7 +213,21 @@ def _append_to_leader(
         )
     finally:
         for lease in leases:
+            _release(lease)
+
+
+def _release(lease: WriterLease) -> None:
+    """Release ``lease``; a ZooKeeper outage must not turn a stored batch into a failed send
+    (whose retry by the application would store it twice), so it is retried, then left held."""
+    for attempt in range(_RELEASE_ATTEMPTS):
+        try:
             lease.release()
+            return
+        except ZooKeeperUnavailableError as exc:
+            if attempt + 1 == _RELEASE_ATTEMPTS:
+                log.warning("write lease of %s-%d left held (it expires): %s", lease.topic, lease.partition, exc)
+            else:
+                time.sleep(_RETRY_BACKOFF_S)
 
 
 def _log_epoch(table: TopicTable, partition: int) -> int:

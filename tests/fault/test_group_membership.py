@@ -140,6 +140,13 @@ def start_producer(options: dict[str, str], tmp: Path, processes: list[BaseProce
     return stop
 
 
+def stop_producing(stop: Path) -> None:
+    """Ask the producer to stop, and wait until it flushed its last batch and wrote its total:
+    the high watermarks read after this are final."""
+    stop.write_text("stop")
+    wait_for(lambda: (stop.parent / "produced").exists(), 60, "the producer to flush its last batch and stop")
+
+
 def wait_fully_committed(cluster: sparklog.Cluster, watch: OffsetsWatch, timeout_s: float = 90) -> dict[int, int]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -201,7 +208,7 @@ def test_rolling_and_full_bounces_while_producing_lose_nothing(cluster, cluster_
         for slot in range(3):
             members.start(slot)
         wait_settled(cluster, members, watch)
-    stop_producer.write_text("stop")
+    stop_producing(stop_producer)
     hw = wait_fully_committed(cluster, watch)
     members.stop_all()
     journals = members.journals()
@@ -218,7 +225,7 @@ def test_killed_members_lose_no_record(cluster, cluster_options, tmp_path, proce
         members.kill(slot)
         members.start(slot)  # while the killed member's session still holds its partitions
         wait_settled(cluster, members, watch)  # which takes that session's expiry
-    stop_producer.write_text("stop")
+    stop_producing(stop_producer)
     hw = wait_fully_committed(cluster, watch)
     members.stop_all()
     journals = members.journals()
@@ -250,7 +257,7 @@ def test_member_paused_past_its_session_is_fenced_on_resume(cluster, cluster_opt
         lambda: sum(line[0] == "C" for line in members.journal(0)) > commits, 60, "the resumed member's commit attempt"
     )
     wait_settled(cluster, members, watch)  # it rejoins
-    stop_producer.write_text("stop")
+    stop_producing(stop_producer)
     hw = wait_fully_committed(cluster, watch)
     members.stop_all()
     journals = members.journals()
