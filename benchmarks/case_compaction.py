@@ -204,6 +204,7 @@ def run(ctx: BenchContext) -> CaseResult:
         "min.cleanable.dirty.ratio": "0",
         "min.compaction.lag.ms": "0",
         "delete.retention.ms": str(HOUR_MS),
+        "compression.type": "snappy",  # the baseline writes Snappy (the default keeps the input's codec)
     }
     result = CaseResult(
         CASE,

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 CASE = "b"
 TITLE = "light producer (send_arrow 100k batches; send() info)"
+# The baseline writes Snappy; compression.type's default (producer, with none) is uncompressed.
+SNAPPY = {"compression.type": "snappy"}
 RECORDS = 2_000_000
 BATCH_ROWS = 100_000
 SEND_RECORDS = 200_000
@@ -78,7 +80,7 @@ def run(ctx: BenchContext) -> CaseResult:
     ctx.log(CASE, "warm-up …")
     with ctx.fresh_env(CASE, "warmup") as env:
         with sparklog.connect(env.options) as cluster:
-            cluster.create_topic("warmup", partitions=TOPIC_PARTITIONS)
+            cluster.create_topic("warmup", partitions=TOPIC_PARTITIONS, config=SNAPPY)
             with cluster.producer(acks=1) as producer:
                 producer.send_arrow("warmup", batches[0].slice(0, 1000))
         write_deltalake(str(env.scratch / "warmup"), batches[0].slice(0, 1000), mode="append")
@@ -89,8 +91,8 @@ def run(ctx: BenchContext) -> CaseResult:
         with ctx.fresh_env(CASE, run_no) as env:
             cluster = sparklog.connect(env.options)
             try:
-                cluster.create_topic("bench", partitions=TOPIC_PARTITIONS)
-                cluster.create_topic("bench-send", partitions=TOPIC_PARTITIONS)
+                cluster.create_topic("bench", partitions=TOPIC_PARTITIONS, config=SNAPPY)
+                cluster.create_topic("bench-send", partitions=TOPIC_PARTITIONS, config=SNAPPY)
 
                 def sparklog_side() -> float:
                     ctx.log(CASE, f"run {run_no}/{ctx.runs} sparklog send_arrow {n_batches} × {batch_rows:,} …")

@@ -29,6 +29,8 @@ RECORDS = 5_000_000
 VALUE_BYTES = 100
 TOPIC_PARTITIONS = 8
 INPUT_PARTITIONS = 8
+# The baseline writes Snappy; compression.type's default (producer, with none) is uncompressed.
+SNAPPY = {"compression.type": "snappy"}
 TARGET_RECORDS_PER_S = 1_000_000
 TARGET_RATIO = 0.7
 
@@ -67,7 +69,7 @@ def _warm_up(ctx: BenchContext) -> None:
     df = ctx.spark.range(0, 20_000, 1, INPUT_PARTITIONS).selectExpr("cast(cast(id as string) as binary) as value")
     with ctx.fresh_env(CASE, "warmup") as env:
         with sparklog.connect(env.options) as cluster:
-            cluster.create_topic("warmup", partitions=TOPIC_PARTITIONS)
+            cluster.create_topic("warmup", partitions=TOPIC_PARTITIONS, config=SNAPPY)
         produce(df, "warmup", **env.options)
         df.write.parquet(str(env.scratch / "warmup.parquet"))
 
@@ -98,7 +100,7 @@ def run(ctx: BenchContext) -> CaseResult:
     for run_no in range(1, ctx.runs + 1):
         with ctx.fresh_env(CASE, run_no) as env:
             with sparklog.connect(env.options) as cluster:
-                cluster.create_topic("bench", partitions=TOPIC_PARTITIONS)
+                cluster.create_topic("bench", partitions=TOPIC_PARTITIONS, config=SNAPPY)
 
             def sparklog_side() -> float:
                 ctx.log(CASE, f"run {run_no}/{ctx.runs} sparklog produce of {records:,} records …")

@@ -56,7 +56,8 @@ from sparklog.log.reader import read_files
 from sparklog.log.segment import (
     SegmentFile,
     discard_segments,
-    parquet_compression,
+    resolve_compression,
+    rewrite_compression,
     split_for_size,
     write_placeholder,
     write_segment,
@@ -205,7 +206,7 @@ def plan_partition(
         now_ms=now_ms,
         delete_retention_ms=int(configs["delete.retention.ms"]),
         segment_bytes=int(configs["segment.bytes"]),
-        compression=parquet_compression(str(configs["compression.type"])),
+        compression=rewrite_compression(str(configs["compression.type"])),
         write=not dry_run,
     )
     return PartitionPlan(task, plan, cleaned)
@@ -220,6 +221,9 @@ def compact_task(task: CompactionTask) -> TaskOutput:
         return TaskOutput(task.partition, missing=missing)
     try:
         records = read_files(table, list(task.files))
+        if task.write:
+            sources = [table.full_path(f.path) for f in task.files]
+            task = replace(task, compression=resolve_compression(task.compression, sources))
     except FileNotFoundError as exc:  # removed (and vacuumed) since planning: the plan is stale
         return TaskOutput(task.partition, missing=str(exc))
     except (OSError, pa.ArrowInvalid) as exc:

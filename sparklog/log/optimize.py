@@ -50,7 +50,7 @@ from deltalake.exceptions import DeltaError
 from sparklog.errors import StorageError
 from sparklog.log.plans import SegmentLike, optimize_plan
 from sparklog.log.reader import read_files
-from sparklog.log.segment import SegmentFile, discard_segments, write_placeholder, write_segment
+from sparklog.log.segment import SegmentFile, discard_segments, resolve_compression, write_placeholder, write_segment
 from sparklog.log.table import CommitConflict, TopicTable, rewrite_app_id, start_app_id
 from sparklog.retries import MAINTENANCE_PLAN
 
@@ -115,7 +115,8 @@ def optimize_topic(
     """Merge the small files of ``partitions`` (one Delta commit per partition).
 
     ``segment_bytes`` is the topic's target file size; ``compression`` the Parquet codec of
-    the new files. ``progress`` is called with each partition's result as it completes.
+    the new files (:data:`~sparklog.log.segment.KEEP_CODEC`: the codec of the files merged).
+    ``progress`` is called with each partition's result as it completes.
     Unless ``dry_run`` or ``checkpoint=False``, a log checkpoint follows
     (:func:`checkpoint_log`). Raises :class:`StorageError` when a partition keeps
     conflicting with concurrent maintenance for :data:`~sparklog.retries.MAINTENANCE_PLAN` re-plans.
@@ -174,8 +175,10 @@ class _Replan(Exception):
 
 def _merge(table: TopicTable, partition: int, group: Sequence[SegmentLike], compression: str) -> SegmentFile:
     """One new segment holding every record of ``group`` with its own offset, in order."""
+    ordered = sorted(group, key=lambda e: e.base_offset)
     try:
-        records = read_files(table, sorted(group, key=lambda e: e.base_offset))
+        records = read_files(table, ordered)
+        compression = resolve_compression(compression, [table.full_path(e.path) for e in ordered])
     except (OSError, pa.ArrowInvalid) as exc:
         live = {f.path for f in table.files(table.snapshot(), {partition})}
         if any(entry.path not in live for entry in group):

@@ -41,6 +41,7 @@ from sparklog.log.segment import (
     SEQUENCE_KEY,
     SegmentFile,
     discard_segments,
+    file_compression,
     fsync_path,
     place_copy,
     write_placeholder,
@@ -142,14 +143,16 @@ def _prefix(table: TopicTable, entry: FileEntry, offset: int) -> SegmentFile:
     """``entry``'s records below ``offset``, as a new file spanning ``[base, offset)``."""
     records = read_files(table, [entry])
     kept = records.filter(pc.less(records.column("offset"), offset))
+    codec = file_compression(table.full_path(entry.path))  # a replica keeps the leader's codec
     if kept.num_rows == 0:
         stamps = [t for t in (entry.min_timestamp_us, entry.max_timestamp_us) if t is not None]
-        return write_placeholder(table.root, entry.partition, entry.base_offset, offset - 1, stamps, "snappy")
+        return write_placeholder(table.root, entry.partition, entry.base_offset, offset - 1, stamps, codec)
     segment = write_segment(
         table.root,
         entry.partition,
         entry.base_offset,
         kept.drop_columns(["offset"]),
+        codec,
         offsets=kept.column("offset").combine_chunks(),
     )
     return replace(segment, base_offset=entry.base_offset, last_offset=offset - 1)
@@ -279,15 +282,17 @@ def _copy_file(
         return segment, producer
     records = read_files(leader, [entry])
     tail = records.filter(pc.greater_equal(records.column("offset"), have))
+    codec = file_compression(source)  # a slice keeps the leader file's codec, as a whole copy does
     if tail.num_rows == 0:
         stamps = [t for t in (entry.min_timestamp_us, entry.max_timestamp_us) if t is not None]
-        segment = write_placeholder(follower.root, entry.partition, have, entry.last_offset, stamps, "snappy")
+        segment = write_placeholder(follower.root, entry.partition, have, entry.last_offset, stamps, codec)
     else:
         segment = write_segment(
             follower.root,
             entry.partition,
             have,
             tail.drop_columns(["offset"]),
+            codec,
             fsync=fsync,
             offsets=tail.column("offset").combine_chunks(),
         )

@@ -24,17 +24,22 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sparklog import clock
-from sparklog.errors import PolicyError
+from sparklog.errors import ConfigError, PolicyError
 from sparklog.model.schema import FILE_SCHEMA
 
 __all__ = [
+    "KEEP_CODEC",
     "PRODUCER_KEY",
     "SEQUENCE_KEY",
     "SegmentFile",
     "discard_segments",
+    "file_compression",
     "fsync_path",
     "parquet_compression",
     "place_copy",
+    "resolve_compression",
+    "rewrite_compression",
+    "shift_segment",
     "split_for_size",
     "write_placeholder",
     "write_segment",
@@ -48,16 +53,57 @@ PRODUCER_KEY = "sparklog.producer"
 SEQUENCE_KEY = "sparklog.sequence"
 # a hard link is impossible here (another filesystem, not supported, too many links): copy
 _LINK_REFUSED = frozenset({errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
-_COMPRESSION = {"producer": "snappy", "uncompressed": "none", "none": "none"}
+# compression.type (the topic's, or the producer's) -> pyarrow's Parquet codec
+_PARQUET_CODECS = {
+    "uncompressed": "none",
+    "none": "none",
+    "gzip": "gzip",
+    "snappy": "snappy",
+    "lz4": "lz4",
+    "zstd": "zstd",
+}
+# A rewrite of a compression.type=producer topic keeps the codec of the files it rewrites.
+KEEP_CODEC = "producer"
 
 
 def parquet_compression(topic_codec: str, producer_codec: str = "none") -> str:
-    """Parquet codec for a topic's ``compression.type`` (``producer`` defers to the producer)."""
+    """Parquet codec of newly produced records, chosen as Kafka chooses a batch's: the topic's
+    ``compression.type``, or for ``producer`` the producer's (``none`` by default: uncompressed)."""
     codec = producer_codec if topic_codec == "producer" else topic_codec
-    if codec in ("none", "uncompressed"):
-        # Random payloads don't shrink; snappy costs little and helps keys/headers.
-        return "snappy"
-    return _COMPRESSION.get(codec, codec)
+    parquet = _PARQUET_CODECS.get(codec)
+    if parquet is None:
+        raise ConfigError(
+            f"Invalid compression.type {codec!r}: a topic allows uncompressed, gzip, snappy, lz4, zstd or producer; "
+            "a producer none, gzip, snappy, lz4 or zstd"
+        )
+    return parquet
+
+
+def rewrite_compression(topic_codec: str) -> str:
+    """Codec of the files maintenance rewrites (optimize, compaction): the topic's, or
+    :data:`KEEP_CODEC` for ``producer`` (Kafka's cleaner keeps the producer's codec too),
+    which :func:`resolve_compression` turns into the rewritten files' own codec."""
+    return KEEP_CODEC if topic_codec == "producer" else parquet_compression(topic_codec)
+
+
+def file_compression(path: str) -> str:
+    """The codec a Parquet file's data was written with, as ``pq.write_table`` names it."""
+    metadata = pq.ParquetFile(path).metadata
+    if metadata.num_row_groups == 0 or metadata.num_columns == 0:
+        return "none"
+    codec = str(metadata.row_group(0).column(0).compression).lower()
+    return {"uncompressed": "none", "lz4_raw": "lz4"}.get(codec, codec)
+
+
+def resolve_compression(compression: str, sources: Sequence[str]) -> str:
+    """``compression``, unless it is :data:`KEEP_CODEC`: then the codec of the first of the
+    rewritten files (full paths, in offset order) that holds records."""
+    if compression != KEEP_CODEC:
+        return compression
+    for path in sources:
+        if pq.ParquetFile(path).metadata.num_rows > 0:
+            return file_compression(path)
+    return file_compression(sources[0]) if sources else "none"
 
 
 @dataclass(frozen=True)
@@ -249,6 +295,20 @@ def write_placeholder(
         modification_time_ms=clock.now_ms(),
         record_count=0,
     )
+
+
+def shift_segment(table_root: str, segment: SegmentFile, shift: int) -> SegmentFile:
+    """An uncommitted ``segment`` with every offset moved by ``shift``: rewritten under a new
+    name with the same codec, the old file deleted. The commit of a Spark produce moves the
+    files of tasks that wrote at provisional offsets into task order with it."""
+    full = os.path.join(table_root, segment.path)
+    data = pq.read_table(full, schema=FILE_SCHEMA)
+    offsets = pc.add(data.column("offset"), pa.scalar(shift, pa.int64())).combine_chunks()
+    moved = write_segment(
+        table_root, segment.partition, 0, data.drop_columns(["offset"]), file_compression(full), offsets=offsets
+    )
+    os.remove(full)
+    return moved
 
 
 def discard_segments(table_root: str, segments: list[SegmentFile]) -> None:

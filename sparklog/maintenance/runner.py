@@ -27,7 +27,7 @@ from sparklog import clock
 from sparklog.log.compaction import CompactionResult, TaskRunner, compact_partitions, run_in_process
 from sparklog.log.optimize import LogCheckpoint, OptimizeResult, checkpoint_log, optimize_topic
 from sparklog.log.retention import RetentionResult, apply_delete_policy
-from sparklog.log.segment import parquet_compression
+from sparklog.log.segment import rewrite_compression
 from sparklog.log.vacuum import VacuumResult, vacuum_topic
 from sparklog.model.topic import is_internal
 from sparklog.server.replica_manager import ReplicaManager
@@ -197,7 +197,7 @@ def _optimize_topic(
             partitions,
             int(configs["segment.bytes"]),
             dry_run=dry_run,
-            compression=parquet_compression(str(configs["compression.type"])),
+            compression=rewrite_compression(str(configs["compression.type"])),
             checkpoint=False,
             progress=report,
         )

@@ -30,15 +30,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from sparklog import clock
 from sparklog.errors import FencedError, LeaseTimeoutError, TopicNotFoundError, ZooKeeperUnavailableError
 from sparklog.metadata import zkdata
 from sparklog.metadata.session import ZkSession, zk_errors
-from sparklog.metadata.zkdata import WriterLeaseRecord, decode_json, encode
+from sparklog.metadata.zkdata import WriterLeaseRecord, encode
 
-__all__ = ["LeaseGrant", "WriterLease", "reserve_offsets"]
+__all__ = ["LeaseGrant", "WriterLease"]
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,8 @@ class WriterLease:
     def release(self, drop_reservations: bool = False) -> None:
         """Mark the lease released if still ours (a lost lease needs no release).
 
-        ``drop_reservations`` also removes the Spark tasks' offset reservations.
+        ``drop_reservations`` also removes what the owner's Spark tasks recorded under the
+        lease (:mod:`sparklog.metadata.task_order`).
         """
         grant = self.grant
         if grant is None:
@@ -211,8 +212,8 @@ class WriterLease:
     def _drop_reservations(self) -> None:
         try:
             self.zk.client.delete(f"{self.path}/{self.owner}", recursive=True)
-        except NoNodeError:
-            pass
+        except (NoNodeError, NotEmptyError):
+            pass  # a straggling task attempt added a node meanwhile: left for the owner's next release
 
     def _require_grant(self) -> LeaseGrant:
         if self.grant is None:
@@ -226,55 +227,3 @@ class WriterLease:
             f"Write lease of partition {self.topic}-{self.partition} lost by {self.owner} (epoch {epoch}); "
             f"now held by {holder}. This writer is fenced."
         )
-
-
-def reserve_offsets(zk: ZkSession, grant: LeaseGrant, key: str, count: int, lease_ms: int = 0) -> int:
-    """Reserve ``count`` offsets from the lease's counter for ``key`` (e.g. a Spark task).
-
-    The advance of the counter and the record of the reservation happen in one multi-op,
-    and a second call with the same ``key`` returns the same base (a retried Spark task
-    rewrites the same offsets instead of opening a gap). Each reservation also renews the
-    lease for ``lease_ms``: a job whose tasks keep finishing keeps its lease.
-    """
-    path = zkdata.writer_path(grant.topic, grant.partition)
-    child = f"{path}/{grant.owner}/{key}"
-    client = zk.client
-    with zk_errors(f"reserving offsets of {grant.topic}-{grant.partition}"):
-        try:
-            client.create(f"{path}/{grant.owner}")  # not ensure_path: never re-create a deleted topic's znodes
-        except NodeExistsError:
-            pass
-        except NoNodeError:
-            raise FencedError(
-                f"Write lease of partition {grant.topic}-{grant.partition} is gone (was the topic deleted?); "
-                "the job is fenced"
-            ) from None
-        while True:
-            try:
-                data, _ = client.get(child)
-                existing = decode_json(data, child)
-                if int(existing["count"]) != count:
-                    raise FencedError(
-                        f"Spark task {key} of {grant.owner} re-ran with {count} records for partition "
-                        f"{grant.topic}-{grant.partition} but its first attempt had {existing['count']}: "
-                        "the input is not deterministic; cache or checkpoint the DataFrame before writing"
-                    )
-                return int(existing["base"])
-            except NoNodeError:
-                pass
-            data, stat = client.get(path)
-            record = WriterLeaseRecord.decode(data, path)
-            if record.owner != grant.owner or record.epoch != grant.epoch or record.released:
-                raise FencedError(
-                    f"Write lease of partition {grant.topic}-{grant.partition} was lost by {grant.owner} "
-                    f"(epoch {grant.epoch}); now {record.owner} (epoch {record.epoch}). The job is fenced."
-                )
-            base = record.next_offset
-            expires = max(record.expires_ms, clock.now_ms() + lease_ms)
-            updated = WriterLeaseRecord(record.owner, record.epoch, expires, False, base + count)
-            txn = client.transaction()
-            txn.set_data(path, encode(updated), version=stat.version)
-            txn.create(child, encode({"base": base, "count": count}))
-            results = txn.commit()
-            if not any(isinstance(r, Exception) for r in results):
-                return base

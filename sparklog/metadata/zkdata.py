@@ -186,8 +186,9 @@ class WriterLeaseRecord:
     """``.../partitions/<p>/writer``: who may write the partition, until when, under which epoch.
 
     ``epoch`` only grows. ``released`` means the holder finished cleanly (no commit of its
-    can still be in flight), so the next holder needs no epoch marker. ``next_offset`` is
-    the reservation counter Spark tasks advance by compare-and-swap (-1 when unused).
+    can still be in flight), so the next holder needs no epoch marker. ``next_offset`` was
+    the offset counter of Spark tasks before they took their offsets in task order
+    (:mod:`sparklog.metadata.task_order`); kept in the encoding, -1.
     """
 
     owner: str

@@ -14,7 +14,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparklog.spark.options import connect_replicas, session_options
+from sparklog.spark.options import cluster_config_from_options, connect_replicas, session_options
+from sparklog.spark.save_mode import install as _install_save_mode
 from sparklog.spark.session import get_or_create_session
 
 if TYPE_CHECKING:
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
 
     from sparklog.spark.exactly_once import ConsumeIntoResult
     from sparklog.spark.group_batch import GroupBatch
+
+# `df.write.format("sparklog").save()` with no mode appends, as Kafka's sink does.
+_install_save_mode()
 
 __all__ = [
     "ConsumeIntoResult",
@@ -60,7 +64,9 @@ def produce(df: DataFrame, topic: str, **options: Any) -> ProduceResult:
     df.write.format("sparklog").options(**opts).option("topic", topic).option(JOB_ID_OPTION, job_id).mode(
         "append"
     ).save()
-    with connect_replicas(opts) as replicas:
+    # Only the cluster settings among the options say where the cluster is (the rest, e.g.
+    # kafka.compression.type, were for the job).
+    with connect_replicas(cluster_config_from_options(opts).to_options()) as replicas:
         # The commits ran in a Spark worker, one per leader table; their commitInfo records
         # the job's ranges. Every replica table is looked at: leadership may have moved since.
         tables = [table for table, _partitions in replicas.replica_tables(topic)]

@@ -113,7 +113,7 @@ class SparklogStreamWriter(DataSourceStreamArrowWriter):
         return dict(self.__dict__)
 
     # -- tasks ---------------------------------------------------------------------------
-    def write(self, iterator: Iterator[object]) -> StreamSegmentsWritten:  # type: ignore[override]
+    def write(self, iterator: Iterator[object]) -> StreamSegmentsWritten:
         if self.plan is None:
             raise StorageError(
                 f"Streaming write to topic {self.topic}: the task got a writer without a produce plan "

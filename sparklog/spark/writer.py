@@ -7,20 +7,23 @@ PySpark runs each in a separate Python worker, none of them the user's process:
 * :func:`plan_produce` (planning, driver side): takes the write lease of *every* partition
   of the topic (input arrives arbitrarily partitioned), records each partition's leader
   table and leader epoch, commits epoch markers (on the leader table) where it took over a
-  stale lease, and seeds each lease's offset counter with the partition's log end there.
-  The resulting :class:`ProducePlan` is pickled into every task;
+  stale lease, and notes each partition's log end there. The resulting
+  :class:`ProducePlan` is pickled into every task;
 * :func:`write_task_segments` (each task, on executors): normalises its rows, groups them
-  by partition, reserves an offset range per (task, partition) by compare-and-set on the
-  lease counter (a retried task gets the same range back), writes sized segments under the
-  partition's leader table;
-* :func:`commit_produce` (driver side): per leader table, checks the segments tile the
-  reserved ranges with no gap and commits them in ONE Delta commit fenced by the lease and
-  leader epochs (plus any app transactions, e.g. a streaming query's batch id, which go into
-  EVERY leader table's commit), then releases the leases;
+  by partition, takes its place after the lower tasks' records
+  (:class:`~sparklog.metadata.task_order.TaskOrder`: a retried task gets the same place
+  back), writes sized segments under the partition's leader table;
+* :func:`commit_produce` (driver side): puts every task's segments in task order (moving
+  the files of tasks that could only guess their place), and per leader table checks they
+  tile each partition from its log end with no gap and commits them in ONE Delta commit
+  fenced by the lease and leader epochs (plus any app transactions, e.g. a streaming
+  query's batch id, which go into EVERY leader table's commit), then releases the leases;
 * :func:`abort_produce`: deletes the written segments no commit made live, releases the leases.
 
-Invariants: the offsets of one produce are contiguous per partition; each leader table's
-part becomes visible in one Delta commit, or not at all. A topic whose partitions all have
+Invariants: the offsets of one produce are contiguous per partition and follow the
+DataFrame's order (task index, then row order: the same input gets the same offsets, a
+time-ordered DataFrame gives time-ordered partitions); each leader table's part becomes
+visible in one Delta commit, or not at all. A topic whose partitions all have
 one leader (every one-broker cluster) therefore gets whole-job atomicity; with several
 leader brokers a job makes one commit per leader table (Delta has no transaction across
 tables), and a failure between two of them leaves the earlier ones committed. Producers
@@ -34,7 +37,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -68,6 +71,9 @@ __all__ = [
 ]
 
 JOB_ID_OPTION = "sparklog.job.id"
+# How long a task that knows its counts waits for a lower task that is not running (not yet
+# scheduled, or being retried) before it writes at guessed offsets the commit then moves.
+UNSTARTED_TASK_WAIT_S = 30.0
 _ALLOWED_TYPES = {
     "value": ("binary", "string"),
     "key": ("binary", "string", "void"),
@@ -161,8 +167,8 @@ def check_target(options: Mapping[str, str], schema: StructType, overwrite: bool
 def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool = False) -> ProducePlan:
     """Take the write lease of *every* partition of ``topic`` for ``owner`` (input arrives
     arbitrarily partitioned), note each partition's leader table and leader epoch, commit
-    epoch markers where a stale lease was taken over, and seed each lease's offset counter
-    with the partition's log end. ``adopt``: ``owner`` is a stable id, and leases a crashed
+    epoch markers where a stale lease was taken over, and note each partition's log end
+    there. ``adopt``: ``owner`` is a stable id, and leases a crashed
     earlier run of it left behind are taken over at once."""
     from sparklog.log.segment import parquet_compression
     from sparklog.metadata.lease import WriterLease
@@ -190,9 +196,7 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
                 if grant.takeover:
                     table.commit_epoch_marker(partition, grant.epoch)
                 # Only now, under the lease (and after any marker), is the log end stable.
-                start = table.log_end(table.snapshot(), partition)
-                lease.acquire(config.spark_writer_lease_ms, grant.epoch, next_offset=start)
-                start_offsets[partition] = start
+                start_offsets[partition] = table.log_end(table.snapshot(), partition)
                 leaders[partition] = (os.path.dirname(os.path.dirname(table.root)), state.leader_epoch)
         except BaseException:
             _release(replicas.zk, topic, owner, grants)
@@ -206,7 +210,7 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
             num_partitions=len(start_offsets),
             max_message_bytes=int(configs["max.message.bytes"]),
             log_append_time=configs["message.timestamp.type"] == "LogAppendTime",
-            compression=parquet_compression(str(configs["compression.type"])),
+            compression=parquet_compression(str(configs["compression.type"]), _producer_codec(options)),
             segment_bytes=int(configs["segment.bytes"]),
             grants=tuple(grants),
             start_offsets=start_offsets,
@@ -215,58 +219,69 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
         replicas.close()
 
 
-def write_task_segments(plan: ProducePlan, iterator: Iterator[object], task: int) -> list[dict[str, int | str]]:
-    """A task's part of a produce: normalise its rows, group them by partition, reserve an
-    offset range per (task, partition) on the lease counter (a retried task gets the same
-    range back), write sized segments; returns them (``SegmentFile.to_dict``)."""
+def _producer_codec(options: Mapping[str, str]) -> str:
+    """The job's own ``compression.type``, which a topic with ``compression.type=producer``
+    keeps: ``kafka.compression.type`` as Spark's Kafka sink takes it, or ``compression.type``;
+    ``none`` (uncompressed) by default, as Kafka's producer."""
+    from sparklog.config import PRODUCER_CONFIGS
+
+    raw = options.get("kafka.compression.type", options.get("compression.type"))
+    return "none" if raw is None else str(PRODUCER_CONFIGS["compression.type"].coerce(str(raw).strip().lower()))
+
+
+def write_task_segments(
+    plan: ProducePlan, iterator: Iterator[object], task: int, unstarted_wait_s: float = UNSTARTED_TASK_WAIT_S
+) -> list[dict[str, int | str]]:
+    """A task's part of a produce: normalise its rows, group them by partition, take its
+    place after the records of every lower task (a retried task gets the same place back;
+    ``unstarted_wait_s``: how long a lower task that is not running is waited for, see
+    :mod:`sparklog.metadata.task_order`), write sized segments; returns them
+    (``SegmentFile.to_dict``)."""
     import pyarrow as pa
 
     from sparklog.log.append import with_append_time
     from sparklog.log.segment import split_for_size, write_segment
-    from sparklog.metadata.lease import reserve_offsets
     from sparklog.metadata.session import ZkSession
+    from sparklog.metadata.task_order import TaskOrder
     from sparklog.model.batches import normalise_input
 
     per_partition: dict[int, list[pa.Table]] = {}
     cursor = task  # where this task's keyless rows start, so tasks don't all favour partition 0
-    for batch in iterator:
-        table, partitions = normalise_input(batch, plan.num_partitions, plan.topic, plan.max_message_bytes)  # type: ignore[arg-type]
-        if partitions is None:
-            cursor = _spread_slices(table, plan.num_partitions, cursor, per_partition)
-            continue
-        for p in set(partitions.tolist()):
-            per_partition.setdefault(int(p), []).append(table.filter(pa.array(partitions == p)))
+    # Running before reading the input: a higher task that is done first waits for this one.
+    with ZkSession(plan.zk_connect) as zk, TaskOrder(zk, plan.grants, task, plan.lease_ms) as order:
+        for batch in iterator:
+            table, partitions = normalise_input(batch, plan.num_partitions, plan.topic, plan.max_message_bytes)
+            if partitions is None:
+                cursor = _spread_slices(table, plan.num_partitions, cursor, per_partition)
+                continue
+            for p in set(partitions.tolist()):
+                per_partition.setdefault(int(p), []).append(table.filter(pa.array(partitions == p)))
+        records = {p: pa.concat_tables(pieces) for p, pieces in per_partition.items()}
+        placement = order.place({p: t.num_rows for p, t in records.items()}, plan.start_offsets, unstarted_wait_s)
     segments: list[dict[str, int | str]] = []
-    if not per_partition:
-        return segments
-    grants = {g.partition: g for g in plan.grants}
-    with ZkSession(plan.zk_connect) as zk:
-        for partition, pieces in sorted(per_partition.items()):
-            records = pa.concat_tables(pieces)
-            if plan.log_append_time:
-                records = with_append_time(records, clock.now_ms())
-            grant = grants[partition]
-            # Keyed by the lease epoch too: a run with a stable owner (consume_into) adopting
-            # the leases of a killed run must not get that run's reservations back (its
-            # commit may have landed before the kill); a retried task of this plan still does.
-            base = reserve_offsets(zk, grant, f"{task}.{grant.epoch}", records.num_rows, plan.lease_ms)
-            for piece in split_for_size(records, plan.segment_bytes):
-                segments.append(
-                    write_segment(plan.table_root(partition), partition, base, piece, plan.compression).to_dict()
-                )
-                base += piece.num_rows
+    for partition, part in sorted(records.items()):
+        if plan.log_append_time:
+            part = with_append_time(part, clock.now_ms())
+        base = placement.bases[partition]
+        for piece in split_for_size(part, plan.segment_bytes):
+            segments.append(
+                write_segment(plan.table_root(partition), partition, base, piece, plan.compression).to_dict()
+            )
+            base += piece.num_rows
     return segments
 
 
 def commit_produce(
     plan: ProducePlan,
-    messages: list[SegmentsWritten | None],
+    messages: Sequence[SegmentsWritten | None],
     metadata: dict[str, str],
     app_transactions: Mapping[str, int] | None = None,
 ) -> dict[int, tuple[int, int]] | None:
     """Commit every task's segments, ONE Delta commit per leader table fenced by the lease
     and leader epochs, then release the leases; returns the ranges committed by this call.
 
+    Every partition's records go in task order from the log end at planning: the files of
+    a task whose place differs (it went ahead at guessed offsets) are rewritten first.
     Without ``app_transactions`` only tables with segments are committed to. With them,
     every leader table of the plan gets a commit carrying them (empty where no row went):
     the table then remembers the produce, so any replay (even one whose rows land in other
@@ -277,10 +292,10 @@ def commit_produce(
     re-raised with those tables named; ``abort_produce`` keeps their files.
     """
     from sparklog.log.append import commit_reserved
-    from sparklog.log.segment import discard_segments
+    from sparklog.log.segment import discard_segments, shift_segment
     from sparklog.log.table import TopicTable
 
-    by_dir = _segments_by_table(plan, messages)
+    by_dir = _in_task_order(plan, messages)
     epochs, leader_epochs = plan.epochs, plan.leader_epochs
     targets = plan.log_dirs if app_transactions else [d for d in plan.log_dirs if d in by_dir]
     committed: dict[int, tuple[int, int]] = {}
@@ -288,20 +303,28 @@ def commit_produce(
     skipped = 0  # tables that held the app transactions already
     for log_dir in targets:
         table = TopicTable(log_dir, plan.topic)
-        segments = by_dir.get(log_dir, [])
         partitions = plan.partitions_led_from(log_dir)
+        segments: list[SegmentFile] = []
+        moved: list[SegmentFile] = []
         try:
+            for segment, shift in by_dir.get(log_dir, []):
+                if shift:
+                    segment = shift_segment(table.root, segment, shift)
+                    moved.append(segment)
+                segments.append(segment)
             ranges = commit_reserved(
                 table,
                 {p: epochs[p] for p in partitions},
                 {p: plan.start_offsets[p] for p in partitions},
                 segments,
-                custom_metadata=metadata,
+                # How many files the commit had to move: tasks that went ahead of a lower one.
+                custom_metadata={**metadata, "sparklog.moved": str(len(moved))} if moved else metadata,
                 app_transactions=app_transactions,
                 leader_epochs={p: leader_epochs[p] for p in partitions},
             )
-        except SparklogError as exc:
-            if not done:
+        except BaseException as exc:
+            _discard_unless_live(table, moved)
+            if not done or not isinstance(exc, SparklogError):
                 raise
             raise type(exc)(
                 f"{exc}. The produce is atomic per leader table: the part for partitions "
@@ -318,24 +341,52 @@ def commit_produce(
     return None if targets and skipped == len(targets) else committed
 
 
-def abort_produce(plan: ProducePlan, messages: list[SegmentsWritten | None]) -> None:
+def abort_produce(plan: ProducePlan, messages: Sequence[SegmentsWritten | None]) -> None:
     """Delete the segments tasks wrote, except those a commit made live (Spark aborts also
     after a commit that failed past its first leader table, or after the commit landed and
     a later step failed: committed files must stay), and release the leases."""
-    from sparklog.log.segment import discard_segments
     from sparklog.log.table import TopicTable
 
     for log_dir, segments in _segments_by_table(plan, messages).items():
-        table = TopicTable(log_dir, plan.topic)
-        try:
-            live = {f.path for f in table.files(table.snapshot(), {s.partition for s in segments})}
-        except StorageError:
-            continue  # cannot tell: keep them (an orphan file is harmless, a lost one is not)
-        discard_segments(table.root, [s for s in segments if s.path not in live])
+        _discard_unless_live(TopicTable(log_dir, plan.topic), segments)
     release_leases(plan)
 
 
-def _segments_by_table(plan: ProducePlan, messages: list[SegmentsWritten | None]) -> dict[str, list[SegmentFile]]:
+def _discard_unless_live(table: TopicTable, segments: list[SegmentFile]) -> None:
+    from sparklog.log.segment import discard_segments
+
+    if not segments:
+        return
+    try:
+        live = {f.path for f in table.files(table.snapshot(), {s.partition for s in segments})}
+    except StorageError:
+        return  # cannot tell: keep them (an orphan file is harmless, a lost one is not)
+    discard_segments(table.root, [s for s in segments if s.path not in live])
+
+
+def _in_task_order(
+    plan: ProducePlan, messages: Sequence[SegmentsWritten | None]
+) -> dict[str, list[tuple[SegmentFile, int]]]:
+    """Per leader table's log dir, every segment with the offset shift that puts it in task
+    order: each partition's records by task index, then row order, from its log end at
+    planning. The shift is 0 for every task that found its place while running."""
+    from sparklog.log.segment import SegmentFile
+
+    next_base = dict(plan.start_offsets)
+    placed: dict[str, list[tuple[SegmentFile, int]]] = {}
+    for message in sorted((m for m in messages if m is not None), key=lambda m: m.task):
+        per_partition: dict[int, list[SegmentFile]] = {}
+        for segment in (SegmentFile.from_dict(s) for s in message.segments):
+            per_partition.setdefault(segment.partition, []).append(segment)
+        for partition, segments in sorted(per_partition.items()):
+            segments.sort(key=lambda s: s.base_offset)
+            shift = next_base[partition] - segments[0].base_offset
+            placed.setdefault(plan.leaders[partition][0], []).extend((s, shift) for s in segments)
+            next_base[partition] += sum(s.num_records for s in segments)
+    return placed
+
+
+def _segments_by_table(plan: ProducePlan, messages: Sequence[SegmentsWritten | None]) -> dict[str, list[SegmentFile]]:
     from sparklog.log.segment import SegmentFile
 
     grouped: dict[str, list[SegmentFile]] = {}
@@ -369,15 +420,27 @@ class SparklogBatchWriter(DataSourceArrowWriter):
         topic = check_target(options, schema, overwrite, "mode('append') (or the default)")
         self.plan = plan_produce(options, topic, f"spark-{options.get(JOB_ID_OPTION) or uuid.uuid4().hex}")
 
-    def write(self, iterator: Iterator[object]) -> SegmentsWritten:  # type: ignore[override]
+    def write(self, iterator: Iterator[object]) -> SegmentsWritten:
         task = task_id()
         return SegmentsWritten(task=task, segments=write_task_segments(self.plan, iterator, task))
 
-    def commit(self, messages: list[SegmentsWritten | None]) -> None:  # type: ignore[override]
-        commit_produce(self.plan, messages, {"sparklog.job": self.plan.owner, "sparklog.operation": "SPARK PRODUCE"})
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_produce(
+            self.plan,
+            segments_written(messages),
+            {"sparklog.job": self.plan.owner, "sparklog.operation": "SPARK PRODUCE"},
+        )
 
-    def abort(self, messages: list[SegmentsWritten | None]) -> None:  # type: ignore[override]
-        abort_produce(self.plan, messages)
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        abort_produce(self.plan, segments_written(messages))
+
+
+def segments_written(messages: Sequence[WriterCommitMessage | None]) -> list[SegmentsWritten | None]:
+    """The tasks' reports, each a :class:`SegmentsWritten` (None for a task that failed)."""
+    for message in messages:
+        if message is not None and not isinstance(message, SegmentsWritten):
+            raise StorageError(f"A Spark task reported {type(message).__name__}, not what sparklog's tasks report")
+    return [m if isinstance(m, SegmentsWritten) else None for m in messages]
 
 
 def task_id() -> int:

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from pyspark.sql import functions as F
 
 import sparklog
-from sparklog.errors import SparklogError
+from sparklog.errors import FencedError, SparklogError
 from sparklog.model.records import partition_for_key
 from sparklog.spark import produce
+from sparklog.spark.writer import SegmentsWritten, commit_produce, plan_produce, write_task_segments
+from tests.integration.test_streaming import assert_leases_released
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 def assert_offsets_contiguous(table: pa.Table, expected_counts: dict[int, int]) -> None:
@@ -104,6 +111,137 @@ def test_dataframe_writer_api_and_mode_overwrite_rejected(spark, cluster, cluste
     with pytest.raises(Exception, match="append-only"):
         df.write.format("sparklog").options(**cluster_options).option("topic", "plain").mode("overwrite").save()
     assert sum(hw for _s, hw in cluster.partition_offsets("plain").values()) == 100
+
+
+def test_dataframe_writer_save_without_mode_appends_like_kafka(spark, cluster, cluster_options, tmp_path):
+    # The README's `df.write.format("sparklog").option("topic", t).save()`: no mode means
+    # ErrorIfExists, which Spark's Kafka sink treats as append.
+    cluster.create_topic("no-mode", partitions=2)
+    df = spark.range(50).select(F.col("id").cast("string").alias("value"))
+
+    def total() -> int:
+        return sum(hw for _s, hw in cluster.partition_offsets("no-mode").values())
+
+    df.write.format("sparklog").options(**cluster_options).option("topic", "no-mode").save()
+    assert total() == 50
+    df.write.format("sparklog").options(**cluster_options).option("topic", "no-mode").mode("error").save()
+    df.write.save(format="sparklog", topic="no-mode", **cluster_options)
+    assert total() == 150
+    with pytest.raises(Exception, match="Ignore"):
+        df.write.format("sparklog").options(**cluster_options).option("topic", "no-mode").mode("ignore").save()
+    assert total() == 150
+    # Other formats keep Spark's default: a second plain save to the same path still fails.
+    df.write.format("parquet").save(str(tmp_path / "plain"))
+    with pytest.raises(Exception, match="already exists"):
+        df.write.format("parquet").save(str(tmp_path / "plain"))
+
+
+def skewed_time_ordered(spark, rows_per_slice: int = 100_000) -> DataFrame:
+    """Four Spark partitions in event-time order whose first holds nearly all the rows, so its
+    task finishes last; keyed over the topic's partitions."""
+    ids = spark.range(0, 4 * rows_per_slice, numPartitions=4).where(
+        (F.col("id") < rows_per_slice) | (F.col("id") % 1000 == 0)
+    )
+    return ids.select(
+        F.concat(F.lit("k"), (F.col("id") % 7).cast("string")).alias("key"),
+        F.col("id").cast("string").alias("value"),
+        F.timestamp_seconds(F.lit(1_700_000_000) + F.col("id")).alias("timestamp"),
+    )
+
+
+def placements(cluster: sparklog.Cluster, topic: str) -> dict[bytes, tuple[int, int]]:
+    table = cluster.read(topic, include_headers=False)
+    return {
+        v: (p, o)
+        for v, p, o in zip(
+            table.column("value").to_pylist(),
+            table.column("partition").to_pylist(),
+            table.column("offset").to_pylist(),
+            strict=False,
+        )
+    }
+
+
+@pytest.mark.parametrize("api", ["produce", "format"])
+def test_offsets_follow_the_dataframe_order_not_task_completion(spark, cluster, cluster_options, api):
+    # Replaying from a timestamp must not start at records from later: a time-ordered
+    # DataFrame gives time-ordered partitions however long each task takes.
+    cluster.create_topic("timed", partitions=3)
+    df = skewed_time_ordered(spark)
+    if api == "produce":
+        produce(df, "timed", **cluster_options)
+    else:
+        df.write.format("sparklog").options(**cluster_options).option("topic", "timed").save()
+    table = cluster.read("timed", include_headers=False)
+    counts = {p: hw for p, (_s, hw) in cluster.partition_offsets("timed").items()}
+    assert sum(counts.values()) == 100_000 + 300 == table.num_rows
+    assert_offsets_contiguous(table, counts)
+    for partition in counts:
+        rows = table.filter(pc.equal(table.column("partition"), partition)).sort_by("offset")
+        ids = [int(v) for v in rows.column("value").to_pylist()]
+        inversion = next((i for i in range(1, len(ids)) if ids[i] < ids[i - 1]), None)
+        assert inversion is None, (
+            f"partition {partition}: offset {rows.column('offset')[inversion]} holds id {ids[inversion]}, "
+            f"written after id {ids[inversion - 1]}: offsets follow task completion, not the DataFrame"
+        )
+
+
+def test_same_input_gives_the_same_offsets(spark, cluster, cluster_options):
+    df = skewed_time_ordered(spark, rows_per_slice=50_000)
+    # The same rows in the same order, produced again, and once as a single Spark partition.
+    for topic, frame in (("again-1", df), ("again-2", df), ("again-3", df.coalesce(1))):
+        cluster.create_topic(topic, partitions=3)
+        produce(frame, topic, **cluster_options)
+    first, second, single = (placements(cluster, t) for t in ("again-1", "again-2", "again-3"))
+    assert len(first) == 50_000 + 150
+    moved = [v for v in first if first[v] != single[v]]
+    assert not moved, (
+        f"{len(moved)} records got other offsets than in one task, e.g. {moved[0]!r}: {first[moved[0]]} vs {single[moved[0]]}"
+    )
+    assert first == second
+
+
+def test_a_task_that_went_ahead_is_moved_into_task_order_by_the_commit(cluster, cluster_options):
+    # Task 1 is ready while task 0 is neither recorded nor running (not scheduled yet, or
+    # being retried): it must not wait for ever (it may hold the slot task 0 needs), so it
+    # writes at guessed offsets, and the commit moves its files into place.
+    cluster.create_topic("ahead", partitions=2)
+    with cluster.producer() as producer:
+        producer.send("ahead", "before", partition=1).result()
+    plan = plan_produce(cluster_options, "ahead", "spark-ahead")
+
+    def rows(task: int, n: int) -> pa.RecordBatch:
+        return pa.record_batch(
+            {"value": [f"t{task}-{i}" for i in range(n)], "partition": pa.array([i % 2 for i in range(n)], pa.int32())}
+        )
+
+    ahead = write_task_segments(plan, iter([rows(1, 5)]), 1, unstarted_wait_s=0.0)
+    assert {(s["partition"], s["base_offset"]) for s in ahead} == {(0, 0), (1, 1)}, "guessed: the log ends"
+    retried = write_task_segments(plan, iter([rows(1, 5)]), 1, unstarted_wait_s=0.0)
+    assert [(s["partition"], s["base_offset"]) for s in retried] == [(s["partition"], s["base_offset"]) for s in ahead]
+    with pytest.raises(FencedError, match="not deterministic"):
+        write_task_segments(plan, iter([rows(1, 4)]), 1, unstarted_wait_s=0.0)
+    first = write_task_segments(plan, iter([rows(0, 3)]), 0)
+    # Task 2 finds task 1's counts and task 0's place: it knows its own.
+    placed = write_task_segments(plan, iter([rows(2, 4)]), 2, unstarted_wait_s=0.0)
+    assert {(s["partition"], s["base_offset"]) for s in placed} == {(0, 2 + 3), (1, 1 + 1 + 2)}
+    messages = [SegmentsWritten(1, retried), SegmentsWritten(2, placed), SegmentsWritten(0, first)]
+    ranges = commit_produce(plan, messages, {"sparklog.job": plan.owner})
+    assert ranges == {0: (0, 7), 1: (1, 6)}
+    table = cluster.read("ahead", include_headers=False).sort_by([("partition", "ascending"), ("offset", "ascending")])
+    got = [
+        (p, o, v.decode())
+        for p, o, v in zip(*(table.column(c).to_pylist() for c in ("partition", "offset", "value")), strict=False)
+    ]
+    expected = [(0, o, v) for o, v in enumerate(["t0-0", "t0-2", "t1-0", "t1-2", "t1-4", "t2-0", "t2-2"])]
+    expected += [(1, 1 + o, v) for o, v in enumerate(["t0-1", "t1-1", "t1-3", "t2-1", "t2-3"])]
+    assert got[:7] == expected[:7] and got[8:] == expected[7:] and got[7][2] == "before"
+    live = {
+        f.path for f in cluster.replicas.leader_table("ahead").files(cluster.replicas.leader_table("ahead").snapshot())
+    }
+    assert {s["path"] for s in placed + first} <= live, "tasks that knew their place are committed as written"
+    assert not {s["path"] for s in retried} & live, "the guessed files were rewritten at their place"
+    assert_leases_released(cluster, "ahead")
 
 
 @pytest.mark.parametrize(
