@@ -2,17 +2,20 @@
 record timestamps) and a monotonic clock for timeouts and deadlines.
 
 Every time-dependent decision (lease expiry, retention, vacuum grace, static-member
-departures, ISR lag, record timestamps) reads time here. Components that decide by time take
-a :class:`Clock` (default :data:`SYSTEM_CLOCK`), so a test or a simulation can inject its own;
-the module-level functions read the system clock for code with nothing to decide.
+departures, ISR lag, record timestamps) reads time through this module, never through
+``time.time()`` (a layering test checks that). The clock is injectable: :func:`installed`
+puts another :class:`Clock` in place for the code running inside it (a test's fixed or
+stepping clock, a simulation), and :data:`SYSTEM_CLOCK` is the machine's.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "SystemClock", "monotonic_s", "now_ms", "now_us"]
+__all__ = ["SYSTEM_CLOCK", "Clock", "SystemClock", "current", "installed", "monotonic_s", "now_ms", "now_us"]
 
 
 class Clock(Protocol):
@@ -37,18 +40,35 @@ class SystemClock:
 
 
 SYSTEM_CLOCK: Clock = SystemClock()
+_current: Clock = SYSTEM_CLOCK
+
+
+def current() -> Clock:
+    """The clock in force."""
+    return _current
+
+
+@contextmanager
+def installed(clock: Clock) -> Iterator[Clock]:
+    """Put ``clock`` in force for this process until the block ends (tests, simulations)."""
+    global _current
+    previous, _current = _current, clock
+    try:
+        yield clock
+    finally:
+        _current = previous
 
 
 def now_ms() -> int:
-    """Milliseconds since the epoch, from the system clock."""
-    return SYSTEM_CLOCK.now_ms()
+    """Milliseconds since the epoch, from the clock in force."""
+    return _current.now_ms()
 
 
 def now_us() -> int:
-    """Microseconds since the epoch, from the system clock."""
-    return SYSTEM_CLOCK.now_us()
+    """Microseconds since the epoch, from the clock in force."""
+    return _current.now_us()
 
 
 def monotonic_s() -> float:
-    """Seconds on the monotonic clock (for deadlines; never goes back)."""
-    return SYSTEM_CLOCK.monotonic_s()
+    """Seconds on the monotonic clock of the clock in force (for deadlines; never goes back)."""
+    return _current.monotonic_s()
