@@ -61,7 +61,7 @@ _NO_JAVA = (
 # Log4j2 writes to stdout, which is already redirected to zookeeper.log: one writer per file.
 # ServerCnxn is muted because a readiness probe arriving before the database has loaded makes
 # it log a harmless NullPointerException stack trace. Shared with the test ensemble
-# (:mod:`sparklog.metadata.ensemble`).
+# (:mod:`sparklog.testing.zookeeper`).
 LOG4J2_PROPERTIES = """\
 status = error
 appender.out.type = Console

@@ -10,8 +10,8 @@ from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sparklog"
-PACKAGES = {"model", "log", "metadata", "server", "clients", "group", "admin", "maintenance", "spark", "cli"}
-ROOT_MODULES = {"__init__.py", "clock.py", "cluster.py", "config.py", "errors.py", "retries.py", "testing.py"}
+PACKAGES = {"model", "log", "metadata", "server", "clients", "group", "admin", "maintenance", "spark", "cli", "testing"}
+ROOT_MODULES = {"__init__.py", "clock.py", "cluster.py", "config.py", "errors.py", "retries.py"}
 ENGINES = {"pyspark", "kazoo", "deltalake"}
 PURE_POLICIES = [
     "sparklog.model.records",

@@ -1,7 +1,5 @@
-"""The test harness that ships with sparklog: real broker agents (``sparklog broker start``
-processes) against a test's or a benchmark's cluster, and a real ZooKeeper ensemble
-(:class:`~sparklog.metadata.ensemble.ZooKeeperEnsemble`, quorum peers that can be killed
-and restarted) for ZooKeeper failovers.
+"""Real broker agents (``sparklog broker start`` processes) against a test's or a benchmark's
+cluster.
 
 :class:`BrokerAgents` runs agents as child processes, each with its own log dir under a base
 dir, against a given ZooKeeper connect string (with the test's chroot) and ``sparklog.home``.
@@ -28,20 +26,16 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import IO
 
 import sparklog
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.controller_election import current_controller
-from sparklog.metadata.ensemble import ZooKeeperEnsemble
+from sparklog.testing.processes import ChildProcesses
 
-__all__ = ["BrokerAgents", "ZooKeeperEnsemble"]
+__all__ = ["BrokerAgents"]
 
 # Runs `sparklog` like the console script, with INFO logging on stderr so the agent's log
 # shows the controller's decisions (ISR changes, elections, reassignment steps).
@@ -54,7 +48,7 @@ runpy.run_module("sparklog.cli.main", run_name="__main__", alter_sys=True)
 _LOG_TAIL_LINES = 40
 
 
-class BrokerAgents:
+class BrokerAgents(ChildProcesses):
     """A set of broker agent processes for one test cluster; use as a context manager."""
 
     def __init__(
@@ -94,25 +88,15 @@ class BrokerAgents:
         self.properties_file = self.base_dir / "broker.properties"
         settings = {"zookeeper.session.timeout.ms": str(session_timeout_ms), **(properties or {})}
         self.properties_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()), encoding="utf-8")
-        self._processes: dict[int, subprocess.Popen[bytes]] = {}
-        self._log_files: dict[int, IO[bytes]] = {}
-        self._paused: set[int] = set()
+        super().__init__()
         self._cluster: sparklog.Cluster | None = None
 
-    # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> BrokerAgents:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
     def close(self) -> None:
         """Kill and reap every agent still running; close the observer's session."""
-        for broker_id in list(self._processes):
-            self._signal(broker_id, signal.SIGKILL)
-            self._reap(broker_id, 10)
+        super().close()
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
@@ -123,6 +107,9 @@ class BrokerAgents:
 
     def log_path(self, broker_id: int) -> Path:
         return self.base_dir / f"broker-{broker_id}.log"
+
+    def describe(self, broker_id: int) -> str:
+        return f"broker {broker_id}'s agent"
 
     @property
     def cluster(self) -> sparklog.Cluster:
@@ -149,7 +136,6 @@ class BrokerAgents:
             self.wait_live(broker_ids)
 
     def _launch(self, broker_id: int) -> None:
-        self._reap(broker_id, 0)  # an exited predecessor: forget it
         command = [
             sys.executable,
             "-c",
@@ -172,20 +158,8 @@ class BrokerAgents:
         if broker_id in self._racks:
             command += ["--rack", self._racks[broker_id]]
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKLOG_")}
-        log = open(self.log_path(broker_id), "ab")
-        log.write(f"===== {time.strftime('%H:%M:%S')} starting broker {broker_id}\n".encode())
-        log.flush()
-        self._log_files[broker_id] = log
         # cwd: no stray conf/sparklog.properties of the repository is picked up.
-        self._processes[broker_id] = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.base_dir, env=env
-        )
-
-    def kill(self, broker_id: int) -> None:
-        """SIGKILL the agent: its registration lasts until its ZooKeeper session times out."""
-        self._require_running(broker_id)
-        self._signal(broker_id, signal.SIGKILL)
-        self._reap(broker_id, 10)
+        self._spawn(broker_id, command, self.base_dir, env)
 
     def stop(self, broker_id: int, timeout_s: float = 30.0) -> None:
         """SIGTERM the agent and wait for its clean shutdown (exit code 0)."""
@@ -198,61 +172,6 @@ class BrokerAgents:
             )
         if code != 0:
             raise AssertionError(f"broker {broker_id}'s agent exited {code} after SIGTERM\n{self.logs([broker_id])}")
-
-    def pause(self, broker_id: int) -> None:
-        """SIGSTOP: the agent hangs (no heartbeats, no fetches, no controller ticks)."""
-        self._require_running(broker_id)
-        self._signal(broker_id, signal.SIGSTOP)
-        self._paused.add(broker_id)
-
-    def resume(self, broker_id: int) -> None:
-        self._require_running(broker_id)
-        self._signal(broker_id, signal.SIGCONT)
-        self._paused.discard(broker_id)
-
-    def running(self, broker_id: int) -> bool:
-        """Whether the agent's process exists (paused counts); not whether the cluster sees it."""
-        process = self._processes.get(broker_id)
-        return process is not None and process.poll() is None
-
-    def pid(self, broker_id: int) -> int:
-        self._require_running(broker_id)
-        return self._processes[broker_id].pid
-
-    def _require_running(self, broker_id: int) -> None:
-        if not self.running(broker_id):
-            raise AssertionError(f"broker {broker_id}'s agent is not running\n{self.logs([broker_id])}")
-
-    def _signal(self, broker_id: int, signum: int) -> None:
-        process = self._processes.get(broker_id)
-        if process is None or process.poll() is not None:
-            return
-        if signum in (signal.SIGTERM, signal.SIGINT) and broker_id in self._paused:
-            process.send_signal(signal.SIGCONT)  # a stopped process cannot handle SIGTERM
-            self._paused.discard(broker_id)
-        try:
-            process.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    def _reap(self, broker_id: int, timeout_s: float) -> int | None:
-        """Wait up to ``timeout_s`` for the process to exit; its exit code, or None if it runs on."""
-        process = self._processes.get(broker_id)
-        if process is None:
-            return None
-        try:
-            code = process.wait(timeout_s) if timeout_s > 0 else process.poll()
-        except subprocess.TimeoutExpired:
-            return None
-        if code is None:
-            return None
-        del self._processes[broker_id]
-        self._paused.discard(broker_id)
-        log = self._log_files.pop(broker_id, None)
-        if log is not None:
-            log.write(f"===== {time.strftime('%H:%M:%S')} broker {broker_id} exited {code}\n".encode())
-            log.close()
-        return code
 
     # -- what the cluster sees ---------------------------------------------------------------
     def live(self) -> list[int]:
@@ -286,21 +205,6 @@ class BrokerAgents:
         controller = self.controller()
         assert controller is not None
         return controller
-
-    def wait_for(
-        self, condition: Callable[[], bool], timeout_s: float, what: str, *, exited_is_failure: Iterable[int] = ()
-    ) -> None:
-        """Poll ``condition``; on timeout (or when an agent in ``exited_is_failure`` exits)
-        fail with the agents' log tails."""
-        watched = list(exited_is_failure)
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            dead = [b for b in watched if b in self._processes and self._processes[b].poll() is not None]
-            if dead:
-                raise AssertionError(f"waiting for {what}: the agent of broker(s) {dead} exited\n{self.logs(dead)}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{self.logs()}")
-            time.sleep(0.05)
 
     # -- diagnostics -----------------------------------------------------------------------
     def logs(self, broker_ids: Iterable[int] | None = None, lines: int = _LOG_TAIL_LINES) -> str:

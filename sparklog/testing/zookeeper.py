@@ -20,21 +20,15 @@ middle of an election answers that it is not serving. ``cons`` tells which serve
 session is connected to (:meth:`~ZooKeeperEnsemble.server_of_session`), so a test can hang
 exactly the server a request is in flight at. :meth:`~ZooKeeperEnsemble.wait_leader`
 and :meth:`~ZooKeeperEnsemble.wait_serving` poll them. On exit (also when a test fails) every
-server still running is killed and reaped. Callers: fault tests (through
-:mod:`sparklog.testing`) and users testing their jobs against ZooKeeper failovers.
+server still running is killed and reaped.
 """
 
 from __future__ import annotations
 
 import re
-import signal
 import socket
-import subprocess
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
-from typing import IO
 
 from sparklog.errors import ZooKeeperUnavailableError
 from sparklog.metadata.embedded import (
@@ -44,6 +38,7 @@ from sparklog.metadata.embedded import (
     four_letter_word,
     server_command,
 )
+from sparklog.testing.processes import ChildProcesses
 
 __all__ = ["ZooKeeperEnsemble"]
 
@@ -78,7 +73,7 @@ def _all_stopped(tasks: Path) -> bool:
     return all(state in ("T", "t") for state in states)
 
 
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(ChildProcesses):
     """``servers`` quorum peers (ids 1..servers) on loopback; use as a context manager."""
 
     def __init__(
@@ -102,24 +97,10 @@ class ZooKeeperEnsemble:
         self._log4j = self.base_dir / "log4j2.properties"
         self._log4j.write_text(LOG4J2_PROPERTIES)
         self._ports: dict[int, tuple[int, int, int]] = {}  # id -> (client, quorum, election)
-        self._processes: dict[int, subprocess.Popen[bytes]] = {}
-        self._log_files: dict[int, IO[bytes]] = {}
-        self._paused: set[int] = set()
+        super().__init__()
 
-    # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> ZooKeeperEnsemble:
         return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Kill and reap every server still running."""
-        for server_id in list(self._processes):
-            self._signal(server_id, signal.SIGKILL)
-            self._reap(server_id, 10)
 
     # -- where things are ------------------------------------------------------------------
     @property
@@ -137,10 +118,6 @@ class ZooKeeperEnsemble:
 
     def log_path(self, server_id: int) -> Path:
         return self.base_dir / f"zk-{server_id}.log"
-
-    def pid(self, server_id: int) -> int:
-        self._require_running(server_id)
-        return self._processes[server_id].pid
 
     # -- life cycle --------------------------------------------------------------------------
     def start(self, *server_ids: int, wait: bool = True) -> None:
@@ -196,75 +173,20 @@ class ZooKeeperEnsemble:
 
     def _launch(self, server_id: int) -> int:
         """Start the server's JVM; returns where this start's output begins in its log."""
-        self._reap(server_id, 0)  # an exited predecessor: forget it
         cfg = self.server_dir(server_id) / "zoo.cfg"
         command = server_command(self._java, self._jars, self._log4j, _MAIN_CLASS, cfg)
-        log = open(self.log_path(server_id), "ab")
-        offset = log.tell()
-        log.write(f"===== {time.strftime('%H:%M:%S')} starting ZooKeeper server {server_id}\n".encode())
-        log.flush()
-        self._log_files[server_id] = log
-        self._processes[server_id] = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.server_dir(server_id)
-        )
-        return offset
+        return self._spawn(server_id, command, self.server_dir(server_id))
 
-    def kill(self, server_id: int) -> None:
-        """SIGKILL the server and reap it."""
-        self._require_running(server_id)
-        self._signal(server_id, signal.SIGKILL)
-        if self._reap(server_id, 10) is None:
-            raise AssertionError(f"ZooKeeper server {server_id} survived SIGKILL for 10 s")
+    def describe(self, server_id: int) -> str:
+        return f"ZooKeeper server {server_id}"
 
     def pause(self, server_id: int) -> None:
         """SIGSTOP: the server hangs (no replies, no pings to its peers). Returns once every
         thread of the JVM has stopped, so nothing sent to it afterwards is processed."""
-        self._require_running(server_id)
-        self._signal(server_id, signal.SIGSTOP)
-        self._paused.add(server_id)
+        super().pause(server_id)
         tasks = Path(f"/proc/{self.pid(server_id)}/task")
         if tasks.is_dir():  # Linux: the signal is delivered asynchronously, thread by thread
             self.wait_for(lambda: _all_stopped(tasks), 10, f"ZooKeeper server {server_id} to stop")
-
-    def resume(self, server_id: int) -> None:
-        self._require_running(server_id)
-        self._signal(server_id, signal.SIGCONT)
-        self._paused.discard(server_id)
-
-    def running(self, server_id: int) -> bool:
-        """Whether the server's process exists; not whether it serves (see :meth:`mode`)."""
-        process = self._processes.get(server_id)
-        return process is not None and process.poll() is None
-
-    def _require_running(self, server_id: int) -> None:
-        if not self.running(server_id):
-            raise AssertionError(f"ZooKeeper server {server_id} is not running\n{self.logs([server_id])}")
-
-    def _signal(self, server_id: int, signum: int) -> None:
-        process = self._processes.get(server_id)
-        if process is not None and process.poll() is None:
-            try:
-                process.send_signal(signum)
-            except ProcessLookupError:
-                pass
-
-    def _reap(self, server_id: int, timeout_s: float) -> int | None:
-        process = self._processes.get(server_id)
-        if process is None:
-            return None
-        try:
-            code = process.wait(timeout_s) if timeout_s > 0 else process.poll()
-        except subprocess.TimeoutExpired:
-            return None
-        if code is None:
-            return None
-        del self._processes[server_id]
-        self._paused.discard(server_id)
-        log = self._log_files.pop(server_id, None)
-        if log is not None:
-            log.write(f"===== {time.strftime('%H:%M:%S')} ZooKeeper server {server_id} exited {code}\n".encode())
-            log.close()
-        return code
 
     # -- roles ---------------------------------------------------------------------------------
     def mode(self, server_id: int) -> str | None:
@@ -313,21 +235,6 @@ class ZooKeeperEnsemble:
 
         self.wait_for(elected, timeout_s or self.start_timeout_s, f"a ZooKeeper leader other than {sorted(excluded)}")
         return found[0]
-
-    def wait_for(
-        self, condition: Callable[[], bool], timeout_s: float, what: str, *, exited_is_failure: Iterable[int] = ()
-    ) -> None:
-        """Poll ``condition``; on timeout (or when a server in ``exited_is_failure`` exits) fail
-        with the servers' log tails."""
-        watched = list(exited_is_failure)
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            dead = [s for s in watched if s in self._processes and self._processes[s].poll() is not None]
-            if dead:
-                raise AssertionError(f"waiting for {what}: ZooKeeper server(s) {dead} exited\n{self.logs(dead)}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{self.logs()}")
-            time.sleep(0.05)
 
     # -- diagnostics -----------------------------------------------------------------------------
     def _log_since(self, server_id: int, offset: int) -> str:

@@ -1,0 +1,16 @@
+"""The test harness that ships with sparklog (as kazoo ships ``kazoo.testing``): real servers
+a test fails the ways real servers fail.
+
+* :class:`BrokerAgents` — ``sparklog broker start`` processes against a test's cluster
+  (kill -9, clean stop, SIGSTOP/SIGCONT, restart; liveness and the controller as the
+  cluster sees them);
+* :class:`ZooKeeperEnsemble` — a 3-server ZooKeeper quorum from the jars the ``pyspark``
+  wheel ships (kill -9, hang, restart; leader and sessions via four-letter words);
+* :class:`ChildProcesses` — what both share: processes by id, their logs, signals, reaping.
+"""
+
+from sparklog.testing.brokers import BrokerAgents
+from sparklog.testing.processes import ChildProcesses
+from sparklog.testing.zookeeper import ZooKeeperEnsemble
+
+__all__ = ["BrokerAgents", "ChildProcesses", "ZooKeeperEnsemble"]
