@@ -150,14 +150,15 @@ class Consumer:
             subs = [MemberSubscription(m.key, tuple(subscriptions[m.key]), m.instance_id) for m in members]
             return assign(protocol, subs, counts, previous)
 
-        assert self.group_id is not None
+        group_id = self.group_id
+        assert group_id is not None, "subscribe() checked the group id"
         session_timeout_ms = int(self.configs["session.timeout.ms"])
         self._zk = ZkSession(
             self.replicas.zk.connect_string, session_timeout_ms, self.replicas.config.zookeeper_connection_timeout_ms
         ).start()
         return GroupMember(
             self._zk,
-            self.group_id,
+            group_id,
             client_id=self.client_id,
             member_id=new_member_id(self.client_id),
             topics=topics,
@@ -167,8 +168,8 @@ class Consumer:
             rebalance_timeout_ms=int(self.configs["max.poll.interval.ms"]),
             protocols=str(self.configs["partition.assignment.strategy"]).split(","),
             assign=run_assignor,
-            on_generation=lambda generation: self.coordinator.mark_generation(self.group_id, generation),  # type: ignore[arg-type]
-            generation_floor=lambda: self.coordinator.generation(self.group_id),  # type: ignore[arg-type]
+            on_generation=lambda generation: self.coordinator.mark_generation(group_id, generation),
+            generation_floor=lambda: self.coordinator.generation(group_id),
         )
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:

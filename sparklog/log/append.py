@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+from deltalake import DeltaTable
 
 from sparklog import clock
 from sparklog.errors import FencedError, NotLeaderError, StorageError
@@ -55,9 +56,9 @@ class AppendResult:
     duplicate: bool = False
 
 
-def _check_fences(table: TopicTable, dt: object, epochs: Mapping[int, int]) -> None:
+def _check_fences(table: TopicTable, dt: DeltaTable, epochs: Mapping[int, int]) -> None:
     for partition, epoch in epochs.items():
-        current = table.fence_epoch(dt, partition)  # type: ignore[arg-type]
+        current = table.fence_epoch(dt, partition)
         if current > epoch:
             raise FencedError(
                 f"Partition {table.topic}-{partition}: the log carries writer epoch {current}, newer than "
@@ -65,9 +66,9 @@ def _check_fences(table: TopicTable, dt: object, epochs: Mapping[int, int]) -> N
             )
 
 
-def _check_leader_epochs(table: TopicTable, dt: object, leader_epochs: Mapping[int, int]) -> None:
+def _check_leader_epochs(table: TopicTable, dt: DeltaTable, leader_epochs: Mapping[int, int]) -> None:
     for partition, epoch in leader_epochs.items():
-        current = table.fenced_leader_epoch(dt, partition)  # type: ignore[arg-type]
+        current = table.fenced_leader_epoch(dt, partition)
         if current > epoch:
             raise NotLeaderError(
                 f"Partition {table.topic}-{partition}: the replica at {table.root} has seen leader epoch {current}, "
@@ -75,12 +76,12 @@ def _check_leader_epochs(table: TopicTable, dt: object, leader_epochs: Mapping[i
             )
 
 
-def _previous_offsets(table: TopicTable, dt: object, producer_id: str, sequence: int) -> dict[int, int]:
+def _previous_offsets(table: TopicTable, dt: DeltaTable, producer_id: str, sequence: int) -> dict[int, int]:
     """Base offsets of an earlier commit of this batch: the commit info of the original
     append, or of the follower fetches that copied it here (after a failover); bounded look back."""
     found: dict[int, int] = {}
     key = f"{producer_id} {sequence}"
-    for entry in dt.history(200):  # type: ignore[attr-defined]
+    for entry in dt.history(200):
         if entry.get("sparklog.producer") == producer_id and entry.get("sparklog.sequence") == str(sequence):
             return {int(p): int(o) for p, o in json.loads(entry.get("sparklog.offsets", "{}")).items()} | found
         copied = entry.get(COPIED_BATCHES_KEY)
@@ -122,10 +123,10 @@ def append(
         pending = dict(batches)
         previous: dict[int, int] = {}
         # A conflict may hide a commit of ours that landed: from the 2nd attempt on, always look.
-        if idempotent and (check_duplicate or attempt > 0):
-            done = [p for p in batches if _at_least(table.producer_sequence(dt, producer_id, p), sequence)]  # type: ignore[arg-type]
+        if producer_id is not None and sequence is not None and (check_duplicate or attempt > 0):
+            done = [p for p in batches if _at_least(table.producer_sequence(dt, producer_id, p), sequence)]
             if done:
-                found = _previous_offsets(table, dt, producer_id, sequence)  # type: ignore[arg-type]
+                found = _previous_offsets(table, dt, producer_id, sequence)
                 previous = {p: found.get(p, -1) for p in done}
                 pending = {p: b for p, b in batches.items() if p not in done}
                 if not pending:
@@ -163,9 +164,9 @@ def append(
                 transactions.update({leader_app_id(p): leader_epochs[p] for p in pending})
                 transactions.update({leader_fence_app_id(p): leader_epochs[p] for p in pending})
             metadata = {"sparklog.offsets": json.dumps({str(p): o for p, o in base_offsets.items()})}
-            if idempotent:
-                transactions.update({producer_app_id(producer_id, p): sequence for p in pending})  # type: ignore[arg-type,misc]
-                metadata.update({"sparklog.producer": producer_id, "sparklog.sequence": str(sequence)})  # type: ignore[dict-item]
+            if producer_id is not None and sequence is not None:
+                transactions.update({producer_app_id(producer_id, p): sequence for p in pending})
+                metadata.update({"sparklog.producer": producer_id, "sparklog.sequence": str(sequence)})
             table.commit(dt, segments, transactions, metadata, fsync=fsync)
             return AppendResult({**previous, **base_offsets}, append_ms, duplicate=bool(previous))
         except CommitConflict:

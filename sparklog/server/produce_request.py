@@ -53,6 +53,7 @@ from sparklog.log.append import AppendResult, append
 from sparklog.log.segment import parquet_compression
 from sparklog.log.table import TopicTable
 from sparklog.metadata.lease import WriterLease
+from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.sizes import record_sizes
 from sparklog.server.replica_manager import ReplicaManager
 
@@ -234,8 +235,8 @@ def _log_epoch(table: TopicTable, partition: int) -> int:
     return table.fence_epoch(table.snapshot(), partition)
 
 
-def _check_min_isr(topic: str, states: Mapping[int, object], min_isr: int, after_append: bool) -> None:
-    short = {p: list(s.isr) for p, s in states.items() if len(s.isr) < min_isr}  # type: ignore[attr-defined]
+def _check_min_isr(topic: str, states: Mapping[int, PartitionState], min_isr: int, after_append: bool) -> None:
+    short = {p: list(s.isr) for p, s in states.items() if len(s.isr) < min_isr}
     if not short:
         return
     where = ", ".join(f"{topic}-{p} has ISR {isr}" for p, isr in sorted(short.items()))
@@ -251,18 +252,18 @@ def _check_min_isr(topic: str, states: Mapping[int, object], min_isr: int, after
 
 
 def _await_in_sync_replicas(
-    replicas: object,
+    replicas: ReplicaManager,
     topic: str,
     table: TopicTable,
     partitions: list[int],
-    appended: Mapping[int, object],
+    appended: Mapping[int, PartitionState],
     topic_settings: TopicWriteSettings,
     deadline: float,
 ) -> None:
     """Block until every in-sync replica of ``partitions`` holds what the leader has now."""
     targets: dict[int, int] | None = None
     while True:
-        states = replicas.states(topic, partitions)  # type: ignore[attr-defined]
+        states = replicas.states(topic, partitions)
         waiting_on = [p for p in partitions if set(states[p].isr) - {states[p].leader}]
         if not waiting_on:
             return  # the leader alone is the ISR: its commit is the acknowledgement
@@ -270,13 +271,13 @@ def _await_in_sync_replicas(
             dt = table.snapshot()
             targets = {p: table.log_end(dt, p) for p in partitions}
         for p in partitions:
-            if states[p].leader_epoch != appended[p].leader_epoch:  # type: ignore[attr-defined]
+            if states[p].leader_epoch != appended[p].leader_epoch:
                 raise NotLeaderError(
-                    f"Leadership of {topic}-{p} moved (epoch {appended[p].leader_epoch} -> "  # type: ignore[attr-defined]
+                    f"Leadership of {topic}-{p} moved (epoch {appended[p].leader_epoch} -> "
                     f"{states[p].leader_epoch}) before the in-sync replicas had the batch; retrying"
                 )
         _check_min_isr(topic, {p: states[p] for p in partitions}, topic_settings.min_insync_replicas, after_append=True)
-        hws = replicas.high_watermarks(topic, waiting_on)  # type: ignore[attr-defined]
+        hws = replicas.high_watermarks(topic, waiting_on)
         if all(hws[p] >= targets[p] for p in waiting_on):
             return
         if time.monotonic() > deadline:
