@@ -29,9 +29,11 @@ __all__ = [
     "Acks",
     "ClusterConfig",
     "ConfigSpec",
+    "Endpoint",
     "load_properties",
     "normalise_key",
     "parse_acks",
+    "parse_listeners",
     "resolve_cluster_config",
     "validate_configs",
 ]
@@ -205,6 +207,10 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "offsets.topic.num.partitions": "50",
     # Replicas' copies of a segment on one filesystem: hard links (see docs/replication.md)
     "replica.hard.links.enable": "true",
+    # The broker agent's Kafka-protocol listener (sparklog/server/kafka/), Kafka's names and defaults.
+    "listeners": "PLAINTEXT://127.0.0.1:9092",
+    "advertised.listeners": None,  # default: listeners (port 0 → the port actually bound)
+    "socket.request.max.bytes": "104857600",
 }
 
 
@@ -261,6 +267,9 @@ class ClusterConfig:
     spark_writer_lease_ms: int
     offsets_topic_num_partitions: int = 50
     replica_hard_links_enable: bool = True
+    listeners: tuple[Endpoint, ...] = ()
+    advertised_listeners: tuple[Endpoint, ...] = ()
+    socket_request_max_bytes: int = 104_857_600
 
     def to_options(self) -> dict[str, str]:
         """The settings as string options, e.g. to ship to Spark tasks or data-source options."""
@@ -274,7 +283,12 @@ class ClusterConfig:
             "spark.writer.lease.ms": str(self.spark_writer_lease_ms),
             "offsets.topic.num.partitions": str(self.offsets_topic_num_partitions),
             "replica.hard.links.enable": str(self.replica_hard_links_enable).lower(),
+            "socket.request.max.bytes": str(self.socket_request_max_bytes),
         }
+        if self.listeners:
+            options["listeners"] = ",".join(map(str, self.listeners))
+        if self.advertised_listeners:
+            options["advertised.listeners"] = ",".join(map(str, self.advertised_listeners))
         if self.zookeeper_connect:
             options["zookeeper.connect"] = self.zookeeper_connect
         if self.broker_rack:
@@ -346,4 +360,53 @@ def resolve_cluster_config(
         spark_writer_lease_ms=as_int("spark.writer.lease.ms", 1000),
         offsets_topic_num_partitions=as_int("offsets.topic.num.partitions", 1),
         replica_hard_links_enable=as_bool("replica.hard.links.enable"),
+        listeners=parse_listeners("listeners", str(merged["listeners"])),
+        advertised_listeners=parse_listeners("advertised.listeners", str(merged["advertised.listeners"] or ""))
+        or parse_listeners("listeners", str(merged["listeners"])),
+        socket_request_max_bytes=as_int("socket.request.max.bytes", 1024),
     )
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One ``NAME://host:port`` of ``listeners`` / ``advertised.listeners``; an empty host
+    binds every interface (Kafka's rule)."""
+
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+# Only plaintext is served; TLS and SASL listeners are refused instead of silently served in clear.
+SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+
+
+def parse_listeners(key: str, value: str) -> tuple[Endpoint, ...]:
+    """Parse a comma-separated ``NAME://host:port`` list; ``ConfigError`` naming ``key`` when bad."""
+    endpoints: list[Endpoint] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        name, sep, address = item.partition("://")
+        host, colon, port_text = address.rpartition(":")
+        if not sep or not colon or not name:
+            raise ConfigError(
+                f"Invalid value {item!r} in {key}: expected NAME://host:port, e.g. PLAINTEXT://127.0.0.1:9092"
+            )
+        if name.upper() not in SUPPORTED_SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"Invalid listener {item!r} in {key}: security protocol {name} is not supported "
+                f"(supported: {', '.join(SUPPORTED_SECURITY_PROTOCOLS)})"
+            )
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+            raise ConfigError(f"Invalid port {port_text!r} of listener {item!r} in {key}: expected 0..65535")
+        if any(e.name == name.upper() for e in endpoints):
+            raise ConfigError(f"Listener name {name.upper()} appears twice in {key}: each name must be unique")
+        endpoints.append(Endpoint(name.upper(), host, int(port_text)))
+    return tuple(endpoints)

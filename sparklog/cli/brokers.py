@@ -34,6 +34,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.add_argument("--auto-leader-rebalance-enable", choices=("true", "false"), default="true")
     run.add_argument("--leader-imbalance-check-interval-seconds", type=float, default=300.0)
     run.add_argument("--probe-interval-ms", type=int, default=1_000, help="storage probe period (default 1000)")
+    run.add_argument(
+        "--listeners", help="Kafka-protocol listeners, NAME://host:port,... (default: the config's listeners)"
+    )
+    run.add_argument("--advertised-listeners", help="what clients are told to connect to (default: --listeners)")
     listing = subparsers.add_parser("brokers", help="list brokers (brokers list)")
     list_actions = listing.add_subparsers(dest="action", metavar="ACTION", required=True)
     add_output_option(add_command(list_actions, "list", _list, "registered brokers, live or not", description=__doc__))
@@ -42,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _start(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from sparklog.config import parse_listeners
     from sparklog.errors import ConfigError
     from sparklog.server.broker import BrokerAgent, BrokerSettings, ControllerSettings
 
@@ -50,6 +55,13 @@ def _start(args: argparse.Namespace) -> int:
     config = replace(
         cluster_config(args), broker_id=args.broker_id, log_dir=args.log_dir, broker_rack=args.rack or None
     )
+    if args.listeners is not None:
+        listeners = parse_listeners("--listeners", args.listeners)
+        config = replace(config, listeners=listeners, advertised_listeners=listeners)
+    if args.advertised_listeners is not None:
+        config = replace(
+            config, advertised_listeners=parse_listeners("--advertised-listeners", args.advertised_listeners)
+        )
     settings = BrokerSettings(
         probe_interval_ms=args.probe_interval_ms,
         controller=ControllerSettings(

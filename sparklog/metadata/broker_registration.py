@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from sparklog.errors import ConfigError
@@ -22,7 +22,7 @@ from sparklog.metadata import zkdata
 from sparklog.metadata.session import ZkSession, zk_errors
 from sparklog.metadata.zkdata import BrokerRecord, encode
 
-__all__ = ["BrokerRegistration", "live_broker_ids"]
+__all__ = ["BrokerRegistration", "live_broker_ids", "live_brokers"]
 
 
 def live_broker_ids(zk: ZkSession) -> list[int]:
@@ -32,6 +32,22 @@ def live_broker_ids(zk: ZkSession) -> list[int]:
         if not client.exists(zkdata.BROKER_IDS):
             return []
         return sorted(int(child) for child in client.get_children(zkdata.BROKER_IDS))
+
+
+def live_brokers(zk: ZkSession) -> dict[int, BrokerRecord]:
+    """The registrations of the live brokers, by id (a broker leaving meanwhile is left out)."""
+    result: dict[int, BrokerRecord] = {}
+    with zk_errors("reading live brokers"):
+        client = zk.client
+        children = client.get_children(zkdata.BROKER_IDS) if client.exists(zkdata.BROKER_IDS) else []
+        for child in children:
+            path = zkdata.broker_ids_path(int(child))
+            try:
+                data, _ = client.get(path)
+            except NoNodeError:
+                continue
+            result[int(child)] = BrokerRecord.decode(data, path)
+    return dict(sorted(result.items()))
 
 
 class BrokerRegistration:

@@ -217,12 +217,31 @@ class BrokerRecord:
     log_dir: str
     rack: str | None = None
     host: str = ""
+    # The advertised listeners, ``NAME://host:port`` (Kafka's ``endpoints``); ``port`` is the
+    # first one's. Records written before the listener existed have neither: no endpoint.
+    port: int = -1
+    endpoints: list[str] = field(default_factory=list)
     version: int = 1
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> BrokerRecord:
         raw = decode_json(data, path)
-        return cls(log_dir=str(raw["log_dir"]), rack=raw.get("rack"), host=str(raw.get("host", "")))
+        return cls(
+            log_dir=str(raw["log_dir"]),
+            rack=raw.get("rack"),
+            host=str(raw.get("host", "")),
+            port=int(raw.get("port", -1)),
+            endpoints=[str(e) for e in raw.get("endpoints", [])],
+        )
+
+    def endpoint(self, listener_name: str) -> tuple[str, int] | None:
+        """``(host, port)`` advertised for ``listener_name``, or None."""
+        for endpoint in self.endpoints:
+            name, _, address = endpoint.partition("://")
+            if name == listener_name:
+                host, _, port = address.rpartition(":")
+                return host.strip("[]"), int(port)
+        return None
 
 
 @dataclass(frozen=True)

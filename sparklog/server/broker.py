@@ -26,16 +26,19 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
-from sparklog.config import ClusterConfig
+from sparklog.config import ClusterConfig, Endpoint
+from sparklog.errors import ConfigError
 from sparklog.log.segment import fsync_path
 from sparklog.metadata.broker_registration import BrokerRegistration
 from sparklog.metadata.controller_election import ControllerElection
 from sparklog.metadata.zkdata import BrokerRecord
 from sparklog.server.controller.controller import Controller, ControllerSettings
+from sparklog.server.kafka.listener import KafkaListener
+from sparklog.server.kafka.metadata_api import ClusterView
 from sparklog.server.replica_fetcher import ReplicaFetcher
 from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["BrokerAgent", "BrokerSettings", "ControllerSettings", "probe_storage"]
+__all__ = ["BrokerAgent", "BrokerSettings", "ControllerSettings", "advertised_endpoints", "probe_storage"]
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +79,30 @@ class BrokerAgent:
         self._threads: list[threading.Thread] = []
         self._registration: BrokerRegistration | None = None
         self._election: ControllerElection | None = None
+        self._listeners: list[KafkaListener] = []
         self.healthy = False
+
+    @property
+    def listeners(self) -> list[KafkaListener]:
+        return list(self._listeners)
 
     def start(self) -> BrokerAgent:
         # The persistent registry says where this broker's storage is, also while it is down.
         self.replicas.metadata.register_broker(self.broker_id, self.config.log_dir, self.config.broker_rack)
-        record = BrokerRecord(log_dir=self.config.log_dir, rack=self.config.broker_rack, host=socket.gethostname())
+        self._listeners = [
+            KafkaListener(endpoint, ClusterView(self.replicas, endpoint.name), self.config.socket_request_max_bytes)
+            for endpoint in self.config.listeners
+        ]
+        advertised = advertised_endpoints(self.config.advertised_listeners, self._listeners)
+        record = BrokerRecord(
+            log_dir=self.config.log_dir,
+            rack=self.config.broker_rack,
+            host=advertised[0].host if advertised else socket.gethostname(),
+            port=advertised[0].port if advertised else -1,
+            endpoints=[str(e) for e in advertised],
+        )
+        for listener in self._listeners:
+            listener.start()
         self._registration = BrokerRegistration(self.replicas.zk, self.broker_id, record)
         self._probe_once()
         fetcher = ReplicaFetcher(self.replicas, self.broker_id)
@@ -110,6 +131,8 @@ class BrokerAgent:
         self.controller.deactivate()
         for thread in self._threads:
             thread.join(10)
+        for listener in self._listeners:
+            listener.stop()
         if self._registration is not None:
             self._registration.close()
         self.replicas.close()
@@ -165,6 +188,28 @@ class BrokerAgent:
 
             threading.Thread(target=watch, daemon=True).start()
             fetcher.run(stop_when_unhealthy)
+
+
+def advertised_endpoints(advertised: tuple[Endpoint, ...], listeners: list[KafkaListener]) -> list[Endpoint]:
+    """What clients are told to connect to, per listener name: the advertised endpoint of the
+    same name (port 0 → the port bound), or the listener's own (empty host → this host's name)."""
+    result = []
+    by_name = {e.name: e for e in advertised}
+    for listener in listeners:
+        bound = listener.endpoint
+        chosen = by_name.get(bound.name, bound)
+        if chosen.host in ("0.0.0.0", "::"):
+            raise ConfigError(
+                f"advertised.listeners: {chosen} is not an address a client can connect to; advertise this "
+                "broker's host name or IP (Kafka refuses 0.0.0.0 too)"
+            )
+        host = chosen.host or socket.gethostname()
+        port = chosen.port or listener.port
+        result.append(Endpoint(bound.name, host, port))
+    unknown = sorted(set(by_name) - {listener.endpoint.name for listener in listeners})
+    if unknown:
+        raise ConfigError(f"advertised.listeners names {unknown} that are not in listeners; use the same names")
+    return result
 
 
 def _try(fn: object, *args: object) -> BaseException | None:

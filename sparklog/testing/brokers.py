@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -35,7 +36,7 @@ from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.controller_election import current_controller
 from sparklog.testing.processes import ChildProcesses
 
-__all__ = ["BrokerAgents"]
+__all__ = ["BrokerAgents", "free_port"]
 
 # Runs `sparklog` like the console script, with INFO logging on stderr so the agent's log
 # shows the controller's decisions (ISR changes, elections, reassignment steps).
@@ -46,6 +47,13 @@ sys.argv = ["sparklog", *sys.argv[1:]]
 runpy.run_module("sparklog.cli.main", run_name="__main__", alter_sys=True)
 """
 _LOG_TAIL_LINES = 40
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now on 127.0.0.1 (the OS's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 class BrokerAgents(ChildProcesses):
@@ -88,6 +96,7 @@ class BrokerAgents(ChildProcesses):
         self.properties_file = self.base_dir / "broker.properties"
         settings = {"zookeeper.session.timeout.ms": str(session_timeout_ms), **(properties or {})}
         self.properties_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()), encoding="utf-8")
+        self._ports: dict[int, int] = {}
         super().__init__()
         self._cluster: sparklog.Cluster | None = None
 
@@ -107,6 +116,18 @@ class BrokerAgents(ChildProcesses):
 
     def log_path(self, broker_id: int) -> Path:
         return self.base_dir / f"broker-{broker_id}.log"
+
+    def port(self, broker_id: int) -> int:
+        """The Kafka-protocol port of ``broker_id``'s agent: a free port picked at its first
+        start and kept across restarts, so a client's bootstrap list stays valid."""
+        if broker_id not in self._ports:
+            self._ports[broker_id] = free_port()
+        return self._ports[broker_id]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` of every agent started so far (Kafka clients' ``bootstrap.servers``)."""
+        return ",".join(f"127.0.0.1:{port}" for _, port in sorted(self._ports.items()))
 
     def describe(self, broker_id: int) -> str:
         return f"broker {broker_id}'s agent"
@@ -157,6 +178,7 @@ class BrokerAgents(ChildProcesses):
         ]
         if broker_id in self._racks:
             command += ["--rack", self._racks[broker_id]]
+        command += ["--listeners", f"PLAINTEXT://127.0.0.1:{self.port(broker_id)}"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKLOG_")}
         # cwd: no stray conf/sparklog.properties of the repository is picked up.
         self._spawn(broker_id, command, self.base_dir, env)

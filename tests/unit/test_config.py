@@ -248,3 +248,30 @@ def test_bad_producer_configs(key: str, value: object) -> None:
 def test_producer_metadata_max_age_default_is_kafkas() -> None:
     assert with_defaults({}, PRODUCER_CONFIGS)["metadata.max.age.ms"] == 300_000
     assert validate_configs({"metadata_max_age_ms": 0}, PRODUCER_CONFIGS, "producer") == {"metadata.max.age.ms": 0}
+
+
+def test_listeners_parsed_and_advertised_defaults_to_listeners() -> None:
+    from sparklog.config import Endpoint, resolve_cluster_config
+
+    config = resolve_cluster_config({"listeners": "PLAINTEXT://127.0.0.1:19092"}, environ={})
+    assert config.listeners == (Endpoint("PLAINTEXT", "127.0.0.1", 19092),)
+    assert config.advertised_listeners == config.listeners
+    assert resolve_cluster_config({}, environ={}).listeners == (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "127.0.0.1:9092",
+        "PLAINTEXT://127.0.0.1",
+        "PLAINTEXT://h:70000",
+        "SSL://h:9093",
+        "PLAINTEXT://a:1,PLAINTEXT://b:2",
+    ],
+)
+def test_bad_listeners_name_the_key(value: str) -> None:
+    from sparklog.config import resolve_cluster_config
+    from sparklog.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"advertised\.listeners"):
+        resolve_cluster_config({"advertised.listeners": value}, environ={})

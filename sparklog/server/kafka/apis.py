@@ -1,0 +1,136 @@
+"""Kafka requests in, Kafka responses out: header parsing and dispatch by api key + version.
+
+Served (the ranges ApiVersions advertises):
+
+* ApiVersions (18) v0..v3 — a version outside that range is answered with
+  UNSUPPORTED_VERSION in a v0 response listing what is served (Kafka's rule, so a client can
+  retry with a version both sides know);
+* Metadata (3) v0..v12 — brokers (live, advertised endpoints), controller, topics.
+
+Any other api key or version: :class:`ProtocolError`, and the listener closes the
+connection, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_payload_module, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from sparklog.errors import SparklogError
+from sparklog.server.kafka.metadata_api import NO_THROTTLE, ClusterView, build, metadata_response
+
+__all__ = ["API_VERSIONS", "ApiRequest", "ProtocolError", "handle_request"]
+
+API_VERSIONS_KEY = 18
+METADATA_KEY = 3
+# api key -> (min version, max version) served.
+API_VERSIONS: dict[int, tuple[int, int]] = {API_VERSIONS_KEY: (0, 3), METADATA_KEY: (0, 12)}
+
+_PREFIX = struct.Struct(">hhi")
+
+
+class ProtocolError(SparklogError):
+    """A request the listener cannot answer (unknown api key or version, unreadable body);
+    the connection is closed."""
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def handle_request(payload: bytes, cluster: ClusterView, peer: str) -> bytes:
+    """The response frame payload (header + body) for one request frame payload."""
+    if len(payload) < _PREFIX.size:
+        raise ProtocolError(f"request of {len(payload)} bytes from {peer} is shorter than a request header")
+    api_key, api_version, correlation_id = _PREFIX.unpack_from(payload)
+    served = API_VERSIONS.get(api_key)
+    if served is None:
+        raise ProtocolError(f"api key {api_key} from {peer} is not served (served: {sorted(API_VERSIONS)})")
+    if not served[0] <= api_version <= served[1]:
+        if api_key == API_VERSIONS_KEY:
+            # The body of an unknown version cannot be read; the header prefix is all we need.
+            return _unsupported_api_versions(correlation_id)
+        raise ProtocolError(
+            f"api key {api_key} version {api_version} from {peer} is not served (served: v{served[0]}..v{served[1]})"
+        )
+    request = _parse(payload, api_key, api_version, peer)
+    handler = _HANDLERS[api_key]
+    response = handler(request, cluster)
+    return _encode(api_key, api_version, correlation_id, response)
+
+
+def _parse(payload: bytes, api_key: int, api_version: int, peer: str) -> ApiRequest:
+    request_type = load_request_schema(api_key, api_version)
+    header: RequestHeaderV1 | RequestHeaderV2
+    try:
+        if request_type.__flexible__:
+            header, header_size = entity_reader(RequestHeaderV2)(payload, 0)
+        else:
+            header, header_size = entity_reader(RequestHeaderV1)(payload, 0)
+        body, _ = entity_reader(request_type)(payload, header_size)
+    except Exception as exc:
+        raise ProtocolError(
+            f"unreadable api key {api_key} v{api_version} request from {peer}: {type(exc).__name__}: {exc}"
+        ) from exc
+    return ApiRequest(api_key, api_version, header.correlation_id, header.client_id, body)
+
+
+def _encode(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes:
+    buffer = io.BytesIO()
+    header_type = response.__header_schema__
+    entity_writer(header_type)(buffer, header_type(correlation_id=correlation_id))
+    entity_writer(type(response))(buffer, response)
+    return buffer.getvalue()
+
+
+def _api_versions_body(version: int, error_code: ErrorCode) -> Any:
+    module = load_payload_module(API_VERSIONS_KEY, version, EntityType.response)
+    return build(
+        module.ApiVersionsResponse,
+        error_code=error_code,
+        api_keys=tuple(
+            module.ApiVersion(api_key=key, min_version=low, max_version=high)
+            for key, (low, high) in sorted(API_VERSIONS.items())
+        ),
+        throttle_time=NO_THROTTLE,
+    )
+
+
+def _unsupported_api_versions(correlation_id: int) -> bytes:
+    return _encode(API_VERSIONS_KEY, 0, correlation_id, _api_versions_body(0, ErrorCode.unsupported_version))
+
+
+def _api_versions(request: ApiRequest, _cluster: ClusterView) -> Any:
+    return _api_versions_body(request.api_version, ErrorCode.none)
+
+
+def _metadata(request: ApiRequest, cluster: ClusterView) -> Any:
+    return metadata_response(
+        load_response_schema(METADATA_KEY, request.api_version), request.api_version, request.body, cluster
+    )
+
+
+_HANDLERS: dict[int, Callable[[ApiRequest, ClusterView], Any]] = {
+    API_VERSIONS_KEY: _api_versions,
+    METADATA_KEY: _metadata,
+}
+
+# ApiVersions' response header is v0 in every version (clients read it before knowing
+# whether the broker speaks flexible versions); kio's types say so, this keeps it checked.
+assert load_response_schema(API_VERSIONS_KEY, 3).__header_schema__ is ResponseHeaderV0

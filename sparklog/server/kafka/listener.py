@@ -1,0 +1,97 @@
+"""The broker agent's TCP listener for Kafka clients (``listeners``).
+
+One thread per connection reads frames and answers each request before reading the next, so
+responses go out in request order (Kafka's per-connection guarantee). Whatever goes wrong
+with one connection — an oversized or truncated frame, an unknown api key or version, an
+unreadable request, a handler failure — closes that connection only; the agent and the
+other clients carry on.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import socketserver
+import threading
+
+from sparklog.config import Endpoint
+from sparklog.errors import ConfigError
+from sparklog.server.kafka.apis import ProtocolError, handle_request
+from sparklog.server.kafka.framing import FrameError, read_frame, write_frame
+from sparklog.server.kafka.metadata_api import ClusterView
+
+__all__ = ["KafkaListener"]
+
+log = logging.getLogger(__name__)
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, listener: KafkaListener) -> None:
+        self.address_family = family
+        self.listener = listener
+        super().__init__(address, _Connection)
+
+
+class _Connection(socketserver.BaseRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        self.server.listener.serve_connection(self.request, self.client_address)
+
+
+class KafkaListener:
+    """One listener (``NAME://host:port``) serving Kafka requests from ``cluster``."""
+
+    def __init__(self, endpoint: Endpoint, cluster: ClusterView, socket_request_max_bytes: int) -> None:
+        self.endpoint = endpoint
+        self.cluster = cluster
+        self.max_bytes = socket_request_max_bytes
+        host = endpoint.host or "0.0.0.0"
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            self._server = _Server((host, endpoint.port), family, self)
+        except OSError as exc:
+            raise ConfigError(
+                f"Cannot listen on {endpoint} (listeners): {exc.strerror}; choose a free port or another host"
+            ) from exc
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The port bound (the configured one, or the one the OS chose for port 0)."""
+        return int(self._server.server_address[1])
+
+    def start(self) -> KafkaListener:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, name=f"listener-{self.port}", daemon=True
+        )
+        self._thread.start()
+        log.info("listening for Kafka clients on %s (port %d)", self.endpoint, self.port)
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def serve_connection(self, sock: socket.socket, address: tuple[str, int]) -> None:
+        peer = f"{address[0]}:{address[1]}"
+        try:
+            while True:
+                payload = read_frame(sock, self.max_bytes, peer)
+                if payload is None:
+                    return
+                write_frame(sock, handle_request(payload, self.cluster, peer))
+        except (FrameError, ProtocolError) as exc:
+            log.warning("closing the connection from %s: %s", peer, exc)
+        except OSError as exc:
+            log.info("connection from %s lost: %s", peer, exc)
+        except Exception:
+            log.exception("closing the connection from %s after a failed request", peer)
+        finally:
+            sock.close()
