@@ -33,8 +33,8 @@ from sparklog.metadata.broker_registration import BrokerRegistration
 from sparklog.metadata.controller_election import ControllerElection
 from sparklog.metadata.zkdata import BrokerRecord
 from sparklog.server.controller.controller import Controller, ControllerSettings
+from sparklog.server.kafka.context import BrokerContext
 from sparklog.server.kafka.listener import KafkaListener
-from sparklog.server.kafka.metadata_api import ClusterView
 from sparklog.server.replica_fetcher import ReplicaFetcher
 from sparklog.server.replica_manager import ReplicaManager
 
@@ -90,7 +90,11 @@ class BrokerAgent:
         # The persistent registry says where this broker's storage is, also while it is down.
         self.replicas.metadata.register_broker(self.broker_id, self.config.log_dir, self.config.broker_rack)
         self._listeners = [
-            KafkaListener(endpoint, ClusterView(self.replicas, endpoint.name), self.config.socket_request_max_bytes)
+            KafkaListener(
+                endpoint,
+                BrokerContext(self.replicas, endpoint.name, self.broker_id),
+                self.config.socket_request_max_bytes,
+            )
             for endpoint in self.config.listeners
         ]
         advertised = advertised_endpoints(self.config.advertised_listeners, self._listeners)

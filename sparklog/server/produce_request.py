@@ -57,7 +57,15 @@ from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.sizes import record_sizes
 from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["RequestSettings", "TopicWriteSettings", "produce_request", "topic_write_settings"]
+__all__ = [
+    "RequestSettings",
+    "TopicWriteSettings",
+    "append_to_leader",
+    "await_in_sync_replicas",
+    "check_min_isr",
+    "produce_request",
+    "topic_write_settings",
+]
 
 log = logging.getLogger("sparklog.server.produce_request")
 
@@ -124,7 +132,7 @@ def produce_request(
         try:
             states = replicas.states(topic, remaining)
             if request.acks == "all":
-                _check_min_isr(topic, states, topic_settings.min_insync_replicas, after_append=False)
+                check_min_isr(topic, states, topic_settings.min_insync_replicas, after_append=False)
             for table, partitions in replicas.leader_tables(topic, remaining):
                 # acks=all: write the new files into the in-sync followers' directories too, so
                 # their fetch only has to commit them (one encoding, no copy after the commit).
@@ -132,7 +140,7 @@ def produce_request(
                 stage_roots = (
                     [replicas.replica_table(topic, b).root for b in followers] if request.acks == "all" else []
                 )
-                result = _append_to_leader(
+                result = append_to_leader(
                     table,
                     {p: remaining[p] for p in partitions},
                     {p: states[p].leader_epoch for p in partitions},
@@ -144,7 +152,7 @@ def produce_request(
                     hard_links=replicas.config.replica_hard_links_enable,
                 )
                 if request.acks == "all":
-                    _await_in_sync_replicas(replicas, topic, table, partitions, states, topic_settings, deadline)
+                    await_in_sync_replicas(replicas, topic, table, partitions, states, topic_settings, deadline)
                 offsets.update(result.base_offsets)
                 append_ms = max(append_ms, result.log_append_time_ms)
                 duplicate = duplicate or result.duplicate
@@ -177,7 +185,7 @@ def _check_record_sizes(topic: str, batches: Mapping[int, pa.Table], max_message
         )
 
 
-def _append_to_leader(
+def append_to_leader(
     table: TopicTable,
     batches: Mapping[int, pa.Table],
     leader_epochs: Mapping[int, int],
@@ -235,7 +243,7 @@ def _log_epoch(table: TopicTable, partition: int) -> int:
     return table.fence_epoch(table.snapshot(), partition)
 
 
-def _check_min_isr(topic: str, states: Mapping[int, PartitionState], min_isr: int, after_append: bool) -> None:
+def check_min_isr(topic: str, states: Mapping[int, PartitionState], min_isr: int, after_append: bool) -> None:
     short = {p: list(s.isr) for p, s in states.items() if len(s.isr) < min_isr}
     if not short:
         return
@@ -251,7 +259,7 @@ def _check_min_isr(topic: str, states: Mapping[int, PartitionState], min_isr: in
     )
 
 
-def _await_in_sync_replicas(
+def await_in_sync_replicas(
     replicas: ReplicaManager,
     topic: str,
     table: TopicTable,
@@ -276,7 +284,7 @@ def _await_in_sync_replicas(
                     f"Leadership of {topic}-{p} moved (epoch {appended[p].leader_epoch} -> "
                     f"{states[p].leader_epoch}) before the in-sync replicas had the batch; retrying"
                 )
-        _check_min_isr(topic, {p: states[p] for p in partitions}, topic_settings.min_insync_replicas, after_append=True)
+        check_min_isr(topic, {p: states[p] for p in partitions}, topic_settings.min_insync_replicas, after_append=True)
         hws = replicas.high_watermarks(topic, waiting_on)
         if all(hws[p] >= targets[p] for p in waiting_on):
             return

@@ -1,13 +1,11 @@
 """Kafka requests in, Kafka responses out: header parsing and dispatch by api key + version.
 
-Served (the ranges ApiVersions advertises):
-
-* ApiVersions (18) v0..v3 — a version outside that range is answered with
-  UNSUPPORTED_VERSION in a v0 response listing what is served (Kafka's rule, so a client can
-  retry with a version both sides know);
-* Metadata (3) v0..v12 — brokers (live, advertised endpoints), controller, topics.
-
-Any other api key or version: :class:`ProtocolError`, and the listener closes the
+The served APIs and their version ranges are the :class:`~sparklog.server.kafka.context.Api`
+rows of the API modules (``metadata_api``, ``produce_api``, ``fetch_api``, ``offsets_api``,
+``admin_api``); ApiVersions (18) v0..v3 advertises exactly them. An ApiVersions request of a
+version outside that range is answered with UNSUPPORTED_VERSION in a v0 response listing
+what is served (Kafka's rule, so a client can retry with a version both sides know). Any
+other unknown api key or version is a :class:`ProtocolError`: the listener closes the
 connection, as Kafka does.
 """
 
@@ -15,8 +13,6 @@ from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from kio.index import load_payload_module, load_request_schema, load_response_schema
@@ -28,14 +24,12 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from sparklog.errors import SparklogError
-from sparklog.server.kafka.metadata_api import NO_THROTTLE, ClusterView, build, metadata_response
+from sparklog.server.kafka import metadata_api
+from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build
 
-__all__ = ["API_VERSIONS", "ApiRequest", "ProtocolError", "handle_request"]
+__all__ = ["API_VERSIONS", "ProtocolError", "handle_request"]
 
 API_VERSIONS_KEY = 18
-METADATA_KEY = 3
-# api key -> (min version, max version) served.
-API_VERSIONS: dict[int, tuple[int, int]] = {API_VERSIONS_KEY: (0, 3), METADATA_KEY: (0, 12)}
 
 _PREFIX = struct.Struct(">hhi")
 
@@ -45,16 +39,7 @@ class ProtocolError(SparklogError):
     the connection is closed."""
 
 
-@dataclass(frozen=True)
-class ApiRequest:
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    body: Any
-
-
-def handle_request(payload: bytes, cluster: ClusterView, peer: str) -> bytes:
+def handle_request(payload: bytes, cluster: BrokerContext, peer: str) -> bytes:
     """The response frame payload (header + body) for one request frame payload."""
     if len(payload) < _PREFIX.size:
         raise ProtocolError(f"request of {len(payload)} bytes from {peer} is shorter than a request header")
@@ -70,8 +55,7 @@ def handle_request(payload: bytes, cluster: ClusterView, peer: str) -> bytes:
             f"api key {api_key} version {api_version} from {peer} is not served (served: v{served[0]}..v{served[1]})"
         )
     request = _parse(payload, api_key, api_version, peer)
-    handler = _HANDLERS[api_key]
-    response = handler(request, cluster)
+    response = _APIS[api_key].handle(request, cluster)
     return _encode(api_key, api_version, correlation_id, response)
 
 
@@ -88,7 +72,7 @@ def _parse(payload: bytes, api_key: int, api_version: int, peer: str) -> ApiRequ
         raise ProtocolError(
             f"unreadable api key {api_key} v{api_version} request from {peer}: {type(exc).__name__}: {exc}"
         ) from exc
-    return ApiRequest(api_key, api_version, header.correlation_id, header.client_id, body)
+    return ApiRequest(api_key, api_version, header.correlation_id, header.client_id, body, peer)
 
 
 def _encode(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes:
@@ -116,20 +100,13 @@ def _unsupported_api_versions(correlation_id: int) -> bytes:
     return _encode(API_VERSIONS_KEY, 0, correlation_id, _api_versions_body(0, ErrorCode.unsupported_version))
 
 
-def _api_versions(request: ApiRequest, _cluster: ClusterView) -> Any:
+def _api_versions(request: ApiRequest, _cluster: BrokerContext) -> Any:
     return _api_versions_body(request.api_version, ErrorCode.none)
 
 
-def _metadata(request: ApiRequest, cluster: ClusterView) -> Any:
-    return metadata_response(
-        load_response_schema(METADATA_KEY, request.api_version), request.api_version, request.body, cluster
-    )
-
-
-_HANDLERS: dict[int, Callable[[ApiRequest, ClusterView], Any]] = {
-    API_VERSIONS_KEY: _api_versions,
-    METADATA_KEY: _metadata,
-}
+_APIS: dict[int, Api] = {api.key: api for api in (Api(API_VERSIONS_KEY, 0, 3, _api_versions), *metadata_api.APIS)}
+# api key -> (min version, max version) served.
+API_VERSIONS: dict[int, tuple[int, int]] = {key: (api.min_version, api.max_version) for key, api in _APIS.items()}
 
 # ApiVersions' response header is v0 in every version (clients read it before knowing
 # whether the broker speaks flexible versions); kio's types say so, this keeps it checked.

@@ -17,8 +17,8 @@ import threading
 from sparklog.config import Endpoint
 from sparklog.errors import ConfigError
 from sparklog.server.kafka.apis import ProtocolError, handle_request
+from sparklog.server.kafka.context import BrokerContext
 from sparklog.server.kafka.framing import FrameError, read_frame, write_frame
-from sparklog.server.kafka.metadata_api import ClusterView
 
 __all__ = ["KafkaListener"]
 
@@ -46,7 +46,7 @@ class _Connection(socketserver.BaseRequestHandler):
 class KafkaListener:
     """One listener (``NAME://host:port``) serving Kafka requests from ``cluster``."""
 
-    def __init__(self, endpoint: Endpoint, cluster: ClusterView, socket_request_max_bytes: int) -> None:
+    def __init__(self, endpoint: Endpoint, cluster: BrokerContext, socket_request_max_bytes: int) -> None:
         self.endpoint = endpoint
         self.cluster = cluster
         self.max_bytes = socket_request_max_bytes

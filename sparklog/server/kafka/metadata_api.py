@@ -11,29 +11,21 @@ ignored and an unknown topic gets UNKNOWN_TOPIC_OR_PARTITION.
 from __future__ import annotations
 
 import base64
-import datetime
 import uuid
-from dataclasses import dataclass, fields
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32Timedelta
 
 from sparklog.errors import InvalidTopicError
 from sparklog.metadata.broker_registration import live_brokers
 from sparklog.metadata.controller_election import current_controller
 from sparklog.model.topic import validate_topic_name
+from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
 from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["NO_THROTTLE", "ClusterView", "build", "metadata_response", "topic_uuid"]
+__all__ = ["APIS", "topic_uuid"]
 
-NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
-
-
-def build(entity_type: type, **values: Any) -> Any:
-    """An instance of a kio message type from ``values``, dropping the fields this version lacks."""
-    names = {f.name for f in fields(entity_type)}
-    return entity_type(**{k: v for k, v in values.items() if k in names})
+METADATA_KEY = 3
 
 
 def topic_uuid(topic_id: str) -> uuid.UUID:
@@ -41,17 +33,10 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
 
 
-@dataclass(frozen=True)
-class ClusterView:
-    """What one listener answers from: the broker's replica manager and the listener's name."""
-
-    replicas: ReplicaManager
-    listener_name: str
-    cluster_id: str | None = None
-
-
-def metadata_response(response_type: type, version: int, request: Any, cluster: ClusterView) -> Any:
-    module = __import__(response_type.__module__, fromlist=["_"])
+def metadata_response(request: ApiRequest, cluster: BrokerContext) -> Any:
+    version = request.api_version
+    module = response_module(METADATA_KEY, version)
+    response_type = module.MetadataResponse
     replicas = cluster.replicas
     zk = replicas.zk
     brokers = []
@@ -65,10 +50,11 @@ def metadata_response(response_type: type, version: int, request: Any, cluster: 
     controller = current_controller(zk)
     existing = replicas.list_topics()
     names: list[tuple[str | None, uuid.UUID | None]]
-    if request.topics is None or (version == 0 and not request.topics):
+    wanted = request.body.topics
+    if wanted is None or (version == 0 and not wanted):
         names = [(name, None) for name in existing]
     else:
-        names = [(t.name, getattr(t, "topic_id", None)) for t in request.topics]
+        names = [(t.name, getattr(t, "topic_id", None)) for t in wanted]
     topics = [_topic(module, replicas, existing, name, wanted_id) for name, wanted_id in names]
     return build(
         response_type,
@@ -125,3 +111,6 @@ def _topic(module: Any, replicas: ReplicaManager, existing: list[str], name: str
         is_internal=False,
         partitions=tuple(rows),
     )
+
+
+APIS = (Api(METADATA_KEY, 0, 12, metadata_response),)

@@ -1,0 +1,68 @@
+"""What every request handler receives: the parsed request and the broker it arrived at.
+
+Handlers are plain functions ``(ApiRequest, BrokerContext) -> response entity``; each API
+module declares the versions it serves as :class:`Api` rows, and ``apis`` dispatches on
+them. Responses are kio entities built with :func:`build`, which drops the fields the
+negotiated version lacks, so one handler answers every version of its API.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from kio.index import load_response_schema
+from kio.static.primitive import i32Timedelta
+
+if TYPE_CHECKING:
+    from sparklog.server.leader_appender import LeaderAppender
+    from sparklog.server.replica_manager import ReplicaManager
+
+__all__ = ["NO_THROTTLE", "Api", "ApiRequest", "BrokerContext", "build", "response_module"]
+
+NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+def build(entity_type: type, **values: Any) -> Any:
+    """An instance of a kio message type from ``values``, dropping the fields this version lacks."""
+    names = {f.name for f in fields(entity_type)}
+    return entity_type(**{k: v for k, v in values.items() if k in names})
+
+
+def response_module(api_key: int, version: int) -> Any:
+    """The kio module holding the response types of ``api_key`` at ``version``."""
+    return __import__(load_response_schema(api_key, version).__module__, fromlist=["_"])
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+    peer: str = ""
+
+
+@dataclass(frozen=True)
+class BrokerContext:
+    """The broker a listener belongs to: its id, replica manager, leader appender (None on a
+    listener without one, e.g. a metadata-only test server) and the listener's name."""
+
+    replicas: ReplicaManager
+    listener_name: str
+    broker_id: int = -1
+    appender: LeaderAppender | None = None
+    cluster_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Api:
+    """One served API: its key, the version range ApiVersions advertises, the handler."""
+
+    key: int
+    min_version: int
+    max_version: int
+    handle: Callable[[ApiRequest, BrokerContext], Any]

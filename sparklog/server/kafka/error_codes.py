@@ -1,0 +1,46 @@
+"""sparklog's errors as Kafka error codes, so a client retries or fails as against Kafka.
+
+One table, most specific class first: a retriable condition (leadership moved, not enough
+replicas, a lease or ZooKeeper briefly unavailable) maps to a retriable Kafka code; bad input
+maps to the code Kafka gives for it; anything else is UNKNOWN_SERVER_ERROR.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from sparklog import errors
+from sparklog.server.kafka.records import CorruptBatchError, TransactionalBatchError, UnsupportedMagicError
+
+__all__ = ["error_code"]
+
+_CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
+    (CorruptBatchError, ErrorCode.corrupt_message),
+    (UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
+    (TransactionalBatchError, ErrorCode.invalid_txn_state),
+    (errors.NotLeaderError, ErrorCode.not_leader_or_follower),
+    (errors.FencedError, ErrorCode.not_leader_or_follower),
+    (errors.LeaderNotAvailableError, ErrorCode.leader_not_available),
+    (errors.NotEnoughReplicasAfterAppendError, ErrorCode.not_enough_replicas_after_append),
+    (errors.NotEnoughReplicasError, ErrorCode.not_enough_replicas),
+    (errors.UnknownPartitionError, ErrorCode.unknown_topic_or_partition),
+    (errors.TopicNotFoundError, ErrorCode.unknown_topic_or_partition),
+    (errors.InvalidTopicError, ErrorCode.invalid_topic_exception),
+    (errors.TopicExistsError, ErrorCode.topic_already_exists),
+    (errors.InvalidPartitionsError, ErrorCode.invalid_partitions),
+    (errors.InvalidReplicationFactorError, ErrorCode.invalid_replication_factor),
+    (errors.InvalidReplicaAssignmentError, ErrorCode.invalid_replica_assignment),
+    (errors.RecordTooLargeError, ErrorCode.message_too_large),
+    (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
+    (errors.ConfigError, ErrorCode.invalid_config),
+    (errors.LeaseTimeoutError, ErrorCode.request_timed_out),
+    (errors.ZooKeeperUnavailableError, ErrorCode.request_timed_out),
+    (TimeoutError, ErrorCode.request_timed_out),
+)
+
+
+def error_code(exc: BaseException) -> ErrorCode:
+    for kind, code in _CODES:
+        if isinstance(exc, kind):
+            return code
+    return ErrorCode.unknown_server_error

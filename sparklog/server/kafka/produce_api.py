@@ -1,0 +1,133 @@
+"""The Produce API (key 0, v3..v9): record batches from Kafka producers into the leader's log.
+
+Per partition of a request, before anything is queued:
+
+* the topic and partition exist (UNKNOWN_TOPIC_OR_PARTITION), this broker leads it
+  (NOT_LEADER_OR_FOLLOWER; the appender checks again under the commit's leader epoch);
+* every batch is magic 2 with a valid CRC (CORRUPT_MESSAGE) and at most the topic's
+  ``max.message.bytes`` on the wire (MESSAGE_TOO_LARGE), as Kafka's broker checks a batch;
+* transactional batches are refused (INVALID_TXN_STATE: transactions are not served yet);
+  idempotent batches go through :class:`~sparklog.server.kafka.producer_state.ProducerStates`
+  (sequence checks; a duplicate is answered with the offsets it got the first time).
+
+A partition that fails a check gets its error code and nothing of it is appended; the
+others of the same request go on. The valid ones are queued to the broker's
+:class:`~sparklog.server.leader_appender.LeaderAppender` (group commit) and the response
+waits for their commits, up to the request's timeout. ``acks=0`` gets no response at all,
+as in Kafka.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from sparklog.config import Acks
+from sparklog.errors import NotLeaderError, RecordTooLargeError, TopicNotFoundError
+from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
+from sparklog.server.kafka.error_codes import error_code
+from sparklog.server.kafka.records import TransactionalBatchError, decode_batches
+from sparklog.server.leader_appender import PendingAppend
+
+__all__ = ["APIS", "NO_RESPONSE"]
+
+PRODUCE_KEY = 0
+_ACKS: dict[int, Acks] = {0: "0", 1: "1", -1: "all"}
+
+
+class _NoResponse:
+    """Returned for acks=0: the listener sends nothing back."""
+
+
+NO_RESPONSE = _NoResponse()
+
+
+def produce(request: ApiRequest, broker: BrokerContext) -> Any:
+    body = request.body
+    module = response_module(PRODUCE_KEY, request.api_version)
+    acks = _ACKS.get(int(body.acks))
+    timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
+    results: dict[tuple[str, int], tuple[ErrorCode, int, int, str | None]] = {}
+    queued: dict[tuple[str, int], list[PendingAppend]] = {}
+    for topic_data in body.topic_data:
+        topic = topic_data.name
+        for partition_data in topic_data.partition_data:
+            key = (topic, int(partition_data.index))
+            if acks is None:
+                results[key] = (ErrorCode.invalid_required_acks, -1, -1, f"acks={body.acks} is not 0, 1 or -1")
+                continue
+            try:
+                queued[key] = _prepare(broker, topic, key[1], partition_data.records or b"", acks, timeout_ms)
+            except Exception as exc:  # noqa: BLE001 - becomes this partition's error code
+                results[key] = (error_code(exc), -1, -1, str(exc))
+    appender = broker.appender
+    for (topic, _p), items in queued.items():
+        assert appender is not None
+        appender.append(topic, items)
+    for key, items in queued.items():
+        results[key] = _outcome(items, timeout_ms)
+    if acks == "0":
+        return NO_RESPONSE
+    topics = []
+    for topic_data in body.topic_data:
+        partitions = []
+        for partition_data in topic_data.partition_data:
+            code, base, append_ms, message = results[(topic_data.name, int(partition_data.index))]
+            partitions.append(
+                build(
+                    module.PartitionProduceResponse,
+                    index=partition_data.index,
+                    error_code=code,
+                    base_offset=base,
+                    log_append_time=None
+                    if append_ms < 0
+                    else datetime.datetime.fromtimestamp(append_ms / 1000, datetime.UTC),
+                    log_start_offset=-1,
+                    record_errors=(),
+                    error_message=message,
+                )
+            )
+        topics.append(build(module.TopicProduceResponse, name=topic_data.name, partition_responses=tuple(partitions)))
+    return build(module.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+
+def _prepare(
+    broker: BrokerContext, topic: str, partition: int, data: bytes, acks: Acks, timeout_ms: int
+) -> list[PendingAppend]:
+    replicas = broker.replicas
+    if broker.appender is None:
+        raise NotLeaderError(f"this listener does not serve produce requests ({topic}-{partition})")
+    if topic not in replicas.list_topics():
+        raise TopicNotFoundError(f"topic {topic!r} does not exist")
+    replicas.check_partition(topic, partition)
+    state = replicas.states(topic, [partition])[partition]
+    if state.leader != broker.broker_id:
+        raise NotLeaderError(f"broker {broker.broker_id} does not lead {topic}-{partition} (leader {state.leader})")
+    batches = decode_batches(data)
+    max_message_bytes = int(replicas.topic_config(topic)["max.message.bytes"])
+    for batch in batches:
+        if batch.size_bytes > max_message_bytes:
+            raise RecordTooLargeError(
+                f"a record batch of {batch.size_bytes} bytes to {topic}-{partition} exceeds the topic's "
+                f"max.message.bytes={max_message_bytes}; nothing of it was appended"
+            )
+        if batch.transactional:
+            raise TransactionalBatchError(f"transactional produce to {topic}-{partition} is not served yet")
+    return [PendingAppend(partition, b.records, acks, timeout_ms, b.compression) for b in batches if b.count]
+
+
+def _outcome(items: list[PendingAppend], timeout_ms: int) -> tuple[ErrorCode, int, int, str | None]:
+    """One partition's answer: the first batch's base offset, or the first error."""
+    for item in items:
+        if not item.done.wait(timeout_ms / 1000 + 1):
+            return ErrorCode.request_timed_out, -1, -1, f"not committed within {timeout_ms} ms"
+        if item.error is not None:
+            return error_code(item.error), -1, -1, str(item.error)
+    if not items:
+        return ErrorCode.none, -1, -1, None
+    return ErrorCode.none, items[0].base_offset, items[0].log_append_time_ms, None
+
+
+APIS = (Api(PRODUCE_KEY, 3, 9, produce),)

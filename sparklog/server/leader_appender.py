@@ -1,0 +1,220 @@
+"""Group commit for the partitions a broker leads (DESIGN §14).
+
+Produce requests from every connection are queued per topic. One committer thread per topic
+takes everything queued and appends it to this broker's replica table in ONE Delta commit
+(every partition of the round, :func:`sparklog.server.produce_request.append_to_leader`);
+what arrives while that commit is in flight waits for the next round. Latency is then about
+one commit, throughput many requests per commit.
+
+Invariants:
+
+* a request is appended only while this broker leads its partition: the partition state
+  (ZooKeeper) names this broker, and the commit carries the state's leader epoch, so a
+  leadership change that raced the round fails it (``NotLeaderError``) instead of writing
+  under a stale epoch (invariant 4);
+* a request's records get contiguous offsets in their order; requests of one round are
+  placed in arrival order, so one connection's requests keep their order;
+* a request is answered only once its commit returned (acks 0/1) or every in-sync replica
+  holds it (acks=all, :func:`~sparklog.server.produce_request.await_in_sync_replicas`);
+  ``min.insync.replicas`` is checked before appending;
+* one failing partition fails only the requests of that round's commit; nothing that was
+  not committed is reported as appended.
+
+Write leases: the round takes the leases of its partitions (owner ``broker-<id>``) and
+releases them after the commit, so Spark jobs and light producers writing the same topic
+queue for the same leases and offsets stay unique and contiguous whoever writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from sparklog.config import Acks
+from sparklog.errors import LeaderNotAvailableError, NotLeaderError
+from sparklog.metadata.lease import WriterLease
+from sparklog.server.produce_request import (
+    RETRIABLE,
+    RequestSettings,
+    append_to_leader,
+    await_in_sync_replicas,
+    check_min_isr,
+    topic_write_settings,
+)
+from sparklog.server.replica_manager import ReplicaManager
+
+__all__ = ["LeaderAppender", "PendingAppend"]
+
+log = logging.getLogger(__name__)
+
+_RETRY_BACKOFF_S = 0.05
+
+
+@dataclass(eq=False)
+class PendingAppend:
+    """Records for one partition from one produce request, waiting for a commit."""
+
+    partition: int
+    records: pa.Table
+    acks: Acks
+    timeout_ms: int
+    compression: str = "none"  # the producer's codec (for compression.type=producer)
+    done: threading.Event = field(default_factory=threading.Event)
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    error: BaseException | None = None
+
+    def finish(self, base_offset: int = -1, log_append_time_ms: int = -1, error: BaseException | None = None) -> None:
+        self.base_offset, self.log_append_time_ms, self.error = base_offset, log_append_time_ms, error
+        self.done.set()
+
+
+class LeaderAppender:
+    """Queues and group-commits produce requests for the partitions ``broker_id`` leads.
+
+    ``appended`` is notified after every commit (Fetch long polls wait on it)."""
+
+    def __init__(self, replicas: ReplicaManager, broker_id: int, writer_lease_ms: int) -> None:
+        self.replicas = replicas
+        self.broker_id = broker_id
+        self.writer_lease_ms = writer_lease_ms
+        self.appended = threading.Condition()
+        self._lock = threading.Condition()
+        self._queues: dict[str, list[PendingAppend]] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self._leases: dict[tuple[str, int], WriterLease] = {}
+        self._closed = False
+
+    def append(self, topic: str, items: Sequence[PendingAppend]) -> None:
+        """Queue ``items`` for ``topic``'s next commit; each item's ``done`` is set when it is
+        answered (see :meth:`wait`)."""
+        with self._lock:
+            if self._closed:
+                for item in items:
+                    item.finish(error=LeaderNotAvailableError(f"broker {self.broker_id} is shutting down"))
+                return
+            self._queues.setdefault(topic, []).extend(items)
+            if topic not in self._threads:
+                thread = threading.Thread(target=self._run, args=(topic,), name=f"appender-{topic}", daemon=True)
+                self._threads[topic] = thread
+                thread.start()
+            self._lock.notify_all()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        for thread in list(self._threads.values()):
+            thread.join(5)
+
+    # -- the committer -----------------------------------------------------------------------
+    def _run(self, topic: str) -> None:
+        while True:
+            with self._lock:
+                while not self._queues.get(topic) and not self._closed:
+                    self._lock.wait()
+                items = self._queues.pop(topic, [])
+                if self._closed:
+                    for item in items:
+                        item.finish(error=LeaderNotAvailableError(f"broker {self.broker_id} is shutting down"))
+                    return
+            # acks=all rounds fsync and wait for the ISR: the others don't pay for that.
+            for acks_all in (False, True):
+                group = [i for i in items if (i.acks == "all") == acks_all]
+                if group:
+                    self._commit_round(topic, group)
+            with self.appended:
+                self.appended.notify_all()
+
+    def _commit_round(self, topic: str, items: list[PendingAppend]) -> None:
+        deadline = time.monotonic() + max(i.timeout_ms for i in items) / 1000
+        while True:
+            try:
+                self._try_round(topic, items)
+                return
+            except RETRIABLE as exc:
+                if time.monotonic() + _RETRY_BACKOFF_S > deadline:
+                    self._fail(items, exc)
+                    return
+                time.sleep(_RETRY_BACKOFF_S)
+            except Exception as exc:  # noqa: BLE001 - answered to the clients as Kafka error codes
+                log.debug("produce round on %s failed: %s", topic, exc)
+                self._fail(items, exc)
+                return
+
+    def _try_round(self, topic: str, items: list[PendingAppend]) -> None:
+        replicas = self.replicas
+        partitions = sorted({i.partition for i in items})
+        states = replicas.states(topic, partitions)
+        led = [p for p in partitions if states[p].leader == self.broker_id]
+        for p in set(partitions) - set(led):
+            error = NotLeaderError(
+                f"broker {self.broker_id} does not lead {topic}-{p} (leader: {states[p].leader}, "
+                f"epoch {states[p].leader_epoch}); refresh the metadata"
+            )
+            self._fail([i for i in items if i.partition == p and not i.done.is_set()], error)
+        items = [i for i in items if i.partition in led and not i.done.is_set()]
+        if not items:
+            return
+        acks: Acks = "all" if items[0].acks == "all" else "1"
+        settings = topic_write_settings(replicas, topic, items[0].compression)
+        if acks == "all":
+            check_min_isr(topic, {p: states[p] for p in led}, settings.min_insync_replicas, after_append=False)
+        merged = {
+            p: pa.concat_tables([i.records for i in items if i.partition == p]).combine_chunks()
+            for p in led
+            if any(i.partition == p for i in items)
+        }
+        table = replicas.replica_table(topic, self.broker_id)
+        followers = sorted({b for p in merged for b in states[p].isr} - {self.broker_id})
+        stage_roots = [replicas.replica_table(topic, b).root for b in followers] if acks == "all" else []
+        request = RequestSettings(
+            acks=acks,
+            max_block_ms=max(i.timeout_ms for i in items),
+            delivery_timeout_ms=max(i.timeout_ms for i in items),
+            producer_id=None,
+            sequence=None,
+            compression_type=items[0].compression,
+        )
+        result = append_to_leader(
+            table,
+            merged,
+            {p: states[p].leader_epoch for p in merged},
+            settings,
+            request,
+            self._lease_for(topic),
+            first_try=True,
+            stage_roots=stage_roots,
+            hard_links=replicas.config.replica_hard_links_enable,
+        )
+        if acks == "all":
+            deadline = time.monotonic() + request.delivery_timeout_ms / 1000
+            await_in_sync_replicas(replicas, topic, table, sorted(merged), states, settings, deadline)
+        append_ms = result.log_append_time_ms if settings.log_append_time else -1
+        next_offset = dict(result.base_offsets)
+        for item in items:
+            base = next_offset[item.partition]
+            next_offset[item.partition] = base + item.records.num_rows
+            item.finish(base, append_ms)
+
+    def _lease_for(self, topic: str) -> Callable[[int], WriterLease]:
+        def lease(partition: int) -> WriterLease:
+            key = (topic, partition)
+            if key not in self._leases:
+                self._leases[key] = WriterLease(
+                    self.replicas.zk, topic, partition, f"broker-{self.broker_id}", self.writer_lease_ms
+                )
+            return self._leases[key]
+
+        return lease
+
+    @staticmethod
+    def _fail(items: Sequence[PendingAppend], error: BaseException) -> None:
+        for item in items:
+            if not item.done.is_set():
+                item.finish(error=error)
