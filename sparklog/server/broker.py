@@ -35,6 +35,7 @@ from sparklog.metadata.zkdata import BrokerRecord
 from sparklog.server.controller.controller import Controller, ControllerSettings
 from sparklog.server.kafka.context import BrokerContext
 from sparklog.server.kafka.listener import KafkaListener
+from sparklog.server.leader_appender import LeaderAppender
 from sparklog.server.replica_fetcher import ReplicaFetcher
 from sparklog.server.replica_manager import ReplicaManager
 
@@ -75,6 +76,7 @@ class BrokerAgent:
         self.settings = settings or BrokerSettings()
         self.replicas = ReplicaManager.connect(config)
         self.controller = Controller(self.replicas, self.broker_id, self.settings.controller)
+        self.appender = LeaderAppender(self.replicas, self.broker_id, config.writer_lease_ms)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._registration: BrokerRegistration | None = None
@@ -92,7 +94,7 @@ class BrokerAgent:
         self._listeners = [
             KafkaListener(
                 endpoint,
-                BrokerContext(self.replicas, endpoint.name, self.broker_id),
+                BrokerContext(self.replicas, endpoint.name, self.broker_id, self.appender),
                 self.config.socket_request_max_bytes,
             )
             for endpoint in self.config.listeners
@@ -137,6 +139,7 @@ class BrokerAgent:
             thread.join(10)
         for listener in self._listeners:
             listener.stop()
+        self.appender.close()
         if self._registration is not None:
             self._registration.close()
         self.replicas.close()

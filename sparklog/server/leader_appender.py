@@ -77,13 +77,14 @@ class PendingAppend:
 class LeaderAppender:
     """Queues and group-commits produce requests for the partitions ``broker_id`` leads.
 
-    ``appended`` is notified after every commit (Fetch long polls wait on it)."""
+    ``appended`` is notified (and ``commits`` grows) after every round: Fetch long polls wait on it."""
 
     def __init__(self, replicas: ReplicaManager, broker_id: int, writer_lease_ms: int) -> None:
         self.replicas = replicas
         self.broker_id = broker_id
         self.writer_lease_ms = writer_lease_ms
         self.appended = threading.Condition()
+        self.commits = 0  # rounds done; grows under ``appended``
         self._lock = threading.Condition()
         self._queues: dict[str, list[PendingAppend]] = {}
         self._threads: dict[str, threading.Thread] = {}
@@ -129,6 +130,7 @@ class LeaderAppender:
                 if group:
                     self._commit_round(topic, group)
             with self.appended:
+                self.commits += 1
                 self.appended.notify_all()
 
     def _commit_round(self, topic: str, items: list[PendingAppend]) -> None:

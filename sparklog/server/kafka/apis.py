@@ -24,8 +24,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from sparklog.errors import SparklogError
-from sparklog.server.kafka import metadata_api
-from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build
+from sparklog.server.kafka import fetch_api, metadata_api, offsets_api, produce_api
+from sparklog.server.kafka.context import NO_RESPONSE, NO_THROTTLE, Api, ApiRequest, BrokerContext, build
 
 __all__ = ["API_VERSIONS", "ProtocolError", "handle_request"]
 
@@ -39,8 +39,9 @@ class ProtocolError(SparklogError):
     the connection is closed."""
 
 
-def handle_request(payload: bytes, cluster: BrokerContext, peer: str) -> bytes:
-    """The response frame payload (header + body) for one request frame payload."""
+def handle_request(payload: bytes, cluster: BrokerContext, peer: str) -> bytes | None:
+    """The response frame payload (header + body) for one request frame payload; None when
+    Kafka sends no response (Produce with acks=0)."""
     if len(payload) < _PREFIX.size:
         raise ProtocolError(f"request of {len(payload)} bytes from {peer} is shorter than a request header")
     api_key, api_version, correlation_id = _PREFIX.unpack_from(payload)
@@ -56,6 +57,8 @@ def handle_request(payload: bytes, cluster: BrokerContext, peer: str) -> bytes:
         )
     request = _parse(payload, api_key, api_version, peer)
     response = _APIS[api_key].handle(request, cluster)
+    if response is NO_RESPONSE:
+        return None
     return _encode(api_key, api_version, correlation_id, response)
 
 
@@ -104,7 +107,16 @@ def _api_versions(request: ApiRequest, _cluster: BrokerContext) -> Any:
     return _api_versions_body(request.api_version, ErrorCode.none)
 
 
-_APIS: dict[int, Api] = {api.key: api for api in (Api(API_VERSIONS_KEY, 0, 3, _api_versions), *metadata_api.APIS)}
+_APIS: dict[int, Api] = {
+    api.key: api
+    for api in (
+        Api(API_VERSIONS_KEY, 0, 3, _api_versions),
+        *metadata_api.APIS,
+        *produce_api.APIS,
+        *fetch_api.APIS,
+        *offsets_api.APIS,
+    )
+}
 # api key -> (min version, max version) served.
 API_VERSIONS: dict[int, tuple[int, int]] = {key: (api.min_version, api.max_version) for key, api in _APIS.items()}
 

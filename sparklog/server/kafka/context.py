@@ -20,9 +20,16 @@ if TYPE_CHECKING:
     from sparklog.server.leader_appender import LeaderAppender
     from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["NO_THROTTLE", "Api", "ApiRequest", "BrokerContext", "build", "response_module"]
+__all__ = ["NO_RESPONSE", "NO_THROTTLE", "Api", "ApiRequest", "BrokerContext", "build", "response_module"]
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+class _NoResponse:
+    """What a handler returns when Kafka sends nothing back (Produce with acks=0)."""
+
+
+NO_RESPONSE: Any = _NoResponse()
 
 
 def build(entity_type: type, **values: Any) -> Any:

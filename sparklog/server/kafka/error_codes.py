@@ -7,12 +7,16 @@ maps to the code Kafka gives for it; anything else is UNKNOWN_SERVER_ERROR.
 
 from __future__ import annotations
 
+import logging
+
 from kio.schema.errors import ErrorCode
 
 from sparklog import errors
 from sparklog.server.kafka.records import CorruptBatchError, TransactionalBatchError, UnsupportedMagicError
 
 __all__ = ["error_code"]
+
+log = logging.getLogger(__name__)
 
 _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (CorruptBatchError, ErrorCode.corrupt_message),
@@ -43,4 +47,6 @@ def error_code(exc: BaseException) -> ErrorCode:
     for kind, code in _CODES:
         if isinstance(exc, kind):
             return code
+    # Not an expected condition: keep the traceback for the operator.
+    log.error("request failed unexpectedly; answered UNKNOWN_SERVER_ERROR", exc_info=exc)
     return ErrorCode.unknown_server_error

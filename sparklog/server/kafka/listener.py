@@ -86,7 +86,9 @@ class KafkaListener:
                 payload = read_frame(sock, self.max_bytes, peer)
                 if payload is None:
                     return
-                write_frame(sock, handle_request(payload, self.cluster, peer))
+                response = handle_request(payload, self.cluster, peer)
+                if response is not None:
+                    write_frame(sock, response)
         except (FrameError, ProtocolError) as exc:
             log.warning("closing the connection from %s: %s", peer, exc)
         except OSError as exc:

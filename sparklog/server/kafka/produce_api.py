@@ -26,22 +26,23 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.config import Acks
 from sparklog.errors import NotLeaderError, RecordTooLargeError, TopicNotFoundError
-from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
+from sparklog.server.kafka.context import (
+    NO_RESPONSE,
+    NO_THROTTLE,
+    Api,
+    ApiRequest,
+    BrokerContext,
+    build,
+    response_module,
+)
 from sparklog.server.kafka.error_codes import error_code
 from sparklog.server.kafka.records import TransactionalBatchError, decode_batches
 from sparklog.server.leader_appender import PendingAppend
 
-__all__ = ["APIS", "NO_RESPONSE"]
+__all__ = ["APIS"]
 
 PRODUCE_KEY = 0
 _ACKS: dict[int, Acks] = {0: "0", 1: "1", -1: "all"}
-
-
-class _NoResponse:
-    """Returned for acks=0: the listener sends nothing back."""
-
-
-NO_RESPONSE = _NoResponse()
 
 
 def produce(request: ApiRequest, broker: BrokerContext) -> Any:

@@ -1,0 +1,164 @@
+"""The Fetch API (key 1, v4..v12): consumers read record batches from the partition's leader.
+
+Guarantees (invariants 5 and 8 on the wire):
+
+* only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere), from its own table;
+* never a record at or above the high watermark (minimum log end over the ISR) nor below
+  log-start; a fetch offset outside ``[log_start, high_watermark]`` gets OFFSET_OUT_OF_RANGE
+  with both in the response, so the client resets as ``auto.offset.reset`` says;
+* whole record batches, the first one even when it is larger than ``partition_max_bytes``
+  or ``max_bytes`` (KIP-74: a consumer always makes progress), the rest within the limits;
+* long polling: with fewer than ``min_bytes`` available the request waits, up to
+  ``max_wait_ms``, for this broker's next commit (the leader appender notifies) or a
+  write by another writer (Spark, the light producer), seen at the next re-read;
+* ``read_committed`` sees the same as ``read_uncommitted`` while transactions are not
+  served (the last stable offset is the high watermark).
+
+Batches are encoded from the segments' rows (:func:`~sparklog.server.kafka.records.encode_batches`),
+uncompressed, partition leader epoch -1 (unknown: sparklog does not keep a batch's epoch).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from kio.schema.errors import ErrorCode
+
+from sparklog.errors import NotLeaderError, OffsetOutOfRangeError
+from sparklog.log.reader import read_ranges
+from sparklog.model.sizes import record_sizes
+from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
+from sparklog.server.kafka.error_codes import error_code
+from sparklog.server.kafka.records import BATCH_OVERHEAD_BYTES, encode_batches
+
+__all__ = ["APIS"]
+
+FETCH_KEY = 1
+_MAX_RECORDS_PER_READ = 50_000  # bounds one partition's read from the segments
+_FOREIGN_WRITE_POLL_S = 0.05  # how often a long poll re-reads for writers other than this broker
+
+
+@dataclass
+class _PartitionRead:
+    error: ErrorCode
+    high_watermark: int = -1
+    log_start: int = -1
+    records: bytes = b""
+
+
+def fetch(request: ApiRequest, broker: BrokerContext) -> Any:
+    body = request.body
+    module = response_module(FETCH_KEY, request.api_version)
+    max_wait_s = max(0.0, body.max_wait.total_seconds())
+    deadline = time.monotonic() + max_wait_s
+    min_bytes = int(body.min_bytes)
+    max_bytes = int(getattr(body, "max_bytes", 2**31 - 1))
+    while True:
+        version = _appended_version(broker)
+        reads, total = _read_all(broker, body.topics, max_bytes)
+        errors = any(r.error != ErrorCode.none for r in reads.values())
+        remaining = deadline - time.monotonic()
+        if total >= max(1, min_bytes) or errors or remaining <= 0:
+            break
+        _wait_for_append(broker, version, min(remaining, _FOREIGN_WRITE_POLL_S))
+    topics = []
+    for topic in body.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            read = reads[(topic.topic, int(wanted.partition))]
+            partitions.append(
+                build(
+                    module.PartitionData,
+                    partition_index=wanted.partition,
+                    error_code=read.error,
+                    high_watermark=read.high_watermark,
+                    last_stable_offset=read.high_watermark,
+                    log_start_offset=read.log_start,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=read.records,
+                )
+            )
+        topics.append(build(module.FetchableTopicResponse, topic=topic.topic, partitions=tuple(partitions)))
+    return build(
+        module.FetchResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=tuple(topics),
+    )
+
+
+def _appended_version(broker: BrokerContext) -> int:
+    return broker.appender.commits if broker.appender is not None else 0
+
+
+def _wait_for_append(broker: BrokerContext, version: int, timeout_s: float) -> None:
+    appender = broker.appender
+    if appender is None:
+        time.sleep(timeout_s)
+        return
+    with appender.appended:
+        appender.appended.wait_for(lambda: appender.commits != version, timeout_s)
+
+
+def _read_all(broker: BrokerContext, topics: Any, max_bytes: int) -> tuple[dict[tuple[str, int], _PartitionRead], int]:
+    reads: dict[tuple[str, int], _PartitionRead] = {}
+    total = 0
+    for topic in topics:
+        for wanted in topic.partitions:
+            budget = max(0, max_bytes - total)
+            read = _read_partition(
+                broker,
+                topic.topic,
+                int(wanted.partition),
+                int(wanted.fetch_offset),
+                int(wanted.partition_max_bytes),
+                budget,
+                first=total == 0,
+            )
+            reads[(topic.topic, int(wanted.partition))] = read
+            total += len(read.records)
+    return reads, total
+
+
+def _read_partition(
+    broker: BrokerContext, topic: str, partition: int, offset: int, partition_max_bytes: int, budget: int, first: bool
+) -> _PartitionRead:
+    replicas = broker.replicas
+    try:
+        replicas.check_partition(topic, partition)
+        state = replicas.states(topic, [partition])[partition]
+        if state.leader != broker.broker_id:
+            raise NotLeaderError(f"broker {broker.broker_id} does not lead {topic}-{partition}")
+        at = replicas.fetch_positions(topic, [partition])[partition]
+        high_watermark = at.high_watermark
+        log_start = min(at.table.log_start(at.snapshot, partition), high_watermark)
+        if offset < log_start or offset > high_watermark:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {topic}-{partition} is outside {log_start}..{high_watermark}"
+            )
+        if offset == high_watermark or (budget <= 0 and not first):
+            return _PartitionRead(ErrorCode.none, high_watermark, log_start)
+        end = min(high_watermark, offset + _MAX_RECORDS_PER_READ)
+        rows = read_ranges(at.table, at.snapshot, {partition: (offset, end)}, include_headers=True)
+        rows = _within(rows, min(partition_max_bytes, budget) if not first else partition_max_bytes)
+        return _PartitionRead(ErrorCode.none, high_watermark, log_start, encode_batches(rows, leader_epoch=-1))
+    except Exception as exc:  # noqa: BLE001 - answered as this partition's error code
+        return _PartitionRead(error_code(exc))
+
+
+def _within(rows: pa.Table, limit_bytes: int) -> pa.Table:
+    """The leading rows that fit ``limit_bytes`` (at least one: a consumer must progress)."""
+    if rows.num_rows == 0:
+        return rows
+    sizes = record_sizes(*(rows.column(c).combine_chunks() for c in ("key", "value", "headers")))
+    cumulative = sizes.cumsum() + BATCH_OVERHEAD_BYTES
+    fitting = int((cumulative <= limit_bytes).sum())
+    return rows.slice(0, max(1, fitting))
+
+
+APIS = (Api(FETCH_KEY, 4, 12, fetch),)

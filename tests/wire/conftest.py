@@ -1,0 +1,48 @@
+"""Fixtures for tests that reach broker agents through the Kafka protocol with real clients."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sparklog
+from sparklog.testing import BrokerAgents
+
+_TIMEOUT_S = 30.0
+
+
+def wait_until(condition: Callable[[], Any], what: str, timeout_s: float = _TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def one_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
+    """One real broker agent (id 1) with its Kafka listener."""
+    with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers") as running:
+        running.start(1)
+        running.wait_controller()
+        yield running
+
+
+def create_led_topic(
+    cluster: sparklog.Cluster, agents: BrokerAgents, topic: str, partitions: int = 3, **configs: Any
+) -> None:
+    """Create ``topic`` and wait until every partition has a live leader."""
+    cluster.create_topic(topic, partitions=partitions, replication_factor=1, config=configs or None)
+
+    def led() -> bool:
+        description = cluster.describe_topic(topic)
+        return all(p.leader in agents.live() for p in description.partitions)
+
+    wait_until(led, f"{topic}: a live leader for every partition")
