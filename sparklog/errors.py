@@ -13,6 +13,7 @@ __all__ = [
     "ConsumerClosedError",
     "CoordinationError",
     "DeleteRecordsOffsetError",
+    "DuplicateSequenceError",
     "FencedError",
     "FencedInstanceIdError",
     "GroupError",
@@ -22,6 +23,7 @@ __all__ = [
     "InvalidGroupIdError",
     "InvalidOffsetSpecError",
     "InvalidPartitionsError",
+    "InvalidProducerEpochError",
     "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
     "InvalidTopicError",
@@ -32,8 +34,10 @@ __all__ = [
     "NotLeaderError",
     "OffsetCommitError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
     "PolicyError",
     "ProducerClosedError",
+    "ProducerSequenceError",
     "RebalanceInProgressError",
     "RecordTooLargeError",
     "RetriesExhaustedError",
@@ -120,6 +124,24 @@ class FencedError(SparklogError):
 
 class NotLeaderError(FencedError):
     """The writer is not (or no longer) the leader of the partition."""
+
+
+class ProducerSequenceError(SparklogError):
+    """An idempotent producer's batch does not continue its sequence in the partition."""
+
+
+class OutOfOrderSequenceError(ProducerSequenceError):
+    """The batch skips sequence numbers (an earlier batch was lost): Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER."""
+
+
+class DuplicateSequenceError(ProducerSequenceError):
+    """The batch was stored before, but its offsets are no longer known (older than the last
+    five batches, or before a failover): Kafka's DUPLICATE_SEQUENCE_NUMBER, a success for clients."""
+
+
+class InvalidProducerEpochError(ProducerSequenceError):
+    """The producer epoch is older than one the partition has seen: a newer incarnation
+    of the producer took over (Kafka's INVALID_PRODUCER_EPOCH)."""
 
 
 class LeaderNotAvailableError(SparklogError):

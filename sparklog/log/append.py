@@ -105,6 +105,7 @@ def append(
     fsync: bool = False,
     stage_roots: Sequence[str] = (),
     hard_links: bool = True,
+    app_transactions: Mapping[str, int] | None = None,
 ) -> AppendResult:
     """Append ``batches`` (partition -> records without offsets) under ``epochs`` (partition ->
     write-lease epoch) and ``leader_epochs`` (partition -> leader epoch; None: not checked).
@@ -112,7 +113,8 @@ def append(
     (:func:`~sparklog.log.segment.write_segment`).
 
     ``check_duplicate=False`` skips the idempotence lookup on the first attempt; callers
-    pass it only for a sequence they have never sent before.
+    pass it only for a sequence they have never sent before. ``app_transactions``: more app
+    transactions committed with the files (a broker's Kafka producers' sequences).
     """
     missing = set(batches) - set(epochs)
     if missing:
@@ -158,16 +160,17 @@ def append(
                         )
                     )
                     next_offset += piece.num_rows
-            transactions = {fence_app_id(p): epochs[p] for p in pending}
-            transactions.update({end_app_id(p): base_offsets[p] + pending[p].num_rows for p in pending})
+            versions = dict(app_transactions or {})
+            versions.update({fence_app_id(p): epochs[p] for p in pending})
+            versions.update({end_app_id(p): base_offsets[p] + pending[p].num_rows for p in pending})
             if leader_epochs is not None:
-                transactions.update({leader_app_id(p): leader_epochs[p] for p in pending})
-                transactions.update({leader_fence_app_id(p): leader_epochs[p] for p in pending})
+                versions.update({leader_app_id(p): leader_epochs[p] for p in pending})
+                versions.update({leader_fence_app_id(p): leader_epochs[p] for p in pending})
             metadata = {"sparklog.offsets": json.dumps({str(p): o for p, o in base_offsets.items()})}
             if producer_id is not None and sequence is not None:
-                transactions.update({producer_app_id(producer_id, p): sequence for p in pending})
+                versions.update({producer_app_id(producer_id, p): sequence for p in pending})
                 metadata.update({"sparklog.producer": producer_id, "sparklog.sequence": str(sequence)})
-            table.commit(dt, segments, transactions, metadata, fsync=fsync)
+            table.commit(dt, segments, versions, metadata, fsync=fsync)
             return AppendResult({**previous, **base_offsets}, append_ms, duplicate=bool(previous))
         except CommitConflict:
             _discard(table, segments)

@@ -65,6 +65,8 @@ CONTROLLER_EPOCH = "/controller_epoch"
 CONSUMERS = "/consumers"
 ADMIN_REASSIGN = "/admin/reassign_partitions"
 ADMIN_PREFERRED_ELECTION = "/admin/preferred_replica_election"
+# Kafka's name: the last block of producer ids handed to a broker ({"block_end": <exclusive>}).
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 
 
 def topic_path(topic: str) -> str:

@@ -31,11 +31,13 @@ from sparklog.errors import ConfigError
 from sparklog.log.segment import fsync_path
 from sparklog.metadata.broker_registration import BrokerRegistration
 from sparklog.metadata.controller_election import ControllerElection
+from sparklog.metadata.producer_ids import ProducerIdBlocks
 from sparklog.metadata.zkdata import BrokerRecord
 from sparklog.server.controller.controller import Controller, ControllerSettings
 from sparklog.server.kafka.context import BrokerContext
 from sparklog.server.kafka.listener import KafkaListener
 from sparklog.server.leader_appender import LeaderAppender
+from sparklog.server.producer_state import ProducerStates
 from sparklog.server.replica_fetcher import ReplicaFetcher
 from sparklog.server.replica_manager import ReplicaManager
 
@@ -77,6 +79,8 @@ class BrokerAgent:
         self.replicas = ReplicaManager.connect(config)
         self.controller = Controller(self.replicas, self.broker_id, self.settings.controller)
         self.appender = LeaderAppender(self.replicas, self.broker_id, config.writer_lease_ms)
+        self.producer_states = ProducerStates()
+        self.producer_ids = ProducerIdBlocks(self.replicas.zk)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._registration: BrokerRegistration | None = None
@@ -94,7 +98,9 @@ class BrokerAgent:
         self._listeners = [
             KafkaListener(
                 endpoint,
-                BrokerContext(self.replicas, endpoint.name, self.broker_id, self.appender),
+                BrokerContext(
+                    self.replicas, endpoint.name, self.broker_id, self.appender, self.producer_states, self.producer_ids
+                ),
                 self.config.socket_request_max_bytes,
             )
             for endpoint in self.config.listeners

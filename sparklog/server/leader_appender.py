@@ -64,6 +64,10 @@ class PendingAppend:
     acks: Acks
     timeout_ms: int
     compression: str = "none"  # the producer's codec (for compression.type=producer)
+    # An idempotent producer's sequence, committed with the records as an app transaction.
+    sequence: tuple[str, int] | None = None  # (app id, last sequence)
+    # Called with the base offset as soon as the commit returned (before any acks=all wait).
+    on_commit: Callable[[int], None] | None = None
     done: threading.Event = field(default_factory=threading.Event)
     base_offset: int = -1
     log_append_time_ms: int = -1
@@ -183,6 +187,7 @@ class LeaderAppender:
             sequence=None,
             compression_type=items[0].compression,
         )
+        sequences = {i.sequence[0]: i.sequence[1] for i in items if i.sequence is not None}
         result = append_to_leader(
             table,
             merged,
@@ -193,15 +198,20 @@ class LeaderAppender:
             first_try=True,
             stage_roots=stage_roots,
             hard_links=replicas.config.replica_hard_links_enable,
+            app_transactions=sequences,
         )
+        next_offset = dict(result.base_offsets)
+        bases = []
+        for item in items:
+            bases.append(next_offset[item.partition])
+            next_offset[item.partition] += item.records.num_rows
+            if item.on_commit is not None:
+                item.on_commit(bases[-1])
         if acks == "all":
             deadline = time.monotonic() + request.delivery_timeout_ms / 1000
             await_in_sync_replicas(replicas, topic, table, sorted(merged), states, settings, deadline)
         append_ms = result.log_append_time_ms if settings.log_append_time else -1
-        next_offset = dict(result.base_offsets)
-        for item in items:
-            base = next_offset[item.partition]
-            next_offset[item.partition] = base + item.records.num_rows
+        for item, base in zip(items, bases, strict=True):
             item.finish(base, append_ms)
 
     def _lease_for(self, topic: str) -> Callable[[int], WriterLease]:

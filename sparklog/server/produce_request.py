@@ -195,6 +195,7 @@ def append_to_leader(
     first_try: bool,
     stage_roots: list[str],
     hard_links: bool,
+    app_transactions: Mapping[str, int] | None = None,
 ) -> AppendResult:
     leases = [lease_for(p) for p in sorted(batches)]
     try:
@@ -219,6 +220,7 @@ def append_to_leader(
             fsync=request.acks == "all",
             stage_roots=stage_roots,
             hard_links=hard_links,
+            app_transactions=app_transactions,
         )
     finally:
         for lease in leases:

@@ -24,7 +24,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from sparklog.errors import SparklogError
-from sparklog.server.kafka import fetch_api, metadata_api, offsets_api, produce_api
+from sparklog.server.kafka import fetch_api, metadata_api, offsets_api, produce_api, producer_id_api
 from sparklog.server.kafka.context import NO_RESPONSE, NO_THROTTLE, Api, ApiRequest, BrokerContext, build
 
 __all__ = ["API_VERSIONS", "ProtocolError", "handle_request"]
@@ -115,6 +115,7 @@ _APIS: dict[int, Api] = {
         *produce_api.APIS,
         *fetch_api.APIS,
         *offsets_api.APIS,
+        *producer_id_api.APIS,
     )
 }
 # api key -> (min version, max version) served.

@@ -17,7 +17,9 @@ from kio.index import load_response_schema
 from kio.static.primitive import i32Timedelta
 
 if TYPE_CHECKING:
+    from sparklog.metadata.producer_ids import ProducerIdBlocks
     from sparklog.server.leader_appender import LeaderAppender
+    from sparklog.server.producer_state import ProducerStates
     from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["NO_RESPONSE", "NO_THROTTLE", "Api", "ApiRequest", "BrokerContext", "build", "response_module"]
@@ -55,13 +57,15 @@ class ApiRequest:
 
 @dataclass(frozen=True)
 class BrokerContext:
-    """The broker a listener belongs to: its id, replica manager, leader appender (None on a
-    listener without one, e.g. a metadata-only test server) and the listener's name."""
+    """The broker a listener belongs to: its id, replica manager, the listener's name, and the
+    broker's leader-side components (None on a listener that only answers metadata)."""
 
     replicas: ReplicaManager
     listener_name: str
     broker_id: int = -1
     appender: LeaderAppender | None = None
+    producer_states: ProducerStates | None = None
+    producer_ids: ProducerIdBlocks | None = None
     cluster_id: str | None = None
 
 

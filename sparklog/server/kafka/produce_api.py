@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.config import Acks
 from sparklog.errors import NotLeaderError, RecordTooLargeError, TopicNotFoundError
+from sparklog.log.transactions import producer_app_id
 from sparklog.server.kafka.context import (
     NO_RESPONSE,
     NO_THROTTLE,
@@ -36,8 +37,9 @@ from sparklog.server.kafka.context import (
     response_module,
 )
 from sparklog.server.kafka.error_codes import error_code
-from sparklog.server.kafka.records import TransactionalBatchError, decode_batches
+from sparklog.server.kafka.records import TransactionalBatchError, WireBatch, decode_batches
 from sparklog.server.leader_appender import PendingAppend
+from sparklog.server.producer_state import ProducerBatch, ProducerStates, kafka_producer_id
 
 __all__ = ["APIS"]
 
@@ -66,7 +68,7 @@ def produce(request: ApiRequest, broker: BrokerContext) -> Any:
     appender = broker.appender
     for (topic, _p), items in queued.items():
         assert appender is not None
-        appender.append(topic, items)
+        appender.append(topic, [i for i in items if not i.done.is_set()])  # duplicates are answered
     for key, items in queued.items():
         results[key] = _outcome(items, timeout_ms)
     if acks == "0":
@@ -116,7 +118,40 @@ def _prepare(
             )
         if batch.transactional:
             raise TransactionalBatchError(f"transactional produce to {topic}-{partition} is not served yet")
-    return [PendingAppend(partition, b.records, acks, timeout_ms, b.compression) for b in batches if b.count]
+    items = []
+    for batch in batches:
+        if not batch.count:
+            continue
+        item = PendingAppend(partition, batch.records, acks, timeout_ms, batch.compression)
+        if batch.idempotent and broker.producer_states is not None:
+            _check_sequence(broker, broker.producer_states, topic, partition, state.leader_epoch, batch, item)
+        items.append(item)
+    return items
+
+
+def _check_sequence(
+    broker: BrokerContext,
+    states: ProducerStates,
+    topic: str,
+    partition: int,
+    leader_epoch: int,
+    batch: WireBatch,
+    item: PendingAppend,
+) -> None:
+    """A duplicate is answered at once with its first offsets; a new batch carries its
+    sequence into the commit and records it when the commit returns."""
+    sequenced = ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.count)
+    table = broker.replicas.replica_table(topic, broker.broker_id)
+    original = states.check(table, partition, leader_epoch, sequenced)
+    if original is not None:
+        item.finish(original)
+        return
+    item.sequence = (producer_app_id(kafka_producer_id(batch.producer_id), partition), sequenced.last_sequence)
+
+    def committed(base_offset: int) -> None:
+        states.appended(topic, partition, leader_epoch, sequenced, base_offset)
+
+    item.on_commit = committed
 
 
 def _outcome(items: list[PendingAppend], timeout_ms: int) -> tuple[ErrorCode, int, int, str | None]:

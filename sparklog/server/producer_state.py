@@ -1,0 +1,133 @@
+"""Idempotent producers' sequences in the partitions a broker leads (Kafka's producer state).
+
+Per partition and producer id the leader knows the producer's epoch, its last sequence and
+its last five batches (first and last sequence, base offset). A new batch of that producer:
+
+* with an older epoch → :class:`~sparklog.errors.InvalidProducerEpochError` (a newer
+  incarnation took over);
+* equal to one of the last five batches → a duplicate: answered with the base offset it got
+  the first time and not appended again (the client's retry after a lost response);
+* continuing the last sequence (or starting at 0 under a new epoch, or from an unknown
+  producer, as Kafka accepts since KIP-360) → appended;
+* at or below the last sequence but not among the last five → DUPLICATE_SEQUENCE_NUMBER
+  (stored, offsets unknown; clients count it as delivered);
+* anything else → OUT_OF_ORDER_SEQUENCE_NUMBER, nothing appended.
+
+Durability: every commit of an idempotent batch carries the app transaction
+``sparklog.producer.kafka-<producer id>.<partition>`` = its last sequence (DESIGN §3), so a
+new leader (after a failover or a restart) starts from the table: the last sequence is
+known, the last five batches' offsets are not (their retries get DUPLICATE_SEQUENCE_NUMBER).
+The state is dropped whenever the partition's leader epoch changes, and reloaded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+from sparklog.errors import DuplicateSequenceError, InvalidProducerEpochError, OutOfOrderSequenceError
+from sparklog.log.table import TopicTable
+
+__all__ = ["KAFKA_PRODUCER_PREFIX", "ProducerBatch", "ProducerStates", "kafka_producer_id"]
+
+KAFKA_PRODUCER_PREFIX = "kafka-"
+_RECENT_BATCHES = 5
+_MAX_SEQUENCE = 2**31 - 1
+
+
+def kafka_producer_id(producer_id: int) -> str:
+    """The producer id as sparklog's app transactions name it (apart from light producers' ids)."""
+    return f"{KAFKA_PRODUCER_PREFIX}{producer_id}"
+
+
+@dataclass(frozen=True)
+class ProducerBatch:
+    producer_id: int
+    producer_epoch: int
+    first_sequence: int
+    count: int
+
+    @property
+    def last_sequence(self) -> int:
+        return (self.first_sequence + self.count - 1) % (_MAX_SEQUENCE + 1)
+
+
+@dataclass
+class _Producer:
+    epoch: int
+    last_sequence: int  # -1: nothing stored yet
+    recent: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=_RECENT_BATCHES))
+
+
+class ProducerStates:
+    """The producer states of one broker's led partitions. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # (topic, partition) -> (leader epoch the state belongs to, producer id -> state)
+        self._partitions: dict[tuple[str, int], tuple[int, dict[int, _Producer]]] = {}
+
+    def check(self, table: TopicTable, partition: int, leader_epoch: int, batch: ProducerBatch) -> int | None:
+        """None: append ``batch``; an offset: ``batch`` is a duplicate stored at that base
+        offset. Raises the sequence errors of the module doc."""
+        with self._lock:
+            producer = self._producer(table, partition, leader_epoch, batch.producer_id)
+            if producer is None:
+                return None
+            if producer.epoch < 0:  # loaded from the table, which does not keep epochs
+                producer.epoch = batch.producer_epoch
+            if batch.producer_epoch < producer.epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {batch.producer_id} epoch {batch.producer_epoch} is older than epoch {producer.epoch} "
+                    f"seen on {table.topic}-{partition}: a newer instance of this producer took over"
+                )
+            if batch.producer_epoch > producer.epoch:
+                if batch.first_sequence != 0:
+                    raise OutOfOrderSequenceError(
+                        f"producer {batch.producer_id} starts epoch {batch.producer_epoch} on {table.topic}-{partition} "
+                        f"at sequence {batch.first_sequence}, not 0"
+                    )
+                return None
+            for first, last, base_offset in producer.recent:
+                if first == batch.first_sequence and last == batch.last_sequence:
+                    return base_offset
+            expected = 0 if producer.last_sequence in (-1, _MAX_SEQUENCE) else producer.last_sequence + 1
+            if batch.first_sequence == expected:
+                return None
+            if producer.last_sequence >= 0 and batch.last_sequence <= producer.last_sequence:
+                raise DuplicateSequenceError(
+                    f"producer {batch.producer_id} batch {batch.first_sequence}..{batch.last_sequence} on "
+                    f"{table.topic}-{partition} was stored before (last sequence {producer.last_sequence})"
+                )
+            raise OutOfOrderSequenceError(
+                f"producer {batch.producer_id} sent sequence {batch.first_sequence} to {table.topic}-{partition}; "
+                f"expected {expected}"
+            )
+
+    def appended(self, topic: str, partition: int, leader_epoch: int, batch: ProducerBatch, base_offset: int) -> None:
+        """Record a committed batch (called when its Delta commit returned)."""
+        with self._lock:
+            epoch, producers = self._partitions.setdefault((topic, partition), (leader_epoch, {}))
+            if epoch != leader_epoch:
+                return  # leadership moved meanwhile: the next check reloads from the table
+            producer = producers.get(batch.producer_id)
+            if producer is None or batch.producer_epoch > producer.epoch:
+                producer = producers[batch.producer_id] = _Producer(batch.producer_epoch, -1)
+            producer.last_sequence = batch.last_sequence
+            producer.recent.append((batch.first_sequence, batch.last_sequence, base_offset))
+
+    def _producer(self, table: TopicTable, partition: int, leader_epoch: int, producer_id: int) -> _Producer | None:
+        key = (table.topic, partition)
+        epoch, producers = self._partitions.get(key, (None, {}))
+        if epoch != leader_epoch:
+            producers = {}
+            self._partitions[key] = (leader_epoch, producers)
+        producer = producers.get(producer_id)
+        if producer is None:
+            stored = table.producer_sequence(table.snapshot(), kafka_producer_id(producer_id), partition)
+            if stored is None:
+                return None
+            # The epoch is not stored: take the batch's at face value from here on.
+            producer = producers[producer_id] = _Producer(-1, stored)
+        return producer
