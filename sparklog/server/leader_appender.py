@@ -73,6 +73,9 @@ class PendingAppend:
     log_append_time_ms: int = -1
     error: BaseException | None = None
 
+    def wait_done(self, timeout_s: float) -> bool:
+        return self.done.wait(timeout_s)
+
     def finish(self, base_offset: int = -1, log_append_time_ms: int = -1, error: BaseException | None = None) -> None:
         self.base_offset, self.log_append_time_ms, self.error = base_offset, log_append_time_ms, error
         self.done.set()

@@ -13,6 +13,11 @@ its last five batches (first and last sequence, base offset). A new batch of tha
   (stored, offsets unknown; clients count it as delivered);
 * anything else → OUT_OF_ORDER_SEQUENCE_NUMBER, nothing appended.
 
+A batch being appended is *pending*: the same batch arriving meanwhile (a client's retry
+on a new connection while the original request is still being served on the old one) waits
+for the original's outcome and is answered as its duplicate, or checked again if it failed,
+so a retry racing its original is never stored twice.
+
 Durability: every commit of an idempotent batch carries the app transaction
 ``sparklog.producer.kafka-<producer id>.<partition>`` = its last sequence (DESIGN §3), so a
 new leader (after a failover or a restart) starts from the table: the last sequence is
@@ -25,11 +30,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sparklog.errors import DuplicateSequenceError, InvalidProducerEpochError, OutOfOrderSequenceError
 from sparklog.log.table import TopicTable
 
-__all__ = ["KAFKA_PRODUCER_PREFIX", "ProducerBatch", "ProducerStates", "kafka_producer_id"]
+__all__ = ["KAFKA_PRODUCER_PREFIX", "Outcome", "ProducerBatch", "ProducerStates", "kafka_producer_id"]
 
 KAFKA_PRODUCER_PREFIX = "kafka-"
 _RECENT_BATCHES = 5
@@ -53,11 +59,20 @@ class ProducerBatch:
         return (self.first_sequence + self.count - 1) % (_MAX_SEQUENCE + 1)
 
 
+class Outcome(Protocol):
+    """How a pending batch ends (a :class:`~sparklog.server.leader_appender.PendingAppend`)."""
+
+    error: BaseException | None
+
+    def wait_done(self, timeout_s: float) -> bool: ...
+
+
 @dataclass
 class _Producer:
     epoch: int
     last_sequence: int  # -1: nothing stored yet
     recent: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=_RECENT_BATCHES))
+    pending: dict[tuple[int, int], Outcome] = field(default_factory=dict)
 
 
 class ProducerStates:
@@ -68,42 +83,71 @@ class ProducerStates:
         # (topic, partition) -> (leader epoch the state belongs to, producer id -> state)
         self._partitions: dict[tuple[str, int], tuple[int, dict[int, _Producer]]] = {}
 
-    def check(self, table: TopicTable, partition: int, leader_epoch: int, batch: ProducerBatch) -> int | None:
-        """None: append ``batch``; an offset: ``batch`` is a duplicate stored at that base
-        offset. Raises the sequence errors of the module doc."""
-        with self._lock:
-            producer = self._producer(table, partition, leader_epoch, batch.producer_id)
-            if producer is None:
-                return None
-            if producer.epoch < 0:  # loaded from the table, which does not keep epochs
-                producer.epoch = batch.producer_epoch
-            if batch.producer_epoch < producer.epoch:
-                raise InvalidProducerEpochError(
-                    f"producer {batch.producer_id} epoch {batch.producer_epoch} is older than epoch {producer.epoch} "
-                    f"seen on {table.topic}-{partition}: a newer instance of this producer took over"
-                )
-            if batch.producer_epoch > producer.epoch:
-                if batch.first_sequence != 0:
-                    raise OutOfOrderSequenceError(
-                        f"producer {batch.producer_id} starts epoch {batch.producer_epoch} on {table.topic}-{partition} "
-                        f"at sequence {batch.first_sequence}, not 0"
-                    )
-                return None
-            for first, last, base_offset in producer.recent:
-                if first == batch.first_sequence and last == batch.last_sequence:
-                    return base_offset
-            expected = 0 if producer.last_sequence in (-1, _MAX_SEQUENCE) else producer.last_sequence + 1
-            if batch.first_sequence == expected:
-                return None
-            if producer.last_sequence >= 0 and batch.last_sequence <= producer.last_sequence:
-                raise DuplicateSequenceError(
-                    f"producer {batch.producer_id} batch {batch.first_sequence}..{batch.last_sequence} on "
-                    f"{table.topic}-{partition} was stored before (last sequence {producer.last_sequence})"
-                )
-            raise OutOfOrderSequenceError(
-                f"producer {batch.producer_id} sent sequence {batch.first_sequence} to {table.topic}-{partition}; "
-                f"expected {expected}"
+    def check(
+        self,
+        table: TopicTable,
+        partition: int,
+        leader_epoch: int,
+        batch: ProducerBatch,
+        outcome: Outcome,
+        timeout_s: float,
+    ) -> int | None:
+        """None: append ``batch`` (registered as pending until ``outcome`` ends); an offset:
+        ``batch`` is a duplicate stored at that base offset. Raises the sequence errors of the
+        module doc."""
+        while True:
+            with self._lock:
+                producer = self._producer(table, partition, leader_epoch, batch.producer_id)
+                key = (batch.first_sequence, batch.last_sequence)
+                original = producer.pending.get(key) if producer is not None else None
+                if original is None:
+                    verdict = self._check(table, partition, batch, producer)
+                    if verdict is None and producer is not None:
+                        producer.pending[key] = outcome
+                    elif verdict is None:
+                        self._new_producer(table.topic, partition, batch).pending[key] = outcome
+                    return verdict
+            if not original.wait_done(timeout_s):
+                raise TimeoutError(f"the original of producer {batch.producer_id}'s batch {key} is still pending")
+            with self._lock:
+                if producer is not None and producer.pending.get(key) is original:
+                    del producer.pending[key]  # it failed: this copy is checked afresh
+
+    def _check(self, table: TopicTable, partition: int, batch: ProducerBatch, producer: _Producer | None) -> int | None:
+        if producer is None:
+            return None
+        if producer.epoch < 0:  # loaded from the table, which does not keep epochs
+            producer.epoch = batch.producer_epoch
+        if batch.producer_epoch < producer.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {batch.producer_id} epoch {batch.producer_epoch} is older than epoch {producer.epoch} "
+                f"seen on {table.topic}-{partition}: a newer instance of this producer took over"
             )
+        if batch.producer_epoch > producer.epoch:
+            if batch.first_sequence != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {batch.producer_id} starts epoch {batch.producer_epoch} on {table.topic}-{partition} "
+                    f"at sequence {batch.first_sequence}, not 0"
+                )
+            return None
+        for first, last, base_offset in producer.recent:
+            if first == batch.first_sequence and last == batch.last_sequence:
+                return base_offset
+        for failed in [k for k, o in producer.pending.items() if o.wait_done(0) and o.error is not None]:
+            del producer.pending[failed]  # never stored: the sequence continues from before it
+        newest = max([producer.last_sequence, *(k[1] for k in producer.pending)])
+        expected = 0 if newest in (-1, _MAX_SEQUENCE) else newest + 1
+        if batch.first_sequence == expected:
+            return None
+        if producer.last_sequence >= 0 and batch.last_sequence <= producer.last_sequence:
+            raise DuplicateSequenceError(
+                f"producer {batch.producer_id} batch {batch.first_sequence}..{batch.last_sequence} on "
+                f"{table.topic}-{partition} was stored before (last sequence {producer.last_sequence})"
+            )
+        raise OutOfOrderSequenceError(
+            f"producer {batch.producer_id} sent sequence {batch.first_sequence} to {table.topic}-{partition}; "
+            f"expected {expected}"
+        )
 
     def appended(self, topic: str, partition: int, leader_epoch: int, batch: ProducerBatch, base_offset: int) -> None:
         """Record a committed batch (called when its Delta commit returned)."""
@@ -116,6 +160,12 @@ class ProducerStates:
                 producer = producers[batch.producer_id] = _Producer(batch.producer_epoch, -1)
             producer.last_sequence = batch.last_sequence
             producer.recent.append((batch.first_sequence, batch.last_sequence, base_offset))
+            producer.pending.pop((batch.first_sequence, batch.last_sequence), None)
+
+    def _new_producer(self, topic: str, partition: int, batch: ProducerBatch) -> _Producer:
+        producers = self._partitions[(topic, partition)][1]
+        producer = producers[batch.producer_id] = _Producer(batch.producer_epoch, -1)
+        return producer
 
     def _producer(self, table: TopicTable, partition: int, leader_epoch: int, producer_id: int) -> _Producer | None:
         key = (table.topic, partition)

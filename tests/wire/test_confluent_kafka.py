@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 import pytest
@@ -87,3 +89,59 @@ def test_produce_and_consume_every_codec(cluster: sparklog.Cluster, one_broker: 
     table = cluster.read(TOPIC)
     stored = {(r["partition"], r["offset"]): r["value"] for r in table.to_pylist()}
     assert stored == {position: rec["value"] for rec, position in zip(records, reports, strict=True)}
+
+
+def test_idempotent_producer_retries_store_every_record_once(
+    cluster: sparklog.Cluster, one_broker: BrokerAgents
+) -> None:
+    """The broker hangs (SIGSTOP) while an idempotent producer sends: its requests time out
+    and are sent again; once the broker resumes it sees the originals and the retries, and
+    stores every record once, at the offsets the delivery reports give."""
+    create_led_topic(cluster, one_broker, TOPIC, partitions=2)
+    stats: list[dict[str, Any]] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": one_broker.bootstrap_servers,
+            "enable.idempotence": True,
+            "linger.ms": 2,
+            "socket.timeout.ms": 400,  # librdkafka times out its own requests after this
+            "statistics.interval.ms": 100,
+            "stats_cb": lambda raw: stats.append(json.loads(raw)),
+        }
+    )
+    reports: dict[int, Any] = {}
+
+    def send(i: int) -> None:
+        def delivered(err: KafkaError | None, msg: Any, i: int = i) -> None:
+            reports[i] = err if err is not None else (msg.partition(), msg.offset())
+
+        producer.produce(TOPIC, key=f"k{i}".encode(), value=f"v{i}".encode(), on_delivery=delivered)
+        producer.poll(0)
+
+    sent = 0
+    for _ in range(100):
+        send(sent)
+        sent += 1
+    producer.flush(30)
+    one_broker.pause(1)
+    paused_until = time.monotonic() + 1.5  # the fault: longer than several request timeouts
+    while time.monotonic() < paused_until:
+        send(sent)
+        sent += 1
+        producer.poll(0.01)
+    one_broker.resume(1)
+    for _ in range(100):
+        send(sent)
+        sent += 1
+    assert producer.flush(60) == 0
+    timeouts = max(sum(b.get("req_timeouts", 0) for b in s["brokers"].values()) for s in stats)
+    assert timeouts > 0, "no request timed out: the fault did not happen"
+
+    failed = {i: r for i, r in reports.items() if not isinstance(r, tuple)}
+    assert not failed, f"deliveries failed: {list(failed.items())[:3]}"
+    stored = cluster.read(TOPIC).to_pylist()
+    values = [r["value"] for r in stored]
+    assert len(values) == len(set(values)) == sent, f"{len(values)} stored, {len(set(values))} distinct, {sent} sent"
+    at = {(r["partition"], r["offset"]): r["value"] for r in stored}
+    for i, position in reports.items():
+        assert at[position] == f"v{i}".encode()

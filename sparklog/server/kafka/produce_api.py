@@ -142,7 +142,7 @@ def _check_sequence(
     sequence into the commit and records it when the commit returns."""
     sequenced = ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.count)
     table = broker.replicas.replica_table(topic, broker.broker_id)
-    original = states.check(table, partition, leader_epoch, sequenced)
+    original = states.check(table, partition, leader_epoch, sequenced, item, item.timeout_ms / 1000)
     if original is not None:
         item.finish(original)
         return
