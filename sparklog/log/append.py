@@ -32,7 +32,14 @@ from deltalake import DeltaTable
 
 from sparklog import clock
 from sparklog.errors import FencedError, NotLeaderError, StorageError
-from sparklog.log.segment import PRODUCER_KEY, SEQUENCE_KEY, SegmentFile, split_for_size, write_segment
+from sparklog.log.segment import (
+    KAFKA_BATCHES_KEY,
+    PRODUCER_KEY,
+    SEQUENCE_KEY,
+    SegmentFile,
+    split_for_size,
+    write_segment,
+)
 from sparklog.log.table import (
     CommitConflict,
     TopicTable,
@@ -43,10 +50,29 @@ from sparklog.log.table import (
     producer_app_id,
 )
 
-__all__ = ["COPIED_BATCHES_KEY", "MAX_COMMIT_ATTEMPTS", "AppendResult", "append", "commit_reserved", "with_append_time"]
+__all__ = [
+    "COPIED_BATCHES_KEY",
+    "MAX_COMMIT_ATTEMPTS",
+    "AppendResult",
+    "KafkaProducerBatches",
+    "append",
+    "commit_reserved",
+    "with_append_time",
+]
 
 MAX_COMMIT_ATTEMPTS = 50
 COPIED_BATCHES_KEY = "sparklog.copied"  # commit info of a follower fetch: producer batches it copied
+
+
+@dataclass(frozen=True)
+class KafkaProducerBatches:
+    """Idempotent Kafka producers' batches in one append (a broker's group commit): their last
+    sequences become app transactions of the commit, the batches themselves the files'
+    :data:`~sparklog.log.segment.KAFKA_BATCHES_KEY` metadata."""
+
+    last_sequences: Mapping[str, int]  # app id (producer_app_id) -> last sequence
+    # partition -> (producer id, epoch, first sequence, last sequence, row index in the partition's records)
+    batches: Mapping[int, Sequence[tuple[int, int, int, int, int]]]
 
 
 @dataclass(frozen=True)
@@ -105,7 +131,7 @@ def append(
     fsync: bool = False,
     stage_roots: Sequence[str] = (),
     hard_links: bool = True,
-    app_transactions: Mapping[str, int] | None = None,
+    kafka_producers: KafkaProducerBatches | None = None,
 ) -> AppendResult:
     """Append ``batches`` (partition -> records without offsets) under ``epochs`` (partition ->
     write-lease epoch) and ``leader_epochs`` (partition -> leader epoch; None: not checked).
@@ -113,8 +139,8 @@ def append(
     (:func:`~sparklog.log.segment.write_segment`).
 
     ``check_duplicate=False`` skips the idempotence lookup on the first attempt; callers
-    pass it only for a sequence they have never sent before. ``app_transactions``: more app
-    transactions committed with the files (a broker's Kafka producers' sequences).
+    pass it only for a sequence they have never sent before. ``kafka_producers``: the Kafka
+    producers' sequences and batches of a broker's group commit.
     """
     missing = set(batches) - set(epochs)
     if missing:
@@ -145,6 +171,10 @@ def append(
                 if log_append_time:
                     records = with_append_time(records, append_ms)
                 next_offset = base_offsets[partition]
+                piece_metadata = file_metadata
+                if kafka_producers is not None and kafka_producers.batches.get(partition):
+                    listed = [[*b[:4], next_offset + b[4]] for b in kafka_producers.batches[partition]]
+                    piece_metadata = {**(file_metadata or {}), KAFKA_BATCHES_KEY: json.dumps(listed)}
                 for piece in split_for_size(records, segment_bytes):
                     segments.append(
                         write_segment(
@@ -154,13 +184,13 @@ def append(
                             piece,
                             compression,
                             fsync,
-                            metadata=file_metadata,
+                            metadata=piece_metadata,
                             stage_roots=stage_roots,
                             hard_links=hard_links,
                         )
                     )
                     next_offset += piece.num_rows
-            versions = dict(app_transactions or {})
+            versions = dict(kafka_producers.last_sequences if kafka_producers else {})
             versions.update({fence_app_id(p): epochs[p] for p in pending})
             versions.update({end_app_id(p): base_offsets[p] + pending[p].num_rows for p in pending})
             if leader_epochs is not None:

@@ -57,6 +57,7 @@ from sparklog.log.table import (
     producer_app_id,
     start_app_id,
 )
+from sparklog.log.transactions import KAFKA_PRODUCERS_PREFIX, transaction_versions
 
 __all__ = [
     "MAX_ROUNDS",
@@ -204,6 +205,9 @@ def copy_from_leader(
             new_end = max([have, *(s.last_offset + 1 for s in copied)])
             transactions = {end_app_id(partition): new_end, **_followed(follower, fdt, partition, leader_epoch)}
             transactions.update({producer_app_id(pid, partition): seq for pid, seq in sequences.items()})
+            # Kafka producers' sequences (a broker's group commits mix producers in one file):
+            # copied from the leader's snapshot the copied files come from.
+            transactions.update(transaction_versions(ldt, KAFKA_PRODUCERS_PREFIX, f".{partition}"))
             if below:
                 transactions[start_app_id(partition)] = leader_start
             metadata = {

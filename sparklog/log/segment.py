@@ -28,6 +28,7 @@ from sparklog.errors import ConfigError, PolicyError
 from sparklog.model.schema import FILE_SCHEMA
 
 __all__ = [
+    "KAFKA_BATCHES_KEY",
     "KEEP_CODEC",
     "PRODUCER_KEY",
     "SEQUENCE_KEY",
@@ -51,6 +52,10 @@ ROW_GROUP_RECORDS = 131_072
 # Parquet key-value metadata of a light producer's segment: who wrote it, which batch.
 PRODUCER_KEY = "sparklog.producer"
 SEQUENCE_KEY = "sparklog.sequence"
+# Kafka producers' batches in a file written by a broker's group commit (JSON list of
+# [producer id, epoch, first sequence, last sequence, base offset]): the producer state a new
+# leader rebuilds its duplicate answers from (the file travels to followers as it is).
+KAFKA_BATCHES_KEY = "sparklog.kafka.batches"
 # a hard link is impossible here (another filesystem, not supported, too many links): copy
 _LINK_REFUSED = frozenset({errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
 # compression.type (the topic's, or the producer's) -> pyarrow's Parquet codec

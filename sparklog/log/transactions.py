@@ -18,15 +18,18 @@ from sparklog.errors import StorageError
 from sparklog.log.txn_state import app_transactions, local_root
 
 __all__ = [
+    "KAFKA_PRODUCERS_PREFIX",
     "cleaned_app_id",
     "end_app_id",
     "fence_app_id",
+    "kafka_producer_id",
     "leader_app_id",
     "leader_fence_app_id",
     "producer_app_id",
     "rewrite_app_id",
     "start_app_id",
     "transaction_version",
+    "transaction_versions",
     "transactions_at",
 ]
 
@@ -70,6 +73,15 @@ def producer_app_id(producer_id: str, partition: int) -> str:
     return f"sparklog.producer.{producer_id}.{partition}"
 
 
+def kafka_producer_id(producer_id: int) -> str:
+    """A Kafka producer id (InitProducerId) as app transactions name it, apart from the light
+    producers' ids."""
+    return f"kafka-{producer_id}"
+
+
+KAFKA_PRODUCERS_PREFIX = producer_app_id(kafka_producer_id(0), 0).removesuffix("0.0")
+
+
 # Application transaction versions are memoised on the snapshot object, per version: the hot
 # paths (appends, fetch rounds, high watermarks) ask for the same ids of the same version
 # again and again. The map of a version comes from :mod:`sparklog.log.txn_state` (one commit
@@ -84,6 +96,17 @@ def transactions_at(dt: DeltaTable, version: int) -> Mapping[str, int] | None:
     ``dt``'s own) from :mod:`sparklog.log.txn_state`; None: ask delta-rs."""
     root = local_root(dt.table_uri)
     return None if root is None else app_transactions(root, str(dt.metadata().id), version)
+
+
+def transaction_versions(dt: DeltaTable, prefix: str, suffix: str = "") -> dict[str, int]:
+    """Every app transaction of snapshot ``dt`` whose id starts with ``prefix`` and ends with
+    ``suffix``. Empty when the map cannot be read from ``_delta_log`` (non-local storage):
+    delta-rs can only be asked id by id."""
+    version = dt.version()
+    every = transactions_at(dt, version)
+    if every is None:
+        return {}
+    return {k: v for k, v in every.items() if k.startswith(prefix) and k.endswith(suffix)}
 
 
 def transaction_version(dt: DeltaTable, app_id: str) -> int | None:

@@ -37,6 +37,8 @@ import pyarrow as pa
 
 from sparklog.config import Acks
 from sparklog.errors import LeaderNotAvailableError, NotLeaderError
+from sparklog.log.append import KafkaProducerBatches
+from sparklog.log.transactions import kafka_producer_id, producer_app_id
 from sparklog.metadata.lease import WriterLease
 from sparklog.server.produce_request import (
     RETRIABLE,
@@ -46,6 +48,7 @@ from sparklog.server.produce_request import (
     check_min_isr,
     topic_write_settings,
 )
+from sparklog.server.producer_state import ProducerBatch
 from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["LeaderAppender", "PendingAppend"]
@@ -64,8 +67,8 @@ class PendingAppend:
     acks: Acks
     timeout_ms: int
     compression: str = "none"  # the producer's codec (for compression.type=producer)
-    # An idempotent producer's sequence, committed with the records as an app transaction.
-    sequence: tuple[str, int] | None = None  # (app id, last sequence)
+    # An idempotent producer's batch: its sequence is committed with the records.
+    producer: ProducerBatch | None = None
     # Called with the base offset as soon as the commit returned (before any acks=all wait).
     on_commit: Callable[[int], None] | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -190,7 +193,7 @@ class LeaderAppender:
             sequence=None,
             compression_type=items[0].compression,
         )
-        sequences = {i.sequence[0]: i.sequence[1] for i in items if i.sequence is not None}
+        producers = _kafka_producers(items)
         result = append_to_leader(
             table,
             merged,
@@ -201,7 +204,7 @@ class LeaderAppender:
             first_try=True,
             stage_roots=stage_roots,
             hard_links=replicas.config.replica_hard_links_enable,
-            app_transactions=sequences,
+            kafka_producers=producers,
         )
         next_offset = dict(result.base_offsets)
         bases = []
@@ -233,3 +236,21 @@ class LeaderAppender:
         for item in items:
             if not item.done.is_set():
                 item.finish(error=error)
+
+
+def _kafka_producers(items: Sequence[PendingAppend]) -> KafkaProducerBatches | None:
+    """The idempotent batches among ``items`` (in commit order) for the append."""
+    rows: dict[int, int] = {}
+    last_sequences: dict[str, int] = {}
+    batches: dict[int, list[tuple[int, int, int, int, int]]] = {}
+    for item in items:
+        row = rows.get(item.partition, 0)
+        rows[item.partition] = row + item.records.num_rows
+        batch = item.producer
+        if batch is None:
+            continue
+        last_sequences[producer_app_id(kafka_producer_id(batch.producer_id), item.partition)] = batch.last_sequence
+        batches.setdefault(item.partition, []).append(
+            (batch.producer_id, batch.producer_epoch, batch.first_sequence, batch.last_sequence, row)
+        )
+    return KafkaProducerBatches(last_sequences, batches) if batches else None

@@ -49,7 +49,7 @@ from sparklog.errors import (
     RecordTooLargeError,
     ZooKeeperUnavailableError,
 )
-from sparklog.log.append import AppendResult, append
+from sparklog.log.append import AppendResult, KafkaProducerBatches, append
 from sparklog.log.segment import parquet_compression
 from sparklog.log.table import TopicTable
 from sparklog.metadata.lease import WriterLease
@@ -195,7 +195,7 @@ def append_to_leader(
     first_try: bool,
     stage_roots: list[str],
     hard_links: bool,
-    app_transactions: Mapping[str, int] | None = None,
+    kafka_producers: KafkaProducerBatches | None = None,
 ) -> AppendResult:
     leases = [lease_for(p) for p in sorted(batches)]
     try:
@@ -220,7 +220,7 @@ def append_to_leader(
             fsync=request.acks == "all",
             stage_roots=stage_roots,
             hard_links=hard_links,
-            app_transactions=app_transactions,
+            kafka_producers=kafka_producers,
         )
     finally:
         for lease in leases:

@@ -21,7 +21,10 @@ so a retry racing its original is never stored twice.
 Durability: every commit of an idempotent batch carries the app transaction
 ``sparklog.producer.kafka-<producer id>.<partition>`` = its last sequence (DESIGN §3), so a
 new leader (after a failover or a restart) starts from the table: the last sequence is
-known, the last five batches' offsets are not (their retries get DUPLICATE_SEQUENCE_NUMBER).
+known, and the last five batches are read back from the newest segments' metadata
+(:mod:`sparklog.log.producer_batches`; the files travel to followers byte for byte), so a
+retry after a failover is answered with its first offsets, as Kafka does. A batch older than
+what those files hold gets DUPLICATE_SEQUENCE_NUMBER.
 The state is dropped whenever the partition's leader epoch changes, and reloaded.
 """
 
@@ -33,18 +36,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sparklog.errors import DuplicateSequenceError, InvalidProducerEpochError, OutOfOrderSequenceError
+from sparklog.log.producer_batches import recent_kafka_batches
 from sparklog.log.table import TopicTable
+from sparklog.log.transactions import kafka_producer_id
 
-__all__ = ["KAFKA_PRODUCER_PREFIX", "Outcome", "ProducerBatch", "ProducerStates", "kafka_producer_id"]
+__all__ = ["Outcome", "ProducerBatch", "ProducerStates"]
 
-KAFKA_PRODUCER_PREFIX = "kafka-"
 _RECENT_BATCHES = 5
 _MAX_SEQUENCE = 2**31 - 1
-
-
-def kafka_producer_id(producer_id: int) -> str:
-    """The producer id as sparklog's app transactions name it (apart from light producers' ids)."""
-    return f"{KAFKA_PRODUCER_PREFIX}{producer_id}"
 
 
 @dataclass(frozen=True)
@@ -175,9 +174,12 @@ class ProducerStates:
             self._partitions[key] = (leader_epoch, producers)
         producer = producers.get(producer_id)
         if producer is None:
-            stored = table.producer_sequence(table.snapshot(), kafka_producer_id(producer_id), partition)
+            dt = table.snapshot()
+            stored = table.producer_sequence(dt, kafka_producer_id(producer_id), partition)
             if stored is None:
                 return None
-            # The epoch is not stored: take the batch's at face value from here on.
-            producer = producers[producer_id] = _Producer(-1, stored)
+            recent = recent_kafka_batches(table, dt, partition, producer_id, _RECENT_BATCHES)
+            # Without a batch in the newest files the epoch is unknown: the next batch's is taken.
+            producer = producers[producer_id] = _Producer(recent[-1][0] if recent else -1, stored)
+            producer.recent.extend((first, last, base) for _epoch, first, last, base in recent)
         return producer

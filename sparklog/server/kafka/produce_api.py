@@ -26,7 +26,6 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.config import Acks
 from sparklog.errors import NotLeaderError, RecordTooLargeError, TopicNotFoundError
-from sparklog.log.transactions import producer_app_id
 from sparklog.server.kafka.context import (
     NO_RESPONSE,
     NO_THROTTLE,
@@ -39,7 +38,7 @@ from sparklog.server.kafka.context import (
 from sparklog.server.kafka.error_codes import error_code
 from sparklog.server.kafka.records import TransactionalBatchError, WireBatch, decode_batches
 from sparklog.server.leader_appender import PendingAppend
-from sparklog.server.producer_state import ProducerBatch, ProducerStates, kafka_producer_id
+from sparklog.server.producer_state import ProducerBatch, ProducerStates
 
 __all__ = ["APIS"]
 
@@ -146,7 +145,7 @@ def _check_sequence(
     if original is not None:
         item.finish(original)
         return
-    item.sequence = (producer_app_id(kafka_producer_id(batch.producer_id), partition), sequenced.last_sequence)
+    item.producer = sequenced
 
     def committed(base_offset: int) -> None:
         states.appended(topic, partition, leader_epoch, sequenced, base_offset)
