@@ -119,6 +119,7 @@ def test_agent_removes_old_segments_by_itself_and_leaves_unlimited_topics_alone(
     assert retention_commits(cluster, "b-unlimited", 1) == []
     assert "b-unlimited-0" not in agent_log(agents, 1)
     assert (delta_log(agents, 1, "b-unlimited") / "_last_checkpoint").exists(), "the log step runs there too"
+    agents.stop(1)  # SIGTERM: the log manager's thread stops with the agent (exit code 0)
 
 
 def test_a_failing_topic_is_logged_and_the_next_topic_goes_on(cluster: sparklog.Cluster, agents: BrokerAgents) -> None:
