@@ -1,18 +1,19 @@
 # sparklog — the two commands: `make demo` and `make test`.
-# Everything comes from PyPI (into .venv) or Debian packages; nothing downloads at run time.
+# Everything comes from PyPI (into .venv) or Debian packages (kcat); nothing downloads at run time.
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.sparklog-installed
 SPARK_ENV_STAMP := $(VENV)/.sparklog-spark-env
+KCAT_STAMP := $(VENV)/.sparklog-kcat
 # Keep Spark and the embedded ZooKeeper quiet and local.
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .PHONY: venv demo lint test bench clean zookeeper-stop
 
-venv: $(STAMP) $(SPARK_ENV_STAMP)
+venv: $(STAMP) $(SPARK_ENV_STAMP) $(KCAT_STAMP)
 
 # `compat` editable mode puts the repo on sys.path, so Spark's data-source lookup
 # (pkgutil over sys.path) finds pyspark_sparklog in its Python workers.
@@ -27,6 +28,12 @@ $(STAMP): pyproject.toml
 $(SPARK_ENV_STAMP): $(STAMP) sparklog/spark/spark_env.py
 	$(BIN)/python -m sparklog.spark.spark_env
 	@touch $(SPARK_ENV_STAMP)
+
+# kcat (Debian's package) is a real Kafka client the tests use; installed with apt-get when
+# missing (root or sudo -n), else make stops with one line saying what to run.
+$(KCAT_STAMP): scripts/ensure-kcat.sh | $(STAMP)
+	@bash scripts/ensure-kcat.sh
+	@touch $(KCAT_STAMP)
 
 demo: venv
 	$(BIN)/python -m jobs.demo

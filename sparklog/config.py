@@ -30,6 +30,7 @@ __all__ = [
     "ClusterConfig",
     "ConfigSpec",
     "Endpoint",
+    "cleanup_policies",
     "load_properties",
     "normalise_key",
     "parse_acks",
@@ -119,6 +120,11 @@ def _cleanup_policy(raw: str) -> str:
     if not parts or any(p not in ("delete", "compact") for p in parts) or len(set(parts)) != len(parts):
         raise ValueError(raw)
     return ",".join(sorted(parts, key=("compact", "delete").index))
+
+
+def cleanup_policies(configs: Mapping[str, Any]) -> set[str]:
+    """The policies (``delete``, ``compact``) named by an effective topic config's ``cleanup.policy``."""
+    return set(str(configs["cleanup.policy"]).split(","))
 
 
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -211,6 +217,9 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "listeners": "PLAINTEXT://127.0.0.1:9092",
     "advertised.listeners": None,  # default: listeners (port 0 → the port actually bound)
     "socket.request.max.bytes": "104857600",
+    # How often a broker agent applies retention and the Delta log step to the partitions it
+    # leads (sparklog/server/log_manager.py); Kafka's name and default (5 minutes).
+    "log.retention.check.interval.ms": "300000",
 }
 
 
@@ -270,6 +279,7 @@ class ClusterConfig:
     listeners: tuple[Endpoint, ...] = ()
     advertised_listeners: tuple[Endpoint, ...] = ()
     socket_request_max_bytes: int = 104_857_600
+    log_retention_check_interval_ms: int = 300_000
 
     def to_options(self) -> dict[str, str]:
         """The settings as string options, e.g. to ship to Spark tasks or data-source options."""
@@ -284,6 +294,7 @@ class ClusterConfig:
             "offsets.topic.num.partitions": str(self.offsets_topic_num_partitions),
             "replica.hard.links.enable": str(self.replica_hard_links_enable).lower(),
             "socket.request.max.bytes": str(self.socket_request_max_bytes),
+            "log.retention.check.interval.ms": str(self.log_retention_check_interval_ms),
         }
         if self.listeners:
             options["listeners"] = ",".join(map(str, self.listeners))
@@ -364,6 +375,7 @@ def resolve_cluster_config(
         advertised_listeners=parse_listeners("advertised.listeners", str(merged["advertised.listeners"] or ""))
         or parse_listeners("listeners", str(merged["listeners"])),
         socket_request_max_bytes=as_int("socket.request.max.bytes", 1024),
+        log_retention_check_interval_ms=as_int("log.retention.check.interval.ms", 1),
     )
 
 

@@ -60,6 +60,7 @@ __all__ = [
     "LogCheckpoint",
     "OptimizeResult",
     "checkpoint_log",
+    "log_step",
     "optimize_partition",
     "optimize_topic",
     "rewrite_app_id",
@@ -281,6 +282,15 @@ def _log_file_count(table: TopicTable) -> int:
         return len(os.listdir(os.path.join(table.root, "_delta_log")))
     except OSError:
         return 0
+
+
+def log_step(table: TopicTable, history_retention_ms: int) -> LogCheckpoint:
+    """The Delta log step of maintenance (docs/maintenance.md), as the maintenance job and the
+    broker agents run it: make the table's ``delta.logRetentionDuration`` the topic's
+    ``history.retention.ms`` (one metadata commit, only when it differs), then
+    :func:`checkpoint_log`."""
+    table.set_history_retention(history_retention_ms)
+    return checkpoint_log(table)
 
 
 def checkpoint_log(table: TopicTable) -> LogCheckpoint:

@@ -422,8 +422,13 @@ class TopicTable:
             if (self.app_version(dt, start_app_id(partition)) or 0) > start:
                 return False
         transactions = {start_app_id(p): start for p, start in new_log_starts.items()}
+        info = {
+            "sparklog.operation": operation,
+            # Which partitions' log-starts this commit raised, for `sparklog history`.
+            "sparklog.log_starts": json.dumps({str(p): start for p, start in sorted(new_log_starts.items())}),
+        }
         try:
-            self.commit(dt, [], transactions, {"sparklog.operation": operation}, removes=removed)
+            self.commit(dt, [], transactions, info, removes=removed)
         except CommitConflict:
             return False
         return True

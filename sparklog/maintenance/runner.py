@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparklog import clock
+from sparklog.config import cleanup_policies
 from sparklog.log.compaction import CompactionResult, TaskRunner, compact_partitions, run_in_process
-from sparklog.log.optimize import LogCheckpoint, OptimizeResult, checkpoint_log, optimize_topic
+from sparklog.log.optimize import LogCheckpoint, OptimizeResult, log_step, optimize_topic
 from sparklog.log.retention import RetentionResult, apply_delete_policy
 from sparklog.log.segment import rewrite_compression
 from sparklog.log.vacuum import VacuumResult, vacuum_topic
@@ -79,10 +80,6 @@ def _now(now_ms: int | None) -> int:
     return clock.now_ms() if now_ms is None else now_ms
 
 
-def _policies(configs: dict[str, Any]) -> set[str]:
-    return set(str(configs["cleanup.policy"]).split(","))
-
-
 def leader_tables(replicas: ReplicaManager, topic: str) -> list[tuple[TopicTable, list[int]]]:
     """The topic's tables (one per leader replica) with the partitions each one leads."""
     return replicas.leader_tables(topic)
@@ -97,7 +94,7 @@ def run_retention(
     results: list[RetentionResult] = []
     for topic in selected:
         configs = replicas.topic_config(topic)
-        if "delete" in _policies(configs):
+        if "delete" in cleanup_policies(configs):
             results += _retain_topic(replicas, topic, configs, now, dry_run)
     return results
 
@@ -162,7 +159,7 @@ def run_compaction(
     results: list[CompactionResult] = []
     for topic in selected:
         configs = replicas.topic_config(topic)
-        if "compact" in _policies(configs):
+        if "compact" in cleanup_policies(configs):
             results += _compact_topic(replicas, topic, configs, runner, dry_run, now, progress)
     return results
 
@@ -203,8 +200,7 @@ def _optimize_topic(
         )
         if dry_run:
             continue
-        table.set_history_retention(int(configs["history.retention.ms"]))
-        checkpoints.append(checkpoint_log(table))
+        checkpoints.append(log_step(table, int(configs["history.retention.ms"])))
         if progress is not None:
             progress(_checkpoint_line(checkpoints[-1]))
     return results, checkpoints
@@ -259,7 +255,7 @@ def run_maintenance(
     for topic in list(topics) if topics is not None else replicas.list_topics():
         configs = replicas.topic_config(topic)
         # Internal topics compact themselves on write; they still need optimize and vacuum.
-        policies = _policies(configs) if topics is not None or not is_internal(topic) else set()
+        policies = cleanup_policies(configs) if topics is not None or not is_internal(topic) else set()
         if "delete" in policies:
             done = _retain_topic(replicas, topic, configs, now, dry_run)
             report.retention.extend(done)

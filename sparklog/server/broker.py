@@ -9,6 +9,9 @@ A broker is a storage root; its agent is the process that vouches for it (DESIGN
   controller moves leadership away, until a probe passes again;
 * **replica fetcher** (:class:`sparklog.server.replica_fetcher.ReplicaFetcher`) for the partitions the
   broker follows, while registered;
+* **log manager** (:class:`sparklog.server.log_manager.LogManager`): every
+  ``log.retention.check.interval.ms``, retention and the Delta log step for the partitions
+  the broker leads;
 * **controller candidacy** (:class:`~sparklog.metadata.controller_election.ControllerElection`);
   when elected, :class:`~sparklog.server.controller.controller.Controller` runs here.
 
@@ -37,6 +40,7 @@ from sparklog.server.controller.controller import Controller, ControllerSettings
 from sparklog.server.kafka.context import BrokerContext
 from sparklog.server.kafka.listener import KafkaListener
 from sparklog.server.leader_appender import LeaderAppender
+from sparklog.server.log_manager import LogManager
 from sparklog.server.producer_state import ProducerStates
 from sparklog.server.replica_fetcher import ReplicaFetcher
 from sparklog.server.replica_manager import ReplicaManager
@@ -118,10 +122,14 @@ class BrokerAgent:
         self._registration = BrokerRegistration(self.replicas.zk, self.broker_id, record)
         self._probe_once()
         fetcher = ReplicaFetcher(self.replicas, self.broker_id)
+        log_manager = LogManager(self.replicas, self.broker_id, self.config.log_retention_check_interval_ms)
         self._threads = [
             threading.Thread(target=self._probe_loop, name=f"broker-{self.broker_id}-probe", daemon=True),
             threading.Thread(
                 target=self._fetch_loop, args=(fetcher,), name=f"broker-{self.broker_id}-fetcher", daemon=True
+            ),
+            threading.Thread(
+                target=log_manager.run, args=(self._stop,), name=f"broker-{self.broker_id}-log-manager", daemon=True
             ),
         ]
         for thread in self._threads:
@@ -134,7 +142,7 @@ class BrokerAgent:
         return self
 
     def stop(self) -> None:
-        """Clean shutdown: resign the controller role, stop fetching, deregister, disconnect."""
+        """Clean shutdown: resign the controller role, stop fetching and retention, deregister, disconnect."""
         if self._stop.is_set():
             return
         self._stop.set()

@@ -87,6 +87,16 @@ class ChildProcesses:
         self._signal(process_id, signal.SIGCONT)
         self._paused.discard(process_id)
 
+    def wait_exited(self, process_id: int, timeout_s: float) -> int:
+        """Wait for the process to exit by itself (e.g. refusing a bad config); its exit code.
+        Fails with its log when it still runs after ``timeout_s``."""
+        code = self._reap(process_id, timeout_s)
+        if code is None:
+            raise AssertionError(
+                f"{self.describe(process_id)} still runs after {timeout_s:.0f} s\n{self.logs([process_id])}"
+            )
+        return code
+
     def running(self, process_id: int) -> bool:
         """Whether the process exists (paused counts), not whether it serves."""
         process = self._processes.get(process_id)

@@ -127,6 +127,13 @@ def test_options_round_trip(tmp_path: Path) -> None:
     assert resolve_cluster_config(config.to_options(), environ={}) == config
 
 
+def test_log_retention_check_interval_is_kafkas_and_settable() -> None:
+    assert resolve_cluster_config({}, environ={}).log_retention_check_interval_ms == 300_000
+    config = resolve_cluster_config({"log.retention.check.interval.ms": "500"}, environ={})
+    assert config.log_retention_check_interval_ms == 500
+    assert resolve_cluster_config(config.to_options(), environ={}) == config
+
+
 @pytest.mark.parametrize("key", ["unknown.key", "unknown_key", "zookeeper.conect", "home"])
 def test_unknown_explicit_key_is_named(key: str) -> None:
     with pytest.raises(ConfigError, match=f"'{key}'"):
@@ -160,7 +167,14 @@ def test_properties_syntax(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("broker.id", "-1"), ("broker.id", "abc"), ("zookeeper.session.timeout.ms", "10"), ("writer.lease.ms", "1.5")],
+    [
+        ("broker.id", "-1"),
+        ("broker.id", "abc"),
+        ("zookeeper.session.timeout.ms", "10"),
+        ("writer.lease.ms", "1.5"),
+        ("log.retention.check.interval.ms", "0"),
+        ("log.retention.check.interval.ms", "5m"),
+    ],
 )
 def test_bad_cluster_values(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
