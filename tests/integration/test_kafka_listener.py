@@ -7,7 +7,6 @@ replication factor 3. What the clients see must be what ``Cluster.describe_topic
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 import time
@@ -23,16 +22,16 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersio
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.metadata.v12.response import MetadataResponse
-from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 import sparklog
 from sparklog.model.topic import TopicDescription
 from sparklog.server.kafka.apis import API_VERSIONS
 from sparklog.server.kafka.metadata_api import topic_uuid
 from sparklog.testing import BrokerAgents
+from tests.wire.raw import recv_frame, request_bytes, send_frame
 
 TOPIC = "orders"
 BROKERS = (1, 2, 3)
@@ -70,38 +69,6 @@ def settled_topic(cluster: sparklog.Cluster, agents: BrokerAgents) -> TopicDescr
 
 
 # -- raw protocol ---------------------------------------------------------------------------
-def send_frame(sock: socket.socket, payload: bytes) -> None:
-    sock.sendall(struct.pack(">i", len(payload)) + payload)
-
-
-def recv_exactly(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(data)} of {size} bytes")
-        data += chunk
-    return data
-
-
-def recv_frame(sock: socket.socket) -> bytes:
-    (size,) = struct.unpack(">i", recv_exactly(sock, 4))
-    return recv_exactly(sock, size)
-
-
-def request_bytes(api_key: int, api_version: int, correlation_id: int, body: Any = None) -> bytes:
-    buffer = io.BytesIO()
-    entity_writer(RequestHeader)(
-        buffer,
-        RequestHeader(
-            request_api_key=api_key, request_api_version=api_version, correlation_id=correlation_id, client_id="raw"
-        ),
-    )
-    if body is not None:
-        entity_writer(type(body))(buffer, body)
-    return buffer.getvalue()
-
-
 def raw_metadata(port: int, topics: list[str] | None = None, correlation_id: int = 7) -> MetadataResponse:
     body = MetadataRequest(
         topics=None if topics is None else tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),

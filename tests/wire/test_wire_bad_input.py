@@ -1,0 +1,121 @@
+"""Bad produce input on the wire (DESIGN §14, invariant 10): each gets Kafka's error code for
+that partition, nothing of it is appended, the rest of the same request still is, and the
+broker keeps serving other clients.
+
+Requests are built by hand (kio message types, kafka-python's batch builder) because no
+client library sends a corrupt CRC or a wrong magic on purpose.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Producer
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.static.primitive import i32Timedelta
+
+import sparklog
+from sparklog.testing import BrokerAgents
+from tests.wire.conftest import create_led_topic
+from tests.wire.raw import call
+
+TOPIC = "wire-bad"
+
+
+def batch(values: list[bytes], codec: int = 0) -> bytearray:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
+    for i, value in enumerate(values):
+        builder.append(i, timestamp=1_700_000_000_000, key=None, value=value, headers=[])
+    return builder.build()
+
+
+def corrupt_crc(data: bytearray) -> bytes:
+    data[-1] ^= 0xFF  # a flipped bit in the last record: the CRC32C no longer matches
+    return bytes(data)
+
+
+def old_magic(data: bytearray) -> bytes:
+    data[16] = 1
+    return bytes(data)
+
+
+def truncated(data: bytearray) -> bytes:
+    return bytes(data[:-7])
+
+
+def produce_request(partitions: dict[int, bytes], acks: int = 1, topic: str = TOPIC) -> ProduceRequest:
+    return ProduceRequest(
+        transactional_id=None,
+        acks=acks,
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        topic_data=(
+            TopicProduceData(
+                name=topic,
+                partition_data=tuple(PartitionProduceData(index=p, records=data) for p, data in partitions.items()),
+            ),
+        ),
+    )
+
+
+CASES: dict[str, tuple[Callable[[], bytes], ErrorCode]] = {
+    "corrupt crc": (lambda: corrupt_crc(batch([b"a", b"b"])), ErrorCode.corrupt_message),
+    "truncated batch": (lambda: truncated(batch([b"a", b"b"])), ErrorCode.corrupt_message),
+    "magic 1": (lambda: old_magic(batch([b"a"])), ErrorCode.unsupported_for_message_format),
+    "batch over max.message.bytes": (lambda: bytes(batch([b"x" * 3000])), ErrorCode.message_too_large),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_bad_partition_is_refused_alone_and_the_broker_serves_on(
+    cluster: sparklog.Cluster, one_broker: BrokerAgents, case: str
+) -> None:
+    create_led_topic(cluster, one_broker, TOPIC, partitions=2, **{"max.message.bytes": "2048"})
+    make_bad, expected = CASES[case]
+    response = call(one_broker.port(1), produce_request({0: make_bad(), 1: bytes(batch([b"good"]))}))
+    by_partition = {p.index: p for p in response.responses[0].partition_responses}
+    assert by_partition[0].error_code == expected
+    assert by_partition[0].error_message  # says what was wrong
+    assert by_partition[1].error_code == ErrorCode.none and by_partition[1].base_offset == 0
+    stored = cluster.read(TOPIC).to_pylist()
+    assert [(r["partition"], r["value"]) for r in stored] == [(1, b"good")]  # nothing of the bad one
+    # another client is served as before
+    producer = Producer({"bootstrap.servers": one_broker.bootstrap_servers})
+    producer.produce(TOPIC, value=b"after", partition=0)
+    assert producer.flush(30) == 0
+    assert [r["value"] for r in cluster.read(TOPIC, partition=0).to_pylist()] == [b"after"]
+
+
+def test_unknown_topic_partition_and_acks_get_their_codes(cluster: sparklog.Cluster, one_broker: BrokerAgents) -> None:
+    create_led_topic(cluster, one_broker, TOPIC, partitions=1)
+    good = bytes(batch([b"v"]))
+    port = one_broker.port(1)
+    missing = call(port, produce_request({0: good}, topic="no-such-topic")).responses[0].partition_responses[0]
+    assert missing.error_code == ErrorCode.unknown_topic_or_partition
+    beyond = call(port, produce_request({7: good})).responses[0].partition_responses[0]
+    assert beyond.error_code == ErrorCode.unknown_topic_or_partition
+    acks = call(port, produce_request({0: good}, acks=2)).responses[0].partition_responses[0]
+    assert acks.error_code == ErrorCode.invalid_required_acks
+    assert cluster.read(TOPIC).num_rows == 0
+    assert "no-such-topic" not in cluster.list_topics()  # never auto-created
+
+
+def test_a_batch_with_a_bad_length_field_is_refused(cluster: sparklog.Cluster, one_broker: BrokerAgents) -> None:
+    create_led_topic(cluster, one_broker, TOPIC, partitions=1)
+    data = batch([b"v"])
+    struct.pack_into(">i", data, 8, 10_000)  # batchLength beyond the bytes sent
+    response = call(one_broker.port(1), produce_request({0: bytes(data)}))
+    assert response.responses[0].partition_responses[0].error_code == ErrorCode.corrupt_message
+    assert cluster.read(TOPIC).num_rows == 0
