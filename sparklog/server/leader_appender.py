@@ -40,6 +40,7 @@ from sparklog.errors import LeaderNotAvailableError, NotLeaderError
 from sparklog.log.append import KafkaProducerBatches
 from sparklog.log.transactions import kafka_producer_id, producer_app_id
 from sparklog.metadata.lease import WriterLease
+from sparklog.server.log_tail import LogTails
 from sparklog.server.produce_request import (
     RETRIABLE,
     RequestSettings,
@@ -69,6 +70,8 @@ class PendingAppend:
     compression: str = "none"  # the producer's codec (for compression.type=producer)
     # An idempotent producer's batch: its sequence is committed with the records.
     producer: ProducerBatch | None = None
+    # The batch as the producer sent it: kept in the partition's in-memory tail once stored.
+    wire: bytes | None = None
     # Called with the base offset as soon as the commit returned (before any acks=all wait).
     on_commit: Callable[[int], None] | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -99,6 +102,7 @@ class LeaderAppender:
         self._queues: dict[str, list[PendingAppend]] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._leases: dict[tuple[str, int], WriterLease] = {}
+        self.tails = LogTails()
         self._closed = False
 
     def append(self, topic: str, items: Sequence[PendingAppend]) -> None:
@@ -213,6 +217,17 @@ class LeaderAppender:
             next_offset[item.partition] += item.records.num_rows
             if item.on_commit is not None:
                 item.on_commit(bases[-1])
+            if item.wire is not None and not settings.log_append_time:
+                self.tails.append(
+                    topic,
+                    item.partition,
+                    states[item.partition].leader_epoch,
+                    bases[-1],
+                    item.records.num_rows,
+                    item.wire,
+                )
+            else:
+                self.tails.drop(topic, item.partition)
         if acks == "all":
             deadline = time.monotonic() + request.delivery_timeout_ms / 1000
             await_in_sync_replicas(replicas, topic, table, sorted(merged), states, settings, deadline)

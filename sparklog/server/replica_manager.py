@@ -257,6 +257,13 @@ class ReplicaManager:
             result[p] = PartitionOffsets((min(start, at.high_watermark), at.high_watermark))
         return result
 
+    def current_high_watermark(self, topic: str, partition: int, state: PartitionState) -> int:
+        """The high watermark from the newest commit of every ISR member's table, without
+        refreshing any snapshot (a few file probes): for pollers at the end of the log."""
+        isr = [state.leader, *state.isr]
+        ends = {b: self.replica_table(topic, b).current_log_end(partition) for b in set(isr)}
+        return high_watermark(isr, ends)
+
     def high_watermarks(self, topic: str, partitions: Iterable[int] | None = None) -> dict[int, int]:
         """``partition -> high watermark`` only: no file listing, cheap enough to poll."""
         return {p: o.high_watermark for p, o in self.offsets(topic, partitions, with_log_start=False).items()}

@@ -14,8 +14,12 @@ Guarantees (invariants 5 and 8 on the wire):
 * ``read_committed`` sees the same as ``read_uncommitted`` while transactions are not
   served (the last stable offset is the high watermark).
 
-Batches are encoded from the segments' rows (:func:`~sparklog.server.kafka.records.encode_batches`),
-uncompressed, partition leader epoch -1 (unknown: sparklog does not keep a batch's epoch).
+Where the data comes from: a fetch inside the leader's in-memory tail
+(:mod:`sparklog.server.log_tail`: the batches it appended last, as the producers sent them)
+is answered from memory, with the high watermark probed from the replicas' newest commits,
+no snapshot refreshed and no segment read; anything else is read from the segments and
+encoded (:func:`~sparklog.server.kafka.records.encode_batches`, uncompressed, partition
+leader epoch -1: a segment does not keep its batches' epochs).
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.errors import NotLeaderError, OffsetOutOfRangeError
 from sparklog.log.reader import read_ranges
+from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.sizes import record_sizes
 from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
 from sparklog.server.kafka.error_codes import error_code
 from sparklog.server.kafka.records import BATCH_OVERHEAD_BYTES, encode_batches
+from sparklog.server.log_tail import LogTails
 
 __all__ = ["APIS"]
 
@@ -134,9 +140,16 @@ def _read_partition(
         state = replicas.states(topic, [partition])[partition]
         if state.leader != broker.broker_id:
             raise NotLeaderError(f"broker {broker.broker_id} does not lead {topic}-{partition}")
+        limit = partition_max_bytes if first else min(partition_max_bytes, budget)
+        if broker.appender is not None:
+            from_tail = _read_tail(broker, broker.appender.tails, topic, partition, state, offset, limit)
+            if from_tail is not None:
+                return from_tail
         at = replicas.fetch_positions(topic, [partition])[partition]
         high_watermark = at.high_watermark
         log_start = min(at.table.log_start(at.snapshot, partition), high_watermark)
+        if broker.appender is not None:
+            broker.appender.tails.note_log_start(topic, partition, log_start)
         if offset < log_start or offset > high_watermark:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {topic}-{partition} is outside {log_start}..{high_watermark}"
@@ -145,10 +158,34 @@ def _read_partition(
             return _PartitionRead(ErrorCode.none, high_watermark, log_start)
         end = min(high_watermark, offset + _MAX_RECORDS_PER_READ)
         rows = read_ranges(at.table, at.snapshot, {partition: (offset, end)}, include_headers=True)
-        rows = _within(rows, min(partition_max_bytes, budget) if not first else partition_max_bytes)
+        rows = _within(rows, limit)
         return _PartitionRead(ErrorCode.none, high_watermark, log_start, encode_batches(rows, leader_epoch=-1))
     except Exception as exc:  # noqa: BLE001 - answered as this partition's error code
         return _PartitionRead(error_code(exc))
+
+
+def _read_tail(
+    broker: BrokerContext,
+    tails: LogTails,
+    topic: str,
+    partition: int,
+    state: PartitionState,
+    offset: int,
+    limit: int,
+) -> _PartitionRead | None:
+    """The answer from memory, or None when the tail cannot give it (then the table does)."""
+    log_start = tails.log_start_hint(topic, partition)
+    if log_start is None:
+        return None
+    high_watermark = broker.replicas.current_high_watermark(topic, partition, state)
+    if not log_start <= offset <= high_watermark:
+        return None  # the slow path gives the exact error with fresh offsets
+    if offset == high_watermark:
+        return _PartitionRead(ErrorCode.none, high_watermark, log_start)
+    batches = tails.read(topic, partition, state.leader_epoch, offset, high_watermark, limit)
+    if batches is None:
+        return None
+    return _PartitionRead(ErrorCode.none, high_watermark, log_start, b"".join(b.data for b in batches))
 
 
 def _within(rows: pa.Table, limit_bytes: int) -> pa.Table:

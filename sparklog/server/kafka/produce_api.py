@@ -121,7 +121,7 @@ def _prepare(
     for batch in batches:
         if not batch.count:
             continue
-        item = PendingAppend(partition, batch.records, acks, timeout_ms, batch.compression)
+        item = PendingAppend(partition, batch.records, acks, timeout_ms, batch.compression, wire=batch.raw)
         if batch.idempotent and broker.producer_states is not None:
             _check_sequence(broker, broker.producer_states, topic, partition, state.leader_epoch, batch, item)
         items.append(item)

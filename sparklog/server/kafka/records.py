@@ -70,13 +70,17 @@ class UnsupportedMagicError(SparklogError):
 class WireBatch:
     """One record batch a producer sent, decoded."""
 
-    size_bytes: int
+    raw: bytes  # the batch as sent
     compression: str  # the producer's codec: none, gzip, snappy, lz4, zstd
     producer_id: int
     producer_epoch: int
     base_sequence: int
     transactional: bool
     records: pa.Table  # timestamp, timestampType, key, value, headers (no offsets)
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.raw)
 
     @property
     def count(self) -> int:
@@ -123,7 +127,7 @@ def decode_batches(data: bytes) -> list[WireBatch]:
             )
         batches.append(
             WireBatch(
-                size_bytes=len(raw),
+                raw=bytes(raw),
                 compression=_CODEC_NAMES.get(batch.compression_type, "none"),
                 producer_id=batch.producer_id,
                 producer_epoch=batch.producer_epoch,

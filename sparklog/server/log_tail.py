@@ -1,0 +1,120 @@
+"""The in-memory tail of a led partition: the record batches this broker appended last, as
+the producers sent them (DESIGN §14).
+
+A consumer at the end of the log is served from here without re-listing the Delta log or
+reading a segment. Invariants:
+
+* the tail is one contiguous run of offsets ``[start, end)``, each batch exactly the records
+  the commit stored at those offsets (the client's bytes with the base offset and partition
+  leader epoch written in: both lie outside the batch CRC, as in Kafka's log);
+* a round that does not continue the tail (another writer — a Spark job, a light producer —
+  appended in between) starts it anew, so the tail never holds a gap or someone else's
+  offsets; LogAppendTime topics are not tailed (their batches would need re-encoding);
+* it holds at most ``max_bytes`` per partition (oldest batches dropped) and is dropped when
+  the partition's leader epoch changes;
+* it knows nothing of the high watermark; readers check it and log-start (Fetch does),
+  log-start against :meth:`LogTails.log_start_hint`, the value last read from the table
+  (refreshed by the reader once it is older than ``LOG_START_HINT_MS``; retention in this
+  broker refreshes it at once).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+__all__ = ["LogTails", "TailBatch"]
+
+DEFAULT_MAX_BYTES = 8 << 20
+LOG_START_HINT_MS = 1_000
+
+
+@dataclass(frozen=True)
+class TailBatch:
+    base_offset: int
+    count: int
+    data: bytes
+
+    @property
+    def end(self) -> int:
+        return self.base_offset + self.count
+
+
+@dataclass
+class _Tail:
+    leader_epoch: int
+    batches: deque[TailBatch] = field(default_factory=deque)
+    size_bytes: int = 0
+
+    @property
+    def end(self) -> int:
+        return self.batches[-1].end if self.batches else -1
+
+
+class LogTails:
+    """The tails of every partition a broker leads. Thread-safe."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._tails: dict[tuple[str, int], _Tail] = {}
+        self._log_starts: dict[tuple[str, int], tuple[int, float]] = {}
+
+    def log_start_hint(self, topic: str, partition: int) -> int | None:
+        """The log-start last noted for ``partition``, None when unknown or too old."""
+        with self._lock:
+            noted = self._log_starts.get((topic, partition))
+        if noted is None or time.monotonic() - noted[1] > LOG_START_HINT_MS / 1000:
+            return None
+        return noted[0]
+
+    def note_log_start(self, topic: str, partition: int, log_start: int) -> None:
+        with self._lock:
+            self._log_starts[(topic, partition)] = (log_start, time.monotonic())
+
+    def append(self, topic: str, partition: int, leader_epoch: int, base_offset: int, count: int, wire: bytes) -> None:
+        """Add a committed batch (``wire``: the producer's bytes) stored at ``base_offset``."""
+        data = bytearray(wire)
+        struct.pack_into(">q", data, 0, base_offset)
+        struct.pack_into(">i", data, 12, leader_epoch)
+        batch = TailBatch(base_offset, count, bytes(data))
+        with self._lock:
+            tail = self._tails.get((topic, partition))
+            if tail is None or tail.leader_epoch != leader_epoch or tail.end != base_offset:
+                tail = self._tails[(topic, partition)] = _Tail(leader_epoch)
+            tail.batches.append(batch)
+            tail.size_bytes += len(batch.data)
+            while tail.size_bytes > self.max_bytes and len(tail.batches) > 1:
+                tail.size_bytes -= len(tail.batches.popleft().data)
+
+    def drop(self, topic: str, partition: int) -> None:
+        """Forget ``partition``'s tail (a round that cannot be tailed, a lost leadership)."""
+        with self._lock:
+            self._tails.pop((topic, partition), None)
+
+    def read(
+        self, topic: str, partition: int, leader_epoch: int, offset: int, below: int, max_bytes: int
+    ) -> list[TailBatch] | None:
+        """The batches from the one holding ``offset`` on, ending at or below ``below`` (the
+        high watermark), within ``max_bytes`` but at least one; None when the tail does not
+        hold ``offset`` (the caller reads the table)."""
+        with self._lock:
+            tail = self._tails.get((topic, partition))
+            if tail is None or tail.leader_epoch != leader_epoch or not tail.batches:
+                return None
+            if not tail.batches[0].base_offset <= offset < tail.end:
+                return None
+            batches = list(tail.batches)
+        chosen: list[TailBatch] = []
+        size = 0
+        for batch in batches:
+            if batch.end <= offset:
+                continue
+            if batch.end > below or (chosen and size + len(batch.data) > max_bytes):
+                break
+            chosen.append(batch)
+            size += len(batch.data)
+        return chosen
