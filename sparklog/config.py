@@ -211,6 +211,9 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "listeners": "PLAINTEXT://127.0.0.1:9092",
     "advertised.listeners": None,  # default: listeners (port 0 → the port actually bound)
     "socket.request.max.bytes": "104857600",
+    # What a Kafka client's CreateTopics gets for num_partitions / replication_factor -1.
+    "num.partitions": "1",
+    "default.replication.factor": "1",
 }
 
 
@@ -270,6 +273,8 @@ class ClusterConfig:
     listeners: tuple[Endpoint, ...] = ()
     advertised_listeners: tuple[Endpoint, ...] = ()
     socket_request_max_bytes: int = 104_857_600
+    num_partitions: int = 1
+    default_replication_factor: int = 1
 
     def to_options(self) -> dict[str, str]:
         """The settings as string options, e.g. to ship to Spark tasks or data-source options."""
@@ -284,6 +289,8 @@ class ClusterConfig:
             "offsets.topic.num.partitions": str(self.offsets_topic_num_partitions),
             "replica.hard.links.enable": str(self.replica_hard_links_enable).lower(),
             "socket.request.max.bytes": str(self.socket_request_max_bytes),
+            "num.partitions": str(self.num_partitions),
+            "default.replication.factor": str(self.default_replication_factor),
         }
         if self.listeners:
             options["listeners"] = ",".join(map(str, self.listeners))
@@ -364,6 +371,8 @@ def resolve_cluster_config(
         advertised_listeners=parse_listeners("advertised.listeners", str(merged["advertised.listeners"] or ""))
         or parse_listeners("listeners", str(merged["listeners"])),
         socket_request_max_bytes=as_int("socket.request.max.bytes", 1024),
+        num_partitions=as_int("num.partitions", 1),
+        default_replication_factor=as_int("default.replication.factor", 1),
     )
 
 

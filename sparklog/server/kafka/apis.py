@@ -24,7 +24,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from sparklog.errors import SparklogError
-from sparklog.server.kafka import metadata_api
+from sparklog.server.kafka import configs_api, delete_records_api, metadata_api, topics_api
 from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build
 
 __all__ = ["API_VERSIONS", "ProtocolError", "handle_request"]
@@ -104,7 +104,16 @@ def _api_versions(request: ApiRequest, _cluster: BrokerContext) -> Any:
     return _api_versions_body(request.api_version, ErrorCode.none)
 
 
-_APIS: dict[int, Api] = {api.key: api for api in (Api(API_VERSIONS_KEY, 0, 3, _api_versions), *metadata_api.APIS)}
+_APIS: dict[int, Api] = {
+    api.key: api
+    for api in (
+        Api(API_VERSIONS_KEY, 0, 3, _api_versions),
+        *metadata_api.APIS,
+        *topics_api.APIS,
+        *delete_records_api.APIS,
+        *configs_api.APIS,
+    )
+}
 # api key -> (min version, max version) served.
 API_VERSIONS: dict[int, tuple[int, int]] = {key: (api.min_version, api.max_version) for key, api in _APIS.items()}
 
