@@ -6,7 +6,7 @@ what a response says is what ZooKeeper holds: the same overrides ``Cluster.topic
 and ``Cluster.describe_topic`` read (entries: :mod:`~sparklog.server.kafka.config_entries`).
 
 * **Topics**: DescribeConfigs lists every topic config (or the ``configuration_keys`` asked,
-  unknown ones left out, as Kafka), with synonyms and documentation when asked. Alters go
+  unknown ones left out; none asked means all, as Kafka), with synonyms and documentation when asked. Alters go
   through :mod:`sparklog.admin.topics` (compare-and-set on the config znode): all the
   changes to one topic apply together or none does. A config name outside sparklog's
   topic configs (Kafka's names, exactly), a bad value, a null value, or APPEND/SUBTRACT on
@@ -60,7 +60,7 @@ def describe_configs(request: ApiRequest, broker: BrokerContext) -> Any:
         kind, name = int(resource.resource_type), resource.resource_name
         try:
             entries = _entries(broker, kind, name)
-            if resource.configuration_keys is not None:
+            if resource.configuration_keys:  # null or empty: every config, as Kafka
                 wanted = set(resource.configuration_keys)
                 entries = [e for e in entries if e.name in wanted]
             code, message, configs = (

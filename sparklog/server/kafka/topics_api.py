@@ -38,6 +38,7 @@ from kio.schema.errors import ErrorCode
 from sparklog.admin.topics import create_partitions, create_topic, delete_topic, plan_topic
 from sparklog.config import TOPIC_CONFIGS
 from sparklog.errors import ConfigError, InvalidReplicaAssignmentError, TopicNotFoundError
+from sparklog.metadata.zkdata import TopicAssignment
 from sparklog.model.topic import is_internal, validate_topic_name
 from sparklog.server.kafka.config_entries import topic_config_entries
 from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
@@ -211,14 +212,20 @@ def _delete(broker: BrokerContext, name: str | None, topic_id: uuid.UUID | None)
         if not found:
             raise _UnknownTopicIdError(f"No topic has the id {topic_id}")
         name = found[0]
+    assignment = _existing(broker, name)
+    _check_not_internal(name, "deleting")
+    delete_topic(replicas, name)
+    return name, topic_uuid(assignment.topic_id)
+
+
+def _existing(broker: BrokerContext, name: str) -> TopicAssignment:
+    """The topic's assignment; a name that cannot exist is an unknown topic (Kafka looks
+    names up before anything else in DeleteTopics and CreatePartitions)."""
     try:
         validate_topic_name(name)
     except ValueError as exc:
         raise TopicNotFoundError(f"Topic {name!r} does not exist: {exc}") from exc
-    assignment, _ = replicas.metadata.assignment(name)
-    _check_not_internal(name, "deleting")
-    delete_topic(replicas, name)
-    return name, topic_uuid(assignment.topic_id)
+    return broker.replicas.metadata.assignment(name)[0]
 
 
 # -- CreatePartitions ---------------------------------------------------------------------
@@ -231,8 +238,7 @@ def create_partitions_handler(request: ApiRequest, broker: BrokerContext) -> Any
         try:
             if topic.name in duplicates:
                 raise InvalidRequestError(f"Duplicate topic in request: {topic.name}")
-            validate_topic_name(topic.name)
-            broker.replicas.metadata.assignment(topic.name)  # UNKNOWN_TOPIC_OR_PARTITION first
+            _existing(broker, topic.name)  # UNKNOWN_TOPIC_OR_PARTITION first, as Kafka
             _check_not_internal(topic.name, "adding partitions to")
             assignment = None
             if topic.assignments is not None:
