@@ -220,6 +220,9 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     # How often a broker agent applies retention and the Delta log step to the partitions it
     # leads (sparklog/server/log_manager.py); Kafka's name and default (5 minutes).
     "log.retention.check.interval.ms": "300000",
+    # What a Kafka client's CreateTopics gets for num_partitions / replication_factor -1.
+    "num.partitions": "1",
+    "default.replication.factor": "1",
 }
 
 
@@ -280,6 +283,8 @@ class ClusterConfig:
     advertised_listeners: tuple[Endpoint, ...] = ()
     socket_request_max_bytes: int = 104_857_600
     log_retention_check_interval_ms: int = 300_000
+    num_partitions: int = 1
+    default_replication_factor: int = 1
 
     def to_options(self) -> dict[str, str]:
         """The settings as string options, e.g. to ship to Spark tasks or data-source options."""
@@ -295,6 +300,8 @@ class ClusterConfig:
             "replica.hard.links.enable": str(self.replica_hard_links_enable).lower(),
             "socket.request.max.bytes": str(self.socket_request_max_bytes),
             "log.retention.check.interval.ms": str(self.log_retention_check_interval_ms),
+            "num.partitions": str(self.num_partitions),
+            "default.replication.factor": str(self.default_replication_factor),
         }
         if self.listeners:
             options["listeners"] = ",".join(map(str, self.listeners))
@@ -376,6 +383,8 @@ def resolve_cluster_config(
         or parse_listeners("listeners", str(merged["listeners"])),
         socket_request_max_bytes=as_int("socket.request.max.bytes", 1024),
         log_retention_check_interval_ms=as_int("log.retention.check.interval.ms", 1),
+        num_partitions=as_int("num.partitions", 1),
+        default_replication_factor=as_int("default.replication.factor", 1),
     )
 
 

@@ -8,7 +8,9 @@ touches storage (the caller orders ZooKeeper and Delta steps).
 
 from __future__ import annotations
 
+import base64
 import socket
+import uuid
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
@@ -17,6 +19,7 @@ from sparklog.metadata import zkdata
 from sparklog.metadata.session import ZkSession, zk_errors
 from sparklog.metadata.zkdata import (
     BrokerRecord,
+    ClusterIdRecord,
     ElectionRequestRecord,
     PartitionState,
     ReassignmentRecord,
@@ -31,6 +34,22 @@ __all__ = ["MetadataStore"]
 class MetadataStore:
     def __init__(self, zk: ZkSession) -> None:
         self.zk = zk
+        self._cluster_id: str | None = None
+
+    def cluster_id(self) -> str:
+        """The cluster's id (``/cluster/id``), created on first use as Kafka does; it never
+        changes, so it is read once per store."""
+        if self._cluster_id is None:
+            client = self.zk.client
+            candidate = ClusterIdRecord(id=base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("="))
+            with zk_errors("reading or creating the cluster id"):
+                try:
+                    client.create(zkdata.CLUSTER_ID, encode(candidate), makepath=True)
+                except NodeExistsError:
+                    pass
+                data, _ = client.get(zkdata.CLUSTER_ID)
+            self._cluster_id = ClusterIdRecord.decode(data, zkdata.CLUSTER_ID).id
+        return self._cluster_id
 
     # -- brokers -------------------------------------------------------------------------
     def register_broker(self, broker_id: int, log_dir: str, rack: str | None) -> None:

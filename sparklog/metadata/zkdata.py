@@ -22,12 +22,14 @@ __all__ = [
     "ADMIN_REASSIGN",
     "BROKER_IDS",
     "BROKER_REGISTRY",
+    "CLUSTER_ID",
     "CONFIG_TOPICS",
     "CONSUMERS",
     "CONTROLLER",
     "CONTROLLER_EPOCH",
     "TOPICS",
     "BrokerRecord",
+    "ClusterIdRecord",
     "ControllerRecord",
     "ElectionRequestRecord",
     "GroupStateRecord",
@@ -60,6 +62,7 @@ BROKER_IDS = "/brokers/ids"
 BROKER_REGISTRY = "/brokers/registry"
 TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
+CLUSTER_ID = "/cluster/id"  # Kafka's: the id Kafka clients see (Metadata, DescribeCluster)
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONSUMERS = "/consumers"
@@ -140,6 +143,22 @@ def decode_json(data: bytes, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise CoordinationError(f"Corrupt znode {path}: expected a JSON object")
     return value
+
+
+@dataclass(frozen=True)
+class ClusterIdRecord:
+    """``/cluster/id``: the cluster's id (Kafka's: a random UUID, base64url, unpadded),
+    created once by whoever needs it first."""
+
+    id: str
+    version: int = 1
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> ClusterIdRecord:
+        raw = decode_json(data, path)
+        if not isinstance(raw.get("id"), str):
+            raise CoordinationError(f"Corrupt znode {path}: no cluster id")
+        return cls(id=raw["id"])
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,16 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from sparklog.errors import SparklogError
-from sparklog.server.kafka import fetch_api, metadata_api, offsets_api, produce_api, producer_id_api
+from sparklog.server.kafka import (
+    configs_api,
+    delete_records_api,
+    fetch_api,
+    metadata_api,
+    offsets_api,
+    produce_api,
+    producer_id_api,
+    topics_api,
+)
 from sparklog.server.kafka.context import NO_RESPONSE, NO_THROTTLE, Api, ApiRequest, BrokerContext, build
 
 __all__ = ["API_VERSIONS", "ProtocolError", "handle_request"]
@@ -116,6 +125,9 @@ _APIS: dict[int, Api] = {
         *fetch_api.APIS,
         *offsets_api.APIS,
         *producer_id_api.APIS,
+        *topics_api.APIS,
+        *delete_records_api.APIS,
+        *configs_api.APIS,
     )
 }
 # api key -> (min version, max version) served.

@@ -2,7 +2,10 @@
 
 One table, most specific class first: a retriable condition (leadership moved, not enough
 replicas, a lease or ZooKeeper briefly unavailable) maps to a retriable Kafka code; bad input
-maps to the code Kafka gives for it; anything else is UNKNOWN_SERVER_ERROR.
+maps to the code Kafka gives for it; anything else is UNKNOWN_SERVER_ERROR. Two errors exist
+on the wire only: :class:`InvalidRequestError` (INVALID_REQUEST: a request Kafka's broker
+refuses as malformed, e.g. a topic named twice) and :class:`PolicyViolationError`
+(POLICY_VIOLATION: allowed by the protocol, refused by the broker's policy).
 """
 
 from __future__ import annotations
@@ -12,13 +15,25 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from sparklog import errors
+from sparklog.errors import SparklogError
 from sparklog.server.kafka.records import CorruptBatchError, TransactionalBatchError, UnsupportedMagicError
 
-__all__ = ["error_code"]
+__all__ = ["InvalidRequestError", "PolicyViolationError", "error_code"]
+
+
+class InvalidRequestError(SparklogError):
+    """A request Kafka's broker refuses as malformed (Kafka: INVALID_REQUEST)."""
+
+
+class PolicyViolationError(SparklogError):
+    """A request the broker's policy refuses (Kafka: POLICY_VIOLATION)."""
+
 
 log = logging.getLogger(__name__)
 
 _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
+    (InvalidRequestError, ErrorCode.invalid_request),
+    (PolicyViolationError, ErrorCode.policy_violation),
     (CorruptBatchError, ErrorCode.corrupt_message),
     (UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
     (TransactionalBatchError, ErrorCode.invalid_txn_state),

@@ -1,11 +1,17 @@
-"""The Metadata API (key 3): what a Kafka client bootstraps from.
+"""The Metadata API (key 3, v0..v12): what a Kafka client bootstraps from; and DescribeCluster
+(key 60, v0..v2): the same brokers and controller, with the cluster id.
 
 Brokers are the *live* ones (``/brokers/ids``) with the advertised endpoint of the listener
 the request arrived on (by listener name, as Kafka; a broker registered without endpoints is
 left out, since a client could not reach it); topics, partitions, leaders, leader epochs,
 replicas and ISR are read fresh from ZooKeeper for each request, so they agree with
 ``Cluster.describe_topic``. Topics are never auto-created: ``allow_auto_topic_creation`` is
-ignored and an unknown topic gets UNKNOWN_TOPIC_OR_PARTITION.
+ignored and an unknown topic gets UNKNOWN_TOPIC_OR_PARTITION. The cluster id is
+``/cluster/id`` (created by the first broker that is asked, as Kafka does). DescribeCluster
+answers for broker endpoints only (a request for controller endpoints gets
+MISMATCHED_ENDPOINT_TYPE: the controller is one of the brokers, not a quorum of its own);
+no broker is ever fenced; with no authorizer, the cluster's authorized operations are all of
+Kafka's cluster operations.
 """
 
 from __future__ import annotations
@@ -26,6 +32,13 @@ from sparklog.server.replica_manager import ReplicaManager
 __all__ = ["APIS", "topic_uuid"]
 
 METADATA_KEY = 3
+DESCRIBE_CLUSTER_KEY = 60
+_BROKER_ENDPOINTS = 1
+_CONTROLLER_ENDPOINTS = 2
+_OPERATIONS_NOT_ASKED = -(2**31)
+# Kafka's AclOperation codes a CLUSTER resource supports: CREATE, ALTER, DESCRIBE,
+# CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE.
+_CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
 def topic_uuid(topic_id: str) -> uuid.UUID:
@@ -39,14 +52,10 @@ def metadata_response(request: ApiRequest, cluster: BrokerContext) -> Any:
     response_type = module.MetadataResponse
     replicas = cluster.replicas
     zk = replicas.zk
-    brokers = []
-    for broker_id, record in live_brokers(zk).items():
-        endpoint = record.endpoint(cluster.listener_name)
-        if endpoint is not None:
-            host, port = endpoint
-            brokers.append(
-                build(module.MetadataResponseBroker, node_id=broker_id, host=host, port=port, rack=record.rack)
-            )
+    brokers = [
+        build(module.MetadataResponseBroker, node_id=broker_id, host=host, port=port, rack=rack)
+        for broker_id, host, port, rack in _brokers(cluster)
+    ]
     controller = current_controller(zk)
     existing = replicas.list_topics()
     names: list[tuple[str | None, uuid.UUID | None]]
@@ -60,10 +69,54 @@ def metadata_response(request: ApiRequest, cluster: BrokerContext) -> Any:
         response_type,
         throttle_time=NO_THROTTLE,
         brokers=tuple(brokers),
-        cluster_id=cluster.cluster_id,
+        cluster_id=cluster.cluster_id or replicas.metadata.cluster_id(),
         controller_id=-1 if controller is None else controller.broker_id,
         topics=tuple(topics),
         error_code=ErrorCode.none,
+    )
+
+
+def _brokers(cluster: BrokerContext) -> list[tuple[int, str, int, str | None]]:
+    """``(id, host, port, rack)`` of the live brokers with an endpoint for this listener."""
+    result = []
+    for broker_id, record in live_brokers(cluster.replicas.zk).items():
+        endpoint = record.endpoint(cluster.listener_name)
+        if endpoint is not None:
+            result.append((broker_id, endpoint[0], endpoint[1], record.rack))
+    return result
+
+
+def describe_cluster(request: ApiRequest, cluster: BrokerContext) -> Any:
+    body = request.body
+    module = response_module(DESCRIBE_CLUSTER_KEY, request.api_version)
+    endpoint_type = int(getattr(body, "endpoint_type", _BROKER_ENDPOINTS))
+    code, message = ErrorCode.none, None
+    if endpoint_type == _CONTROLLER_ENDPOINTS:
+        code = ErrorCode.mismatched_endpoint_type
+        message = "The request was sent to a broker endpoint; sparklog has no separate controller endpoints"
+    elif endpoint_type != _BROKER_ENDPOINTS:
+        code, message = ErrorCode.unsupported_endpoint_type, f"Endpoint type {endpoint_type} is not supported"
+    brokers = ()
+    controller_id = -1
+    if code == ErrorCode.none:
+        brokers = tuple(
+            build(module.DescribeClusterBroker, broker_id=b, host=host, port=port, rack=rack, is_fenced=False)
+            for b, host, port, rack in _brokers(cluster)
+        )
+        controller = current_controller(cluster.replicas.zk)
+        controller_id = -1 if controller is None else controller.broker_id
+    return build(
+        module.DescribeClusterResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        error_message=message,
+        endpoint_type=endpoint_type,
+        cluster_id=cluster.cluster_id or cluster.replicas.metadata.cluster_id(),
+        controller_id=controller_id,
+        brokers=brokers,
+        cluster_authorized_operations=_CLUSTER_OPERATIONS
+        if body.include_cluster_authorized_operations
+        else _OPERATIONS_NOT_ASKED,
     )
 
 
@@ -113,4 +166,4 @@ def _topic(module: Any, replicas: ReplicaManager, existing: list[str], name: str
     )
 
 
-APIS = (Api(METADATA_KEY, 0, 12, metadata_response),)
+APIS = (Api(METADATA_KEY, 0, 12, metadata_response), Api(DESCRIBE_CLUSTER_KEY, 0, 2, describe_cluster))
