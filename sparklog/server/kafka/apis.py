@@ -2,7 +2,8 @@
 
 The served APIs and their version ranges are the :class:`~sparklog.server.kafka.context.Api`
 rows of the API modules (``metadata_api``, ``produce_api``, ``fetch_api``, ``offsets_api``,
-``admin_api``); ApiVersions (18) v0..v3 advertises exactly them. An ApiVersions request of a
+``producer_id_api``, ``topics_api``, ``delete_records_api``, ``configs_api``); ApiVersions
+(18) v0..v3 advertises exactly them. An ApiVersions request of a
 version outside that range is answered with UNSUPPORTED_VERSION in a v0 response listing
 what is served (Kafka's rule, so a client can retry with a version both sides know). Any
 other unknown api key or version is a :class:`ProtocolError`: the listener closes the
