@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow as pa
 from deltalake import DeltaTable
 
 from sparklog import clock
-from sparklog.errors import FencedError, NotLeaderError, StorageError
+from sparklog.errors import FencedError, NotLeaderError, PolicyError, StorageError
 from sparklog.log.segment import (
     KAFKA_BATCHES_KEY,
     PRODUCER_KEY,
@@ -55,6 +56,8 @@ __all__ = [
     "MAX_COMMIT_ATTEMPTS",
     "AppendResult",
     "KafkaProducerBatches",
+    "LogView",
+    "SnapshotView",
     "append",
     "commit_reserved",
     "with_append_time",
@@ -82,9 +85,45 @@ class AppendResult:
     duplicate: bool = False
 
 
-def _check_fences(table: TopicTable, dt: DeltaTable, epochs: Mapping[int, int]) -> None:
+class LogView(Protocol):
+    """What an append reads of the log and how it commits: a delta-rs snapshot
+    (:class:`SnapshotView`), or a leader's app-transaction map (:mod:`sparklog.log.leader_log`)."""
+
+    def fence_epoch(self, partition: int) -> int: ...
+
+    def fenced_leader_epoch(self, partition: int) -> int: ...
+
+    def log_end(self, partition: int) -> int: ...
+
+    def commit(
+        self, segments: list[SegmentFile], transactions: dict[str, int], metadata: dict[str, str], fsync: bool
+    ) -> None: ...
+
+
+class SnapshotView:
+    """The log as one delta-rs snapshot of ``table``; commits through delta-rs."""
+
+    def __init__(self, table: TopicTable, dt: DeltaTable) -> None:
+        self.table, self.dt = table, dt
+
+    def fence_epoch(self, partition: int) -> int:
+        return self.table.fence_epoch(self.dt, partition)
+
+    def fenced_leader_epoch(self, partition: int) -> int:
+        return self.table.fenced_leader_epoch(self.dt, partition)
+
+    def log_end(self, partition: int) -> int:
+        return self.table.log_end(self.dt, partition)
+
+    def commit(
+        self, segments: list[SegmentFile], transactions: dict[str, int], metadata: dict[str, str], fsync: bool
+    ) -> None:
+        self.table.commit(self.dt, segments, transactions, metadata, fsync=fsync)
+
+
+def _check_fences(table: TopicTable, view: LogView, epochs: Mapping[int, int]) -> None:
     for partition, epoch in epochs.items():
-        current = table.fence_epoch(dt, partition)
+        current = view.fence_epoch(partition)
         if current > epoch:
             raise FencedError(
                 f"Partition {table.topic}-{partition}: the log carries writer epoch {current}, newer than "
@@ -92,9 +131,9 @@ def _check_fences(table: TopicTable, dt: DeltaTable, epochs: Mapping[int, int]) 
             )
 
 
-def _check_leader_epochs(table: TopicTable, dt: DeltaTable, leader_epochs: Mapping[int, int]) -> None:
+def _check_leader_epochs(table: TopicTable, view: LogView, leader_epochs: Mapping[int, int]) -> None:
     for partition, epoch in leader_epochs.items():
-        current = table.fenced_leader_epoch(dt, partition)
+        current = view.fenced_leader_epoch(partition)
         if current > epoch:
             raise NotLeaderError(
                 f"Partition {table.topic}-{partition}: the replica at {table.root} has seen leader epoch {current}, "
@@ -132,6 +171,7 @@ def append(
     stage_roots: Sequence[str] = (),
     hard_links: bool = True,
     kafka_producers: KafkaProducerBatches | None = None,
+    views: Callable[[], LogView | None] | None = None,
 ) -> AppendResult:
     """Append ``batches`` (partition -> records without offsets) under ``epochs`` (partition ->
     write-lease epoch) and ``leader_epochs`` (partition -> leader epoch; None: not checked).
@@ -140,14 +180,21 @@ def append(
 
     ``check_duplicate=False`` skips the idempotence lookup on the first attempt; callers
     pass it only for a sequence they have never sent before. ``kafka_producers``: the Kafka
-    producers' sequences and batches of a broker's group commit.
+    producers' sequences and batches of a broker's group commit. ``views``: where a leader
+    reads the log and commits without a delta-rs snapshot
+    (:meth:`sparklog.log.leader_log.LeaderLog.view`; None from it: use a snapshot).
     """
     missing = set(batches) - set(epochs)
     if missing:
         raise FencedError(f"No write lease held for partitions {sorted(missing)} of {table.topic}")
     idempotent = producer_id is not None and sequence is not None
+    if idempotent and views is not None:
+        raise PolicyError("a light producer's idempotent append needs a snapshot (its duplicates are in the history)")
     for attempt in range(MAX_COMMIT_ATTEMPTS):
-        dt = table.snapshot()
+        view = views() if views is not None else None
+        if view is None:
+            dt = table.snapshot()
+            view = SnapshotView(table, dt)
         pending = dict(batches)
         previous: dict[int, int] = {}
         # A conflict may hide a commit of ours that landed: from the 2nd attempt on, always look.
@@ -159,11 +206,11 @@ def append(
                 pending = {p: b for p, b in batches.items() if p not in done}
                 if not pending:
                     return AppendResult(previous, 0, duplicate=True)
-        _check_fences(table, dt, {p: epochs[p] for p in pending})
+        _check_fences(table, view, {p: epochs[p] for p in pending})
         if leader_epochs is not None:
-            _check_leader_epochs(table, dt, {p: leader_epochs[p] for p in pending})
+            _check_leader_epochs(table, view, {p: leader_epochs[p] for p in pending})
         append_ms = clock.now_ms()
-        base_offsets = {p: table.log_end(dt, p) for p in pending}
+        base_offsets = {p: view.log_end(p) for p in pending}
         file_metadata = {PRODUCER_KEY: str(producer_id), SEQUENCE_KEY: str(sequence)} if idempotent else None
         segments: list[SegmentFile] = []
         try:
@@ -200,7 +247,7 @@ def append(
             if producer_id is not None and sequence is not None:
                 versions.update({producer_app_id(producer_id, p): sequence for p in pending})
                 metadata.update({"sparklog.producer": producer_id, "sparklog.sequence": str(sequence)})
-            table.commit(dt, segments, versions, metadata, fsync=fsync)
+            view.commit(segments, versions, metadata, fsync)
             return AppendResult({**previous, **base_offsets}, append_ms, duplicate=bool(previous))
         except CommitConflict:
             _discard(table, segments)
@@ -285,9 +332,9 @@ def commit_reserved(
         dt = table.snapshot()
         if any(_at_least(table.app_version(dt, app_id), version) for app_id, version in extra.items()):
             return None
-        _check_fences(table, dt, epochs)
+        _check_fences(table, SnapshotView(table, dt), epochs)
         if leader_epochs is not None:
-            _check_leader_epochs(table, dt, leader_epochs)
+            _check_leader_epochs(table, SnapshotView(table, dt), leader_epochs)
         for partition in ranges:
             end = table.log_end(dt, partition)
             if end != start_offsets[partition]:

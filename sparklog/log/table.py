@@ -191,10 +191,10 @@ class TopicTable:
             raise StorageError(f"Cannot read the table of topic {self.topic} at {self.root}: {exc}") from exc
 
     def _is_current(self, version: int) -> bool:
-        """Whether ``version`` is the newest commit (see :meth:`_newest_version`)."""
-        return self._newest_version(version) == version
+        """Whether ``version`` is the newest commit (see :meth:`newest_version`)."""
+        return self.newest_version(version) == version
 
-    def _newest_version(self, known: int) -> int | None:
+    def newest_version(self, known: int) -> int | None:
         """The newest commit version, probing commit files forward from ``known`` instead of
         delta-rs's listing of the whole ``_delta_log`` (two stats when nothing is new):
         commits are numbered without gaps, and log cleanup deletes the oldest first. None:
@@ -224,7 +224,7 @@ class TopicTable:
         if dt is None:
             return self.log_end(self.snapshot(), partition)
         try:
-            newest = self._newest_version(dt.version())
+            newest = self.newest_version(dt.version())
             state = None if newest is None else _transactions_at(dt, newest)
         except (DeltaError, OSError) as exc:
             raise StorageError(f"Cannot read the table of topic {self.topic} at {self.root}: {exc}") from exc

@@ -38,6 +38,8 @@ import pyarrow as pa
 from sparklog.config import Acks
 from sparklog.errors import LeaderNotAvailableError, NotLeaderError
 from sparklog.log.append import KafkaProducerBatches
+from sparklog.log.leader_log import LeaderLog
+from sparklog.log.table import TopicTable
 from sparklog.log.transactions import kafka_producer_id, producer_app_id
 from sparklog.metadata.lease import WriterLease
 from sparklog.server.log_tail import LogTails
@@ -103,6 +105,7 @@ class LeaderAppender:
         self._threads: dict[str, threading.Thread] = {}
         self._leases: dict[tuple[str, int], WriterLease] = {}
         self.tails = LogTails()
+        self._logs: dict[str, LeaderLog] = {}
         self._closed = False
 
     def append(self, topic: str, items: Sequence[PendingAppend]) -> None:
@@ -209,6 +212,7 @@ class LeaderAppender:
             stage_roots=stage_roots,
             hard_links=replicas.config.replica_hard_links_enable,
             kafka_producers=producers,
+            views=self._leader_log(topic, table).view,
         )
         next_offset = dict(result.base_offsets)
         bases = []
@@ -234,6 +238,13 @@ class LeaderAppender:
         append_ms = result.log_append_time_ms if settings.log_append_time else -1
         for item, base in zip(items, bases, strict=True):
             item.finish(base, append_ms)
+
+    def _leader_log(self, topic: str, table: TopicTable) -> LeaderLog:
+        """The committer's view of its table (one per topic: only that topic's thread uses it)."""
+        leader_log = self._logs.get(topic)
+        if leader_log is None or leader_log.table is not table:
+            leader_log = self._logs[topic] = LeaderLog(table)
+        return leader_log
 
     def _lease_for(self, topic: str) -> Callable[[int], WriterLease]:
         def lease(partition: int) -> WriterLease:

@@ -49,7 +49,7 @@ from sparklog.errors import (
     RecordTooLargeError,
     ZooKeeperUnavailableError,
 )
-from sparklog.log.append import AppendResult, KafkaProducerBatches, append
+from sparklog.log.append import AppendResult, KafkaProducerBatches, LogView, append
 from sparklog.log.segment import parquet_compression
 from sparklog.log.table import TopicTable
 from sparklog.metadata.lease import WriterLease
@@ -196,6 +196,7 @@ def append_to_leader(
     stage_roots: list[str],
     hard_links: bool,
     kafka_producers: KafkaProducerBatches | None = None,
+    views: Callable[[], LogView | None] | None = None,
 ) -> AppendResult:
     leases = [lease_for(p) for p in sorted(batches)]
     try:
@@ -221,6 +222,7 @@ def append_to_leader(
             stage_roots=stage_roots,
             hard_links=hard_links,
             kafka_producers=kafka_producers,
+            views=views,
         )
     finally:
         for lease in leases:

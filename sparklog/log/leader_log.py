@@ -1,0 +1,88 @@
+"""A leader's view of its own replica table: appends without a delta-rs snapshot (DESIGN §14).
+
+A broker's committer appends to the same table round after round. Refreshing a delta-rs
+snapshot before each round and committing through delta-rs are most of a round's time, so
+the leader instead:
+
+* knows the version it last saw, finds the newest by probing the next commit files
+  (:meth:`~sparklog.log.table.TopicTable.newest_version`), and reads the app transactions of
+  that version from ``_delta_log`` (:mod:`sparklog.log.txn_state`: one commit file per new
+  version) — fence epochs, leader epochs and log ends are all app transactions;
+* commits by the Delta protocol's rule (:mod:`sparklog.log.delta_commit`): the next commit
+  file created if absent, failing on a commit that touched its app ids.
+
+So the append protocol of :func:`sparklog.log.append.append` is unchanged (fences checked,
+log end read, one commit whose app transactions make racing writers conflict); only where
+it reads and how it commits differ. Whenever the map cannot be read from ``_delta_log``
+(not a local filesystem, a log cleaned up under it, a re-created table), :meth:`view`
+returns None and the append takes a delta-rs snapshot as every other writer does.
+One :class:`LeaderLog` per table and thread (the topic's committer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sparklog import clock
+from sparklog.log.append import LogView
+from sparklog.log.delta_commit import commit_actions, put_commit, touched_app_ids
+from sparklog.log.segment import SegmentFile
+from sparklog.log.table import CommitConflict, TopicTable
+from sparklog.log.transactions import end_app_id, fence_app_id, leader_app_id, leader_fence_app_id
+from sparklog.log.txn_state import app_transactions, local_root
+
+__all__ = ["LeaderLog"]
+
+
+class _StateView:
+    def __init__(self, owner: LeaderLog, root: str, version: int, state: Mapping[str, int]) -> None:
+        self.owner, self.root, self.version, self.state = owner, root, version, state
+
+    def fence_epoch(self, partition: int) -> int:
+        return self.state.get(fence_app_id(partition), 0)
+
+    def fenced_leader_epoch(self, partition: int) -> int:
+        return max(self.state.get(leader_app_id(partition), 0), self.state.get(leader_fence_app_id(partition), 0))
+
+    def log_end(self, partition: int) -> int:
+        return self.state.get(end_app_id(partition), 0)
+
+    def commit(
+        self, segments: list[SegmentFile], transactions: dict[str, int], metadata: dict[str, str], fsync: bool
+    ) -> None:
+        data = commit_actions(segments, transactions, metadata, self.version, clock.now_ms())
+        version = self.version + 1
+        ours = set(transactions)
+        while not put_commit(self.root, version, data, fsync):
+            # Taken: a commit that touched one of our app ids invalidates what we read.
+            clash = touched_app_ids(self.root, version) & ours
+            if clash:
+                self.owner.known_version = version
+                raise CommitConflict(f"commit {version} of {self.root} touched {sorted(clash)} first")
+            version += 1
+        self.owner.known_version = version
+
+
+class LeaderLog:
+    """Reads and commits of one leader table without delta-rs snapshots; see the module doc."""
+
+    def __init__(self, table: TopicTable) -> None:
+        self.table = table
+        self.root = local_root(table.root)
+        self.known_version: int | None = None
+        self._table_id: str | None = None
+
+    def view(self) -> LogView | None:
+        """The log as of its newest commit, or None (then take a snapshot)."""
+        if self.root is None:
+            return None
+        newest = None if self.known_version is None else self.table.newest_version(self.known_version)
+        if newest is None or self._table_id is None:
+            dt = self.table.snapshot()
+            newest, self._table_id = dt.version(), str(dt.metadata().id)
+        state = app_transactions(self.root, self._table_id, newest)
+        if state is None:
+            self.known_version = None
+            return None
+        self.known_version = newest
+        return _StateView(self, self.root, newest, state)
