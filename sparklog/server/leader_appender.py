@@ -52,7 +52,7 @@ from sparklog.server.produce_request import (
     topic_write_settings,
 )
 from sparklog.server.producer_state import ProducerBatch
-from sparklog.server.replica_manager import ReplicaManager
+from sparklog.server.replica_manager import METADATA_MAX_AGE_MS, ReplicaManager
 
 __all__ = ["LeaderAppender", "PendingAppend"]
 
@@ -181,7 +181,7 @@ class LeaderAppender:
         if not items:
             return
         acks: Acks = "all" if items[0].acks == "all" else "1"
-        settings = topic_write_settings(replicas, topic, items[0].compression)
+        settings = topic_write_settings(replicas, topic, items[0].compression, METADATA_MAX_AGE_MS)
         if acks == "all":
             check_min_isr(topic, {p: states[p] for p in led}, settings.min_insync_replicas, after_append=False)
         merged = {

@@ -86,10 +86,13 @@ class TopicWriteSettings:
     max_message_bytes: int
 
 
-def topic_write_settings(replicas: ReplicaManager, topic: str, producer_compression: str) -> TopicWriteSettings:
-    """The topic's current configs (ZooKeeper), with ``compression.type=producer`` resolved
-    to the producer's ``compression.type``."""
-    configs = replicas.topic_config(topic)
+def topic_write_settings(
+    replicas: ReplicaManager, topic: str, producer_compression: str, max_age_ms: int = 0
+) -> TopicWriteSettings:
+    """The topic's current configs (ZooKeeper; ``max_age_ms``: see
+    :meth:`~sparklog.server.replica_manager.ReplicaManager.topic_config`), with
+    ``compression.type=producer`` resolved to the producer's ``compression.type``."""
+    configs = replicas.topic_config(topic, max_age_ms)
     return TopicWriteSettings(
         log_append_time=configs["message.timestamp.type"] == "LogAppendTime",
         compression=parquet_compression(str(configs["compression.type"]), producer_compression),

@@ -21,7 +21,8 @@ only says where to look (DESIGN §4). Thread-safe: one instance may serve many t
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,15 @@ from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.topic import validate_topic_name
 from sparklog.server.controller.policy import high_watermark
 
-__all__ = ["LeaderSnapshot", "PartitionOffsets", "ReplicaManager"]
+# Brokers' request paths accept topic metadata (partitions, configs) read this recently from
+# ZooKeeper, as Kafka's brokers act on metadata propagated a moment ago.
+METADATA_MAX_AGE_MS = 1_000
+
+__all__ = ["METADATA_MAX_AGE_MS", "LeaderSnapshot", "PartitionOffsets", "ReplicaManager"]
+
+# Brokers' request paths accept topic metadata (partitions, configs) read this recently from
+# ZooKeeper, as Kafka's brokers act on metadata propagated a moment ago.
+METADATA_MAX_AGE_MS = 1_000
 
 
 class PartitionOffsets(tuple[int, int]):
@@ -73,6 +82,7 @@ class ReplicaManager:
         self.metadata = MetadataStore(zk)
         self.state_cache = PartitionStateCache(zk)
         self._lock = threading.RLock()
+        self._recently_read: dict[tuple[str, str], tuple[float, Any]] = {}
         self._tables: dict[tuple[str, str], TopicTable] = {}
         self._log_dirs: dict[int, str] = {}
 
@@ -97,22 +107,45 @@ class ReplicaManager:
     def list_topics(self) -> list[str]:
         return self.metadata.list_topics()
 
-    def partitions_of(self, topic: str) -> list[int]:
+    def partitions_of(self, topic: str, max_age_ms: int = 0) -> list[int]:
+        """``topic``'s partitions; ``max_age_ms`` > 0 accepts an answer read that recently
+        (brokers' request paths: Kafka's brokers also act on metadata a moment old)."""
         validate_topic_name(topic)
+        return self._recent(("partitions", topic), max_age_ms, lambda: self._read_partitions(topic))
+
+    def _read_partitions(self, topic: str) -> list[int]:
         assignment, _ = self.metadata.assignment(topic)
         return sorted(int(p) for p in assignment.partitions)
 
-    def check_partition(self, topic: str, partition: int, partitions: list[int] | None = None) -> None:
+    def _recent(self, key: tuple[str, str], max_age_ms: int, read: Callable[[], Any]) -> Any:
+        now = time.monotonic()
+        if max_age_ms > 0:
+            with self._lock:
+                cached = self._recently_read.get(key)
+            if cached is not None and now - cached[0] <= max_age_ms / 1000:
+                return cached[1]
+        value = read()
+        with self._lock:
+            self._recently_read[key] = (now, value)
+        return value
+
+    def check_partition(
+        self, topic: str, partition: int, partitions: list[int] | None = None, max_age_ms: int = 0
+    ) -> None:
         """``UnknownPartitionError`` unless ``partition`` is one of ``topic``'s."""
-        known = self.partitions_of(topic) if partitions is None else partitions
+        known = self.partitions_of(topic, max_age_ms) if partitions is None else partitions
         if partition not in known:
             raise UnknownPartitionError(
                 f"Topic {topic} has partitions 0..{len(known) - 1}; partition {partition} does not exist"
             )
 
-    def topic_config(self, topic: str) -> dict[str, Any]:
-        """Effective topic configs: defaults overridden by the topic's own settings."""
+    def topic_config(self, topic: str, max_age_ms: int = 0) -> dict[str, Any]:
+        """Effective topic configs: defaults overridden by the topic's own settings
+        (``max_age_ms``: see :meth:`partitions_of`)."""
         validate_topic_name(topic)
+        return dict(self._recent(("config", topic), max_age_ms, lambda: self._read_config(topic)))
+
+    def _read_config(self, topic: str) -> dict[str, Any]:
         overrides, _ = self.metadata.topic_config(topic)
         return with_defaults(validate_configs(overrides, TOPIC_CONFIGS, "topic"), TOPIC_CONFIGS)
 

@@ -16,13 +16,24 @@ from typing import TYPE_CHECKING, Any
 from kio.index import load_response_schema
 from kio.static.primitive import i32Timedelta
 
+from sparklog.server.replica_manager import METADATA_MAX_AGE_MS
+
 if TYPE_CHECKING:
     from sparklog.metadata.producer_ids import ProducerIdBlocks
     from sparklog.server.leader_appender import LeaderAppender
     from sparklog.server.producer_state import ProducerStates
     from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["NO_RESPONSE", "NO_THROTTLE", "Api", "ApiRequest", "BrokerContext", "build", "response_module"]
+__all__ = [
+    "METADATA_MAX_AGE_MS",
+    "NO_RESPONSE",
+    "NO_THROTTLE",
+    "Api",
+    "ApiRequest",
+    "BrokerContext",
+    "build",
+    "response_module",
+]
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 

@@ -35,7 +35,15 @@ from sparklog.errors import NotLeaderError, OffsetOutOfRangeError
 from sparklog.log.reader import read_ranges
 from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.sizes import record_sizes
-from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
+from sparklog.server.kafka.context import (
+    METADATA_MAX_AGE_MS,
+    NO_THROTTLE,
+    Api,
+    ApiRequest,
+    BrokerContext,
+    build,
+    response_module,
+)
 from sparklog.server.kafka.error_codes import error_code
 from sparklog.server.kafka.records import BATCH_OVERHEAD_BYTES, encode_batches
 from sparklog.server.log_tail import LogTails
@@ -136,7 +144,7 @@ def _read_partition(
 ) -> _PartitionRead:
     replicas = broker.replicas
     try:
-        replicas.check_partition(topic, partition)
+        replicas.check_partition(topic, partition, max_age_ms=METADATA_MAX_AGE_MS)
         state = replicas.states(topic, [partition])[partition]
         if state.leader != broker.broker_id:
             raise NotLeaderError(f"broker {broker.broker_id} does not lead {topic}-{partition}")

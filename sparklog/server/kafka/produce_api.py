@@ -25,8 +25,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from sparklog.config import Acks
-from sparklog.errors import NotLeaderError, RecordTooLargeError, TopicNotFoundError
+from sparklog.errors import NotLeaderError, RecordTooLargeError
 from sparklog.server.kafka.context import (
+    METADATA_MAX_AGE_MS,
     NO_RESPONSE,
     NO_THROTTLE,
     Api,
@@ -101,14 +102,12 @@ def _prepare(
     replicas = broker.replicas
     if broker.appender is None:
         raise NotLeaderError(f"this listener does not serve produce requests ({topic}-{partition})")
-    if topic not in replicas.list_topics():
-        raise TopicNotFoundError(f"topic {topic!r} does not exist")
-    replicas.check_partition(topic, partition)
+    replicas.check_partition(topic, partition, max_age_ms=METADATA_MAX_AGE_MS)
     state = replicas.states(topic, [partition])[partition]
     if state.leader != broker.broker_id:
         raise NotLeaderError(f"broker {broker.broker_id} does not lead {topic}-{partition} (leader {state.leader})")
     batches = decode_batches(data)
-    max_message_bytes = int(replicas.topic_config(topic)["max.message.bytes"])
+    max_message_bytes = int(replicas.topic_config(topic, METADATA_MAX_AGE_MS)["max.message.bytes"])
     for batch in batches:
         if batch.size_bytes > max_message_bytes:
             raise RecordTooLargeError(
