@@ -17,6 +17,14 @@ A connection lost during a ZooKeeper failover leaves a write's outcome unknown. 
 the ``takeover`` decided then), and a failed ``release`` keeps the grant, so the next
 ``acquire`` renews the lease instead of waiting for it to expire.
 
+**Held leases** (a broker leading the partition): the holder keeps the lease between its
+commits and re-grants it from memory while more than half of ``lease_ms`` is left (no
+ZooKeeper round trip); a writer that has to wait for a held lease announces itself with an
+ephemeral ``waiting-`` child of the lease znode, and the holder, watching those children
+(:meth:`WriterLease.wanted`), releases after its current commit. A lease held by a broker
+(owner ``broker-<id>``) whose agent is no longer live is taken over at once (with an epoch
+marker) instead of after its expiry, so a new leader does not wait out a dead one's lease.
+
 ``takeover`` on a grant means the previous holder did not release (it may be a zombie):
 the new holder must commit an epoch marker before anything else. The lease record is not
 ephemeral because a Spark job's lease spans several short-lived Python processes; expiry
@@ -31,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.recipe.watchers import ChildrenWatch
 
 from sparklog import clock
 from sparklog.errors import FencedError, LeaseTimeoutError, TopicNotFoundError, ZooKeeperUnavailableError
@@ -67,6 +76,8 @@ class WriterLease:
         self._known: tuple[WriterLeaseRecord, int] | None = None
         # (epoch, takeover) of the grant last written: its reply may have been lost.
         self._attempt: tuple[int, bool] | None = None
+        self._held_until_ms = 0  # expiry of our grant as last written
+        self._wanted: threading.Event | None = None  # set while other writers wait (held leases)
 
     def _read(self) -> tuple[WriterLeaseRecord | None, int]:
         known, self._known = self._known, None
@@ -96,70 +107,125 @@ class WriterLease:
         """Take (or renew) the lease, waiting up to ``timeout_ms`` for a live holder to finish.
 
         ``adopt``: a lease held under our owner name by an earlier incarnation (a restarted
-        job with a stable owner id whose predecessor crashed) is taken over at once instead
-        of after its expiry; the epoch grows and the grant says ``takeover``, so the epoch
-        marker fences whatever the predecessor might still commit.
+        job or broker with a stable owner id whose predecessor crashed) is taken over at once
+        instead of after its expiry; the epoch grows and the grant says ``takeover``, so the
+        epoch marker fences whatever the predecessor might still commit.
 
         ``log_epoch`` is the newest epoch already recorded in the log (or a function that
         reads it; called only when the znode is missing, since an existing znode's epoch is
         never below the log's). A new grant is always above it, so a lost or recreated znode
         never hands out an epoch the log has seen.
         """
+        if self.grant is not None and clock.now_ms() < self._held_until_ms - self.lease_ms // 2:
+            return self.grant  # held and far from expiry: nobody else may have taken it
         deadline = time.monotonic() + timeout_ms / 1000.0
-        client = self.zk.client
-        with zk_errors(f"acquiring write lease of {self.topic}-{self.partition}"):
-            while True:
-                record, version = self._read()
-                now = clock.now_ms()
-                expires = now + self.lease_ms
-                if record is None:
-                    if callable(log_epoch):
-                        log_epoch = log_epoch()
-                    new = WriterLeaseRecord(self.owner, log_epoch + 1, expires, False, next_offset)
-                    self._attempt = (new.epoch, log_epoch > 0)
-                    try:
-                        # No makepath: the partition znode exists for as long as the topic does,
-                        # and re-creating it would resurrect a deleted topic as an empty ghost.
-                        client.create(self.path, encode(new))
-                        self._known = (new, 0)
-                    except NodeExistsError:
-                        continue
-                    except NoNodeError:
-                        raise TopicNotFoundError(
-                            f"Partition {self.topic}-{self.partition} does not exist (was the topic deleted?)"
-                        ) from None
-                    # Someone wrote before the znode existed: they may still be around.
-                    return self._granted(new.epoch, takeover=log_epoch > 0)
-                ours = record.owner == self.owner and not record.released
-                landed = self._attempt if ours and self._attempt and record.epoch == self._attempt[0] else None
-                mine = landed is not None or (ours and self.grant is not None and record.epoch == self.grant.epoch)
-                adopted = adopt and not mine and record.owner == self.owner
-                if mine or adopted or record.released or record.expires_ms <= now:
-                    floor = 0 if callable(log_epoch) else log_epoch
-                    epoch = record.epoch if mine else max(record.epoch, floor) + 1
-                    takeover = landed[1] if landed is not None else False if mine else not record.released
-                    new = WriterLeaseRecord(self.owner, epoch, expires, False, next_offset)
-                    self._attempt = (epoch, takeover)
-                    try:
-                        self._set(new, version)
-                    except BadVersionError:
-                        continue
-                    return self._granted(epoch, takeover=takeover)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise LeaseTimeoutError(
-                        f"Timed out after {timeout_ms} ms waiting for the write lease of partition "
-                        f"{self.topic}-{self.partition}: held by {record.owner} (epoch {record.epoch}) "
-                        f"until {record.expires_ms - now} ms from now. Retry later or raise max.block.ms."
-                    )
-                changed = threading.Event()
-                stat = client.exists(self.path, watch=lambda _event, changed=changed: changed.set())
-                if stat is None or stat.version != version:
-                    continue  # changed (e.g. released) since we read it: the watch would never fire
-                changed.wait(min(remaining, max(0.001, (record.expires_ms - now) / 1000.0 + 0.002)))
+        waiting: list[str] = []  # our ``waiting-`` znode while we wait for a holder
+        try:
+            with zk_errors(f"acquiring write lease of {self.topic}-{self.partition}"):
+                return self._acquire(timeout_ms, deadline, log_epoch, next_offset, adopt, waiting)
+        finally:
+            for path in waiting:
+                try:
+                    self.zk.client.delete(path)
+                except Exception:  # noqa: BLE001 - ephemeral: it goes with the session anyway
+                    pass
 
-    def _granted(self, epoch: int, takeover: bool) -> LeaseGrant:
+    def _acquire(
+        self,
+        timeout_ms: int,
+        deadline: float,
+        log_epoch: int | Callable[[], int],
+        next_offset: int,
+        adopt: bool,
+        waiting: list[str],
+    ) -> LeaseGrant:
+        client = self.zk.client
+        while True:
+            record, version = self._read()
+            now = clock.now_ms()
+            expires = now + self.lease_ms
+            if record is None:
+                if callable(log_epoch):
+                    log_epoch = log_epoch()
+                new = WriterLeaseRecord(self.owner, log_epoch + 1, expires, False, next_offset)
+                self._attempt = (new.epoch, log_epoch > 0)
+                try:
+                    # No makepath: the partition znode exists for as long as the topic does,
+                    # and re-creating it would resurrect a deleted topic as an empty ghost.
+                    client.create(self.path, encode(new))
+                    self._known = (new, 0)
+                except NodeExistsError:
+                    continue
+                except NoNodeError:
+                    raise TopicNotFoundError(
+                        f"Partition {self.topic}-{self.partition} does not exist (was the topic deleted?)"
+                    ) from None
+                # Someone wrote before the znode existed: they may still be around.
+                return self._granted(new.epoch, takeover=log_epoch > 0, expires_ms=expires)
+            ours = record.owner == self.owner and not record.released
+            landed = self._attempt if ours and self._attempt and record.epoch == self._attempt[0] else None
+            mine = landed is not None or (ours and self.grant is not None and record.epoch == self.grant.epoch)
+            adopted = adopt and not mine and record.owner == self.owner
+            free = record.released or record.expires_ms <= now or self._holder_is_dead(record)
+            if mine or adopted or free:
+                floor = 0 if callable(log_epoch) else log_epoch
+                epoch = record.epoch if mine else max(record.epoch, floor) + 1
+                takeover = landed[1] if landed is not None else False if mine else not record.released
+                new = WriterLeaseRecord(self.owner, epoch, expires, False, next_offset)
+                self._attempt = (epoch, takeover)
+                try:
+                    self._set(new, version)
+                except BadVersionError:
+                    continue
+                return self._granted(epoch, takeover=takeover, expires_ms=expires)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LeaseTimeoutError(
+                    f"Timed out after {timeout_ms} ms waiting for the write lease of partition "
+                    f"{self.topic}-{self.partition}: held by {record.owner} (epoch {record.epoch}) "
+                    f"until {record.expires_ms - now} ms from now. Retry later or raise max.block.ms."
+                )
+            if not waiting:  # a holder keeping the lease between commits lets go for us
+                waiting.append(client.create(f"{self.path}/waiting-", ephemeral=True, sequence=True))
+            changed = threading.Event()
+            stat = client.exists(self.path, watch=lambda _event, changed=changed: changed.set())
+            if stat is None or stat.version != version:
+                continue  # changed (e.g. released) since we read it: the watch would never fire
+            changed.wait(min(remaining, max(0.001, (record.expires_ms - now) / 1000.0 + 0.002)))
+
+    def _holder_is_dead(self, record: WriterLeaseRecord) -> bool:
+        """A broker's lease whose agent is not registered (live) any more."""
+        prefix, _, broker_id = record.owner.partition("-")
+        if prefix != "broker" or not broker_id.isdigit():
+            return False
+        return self.zk.client.exists(zkdata.broker_ids_path(int(broker_id))) is None
+
+    def drop(self) -> None:
+        """Forget our grant without touching ZooKeeper: the log fenced it (a newer writer
+        took the partition), so the next :meth:`acquire` must read the lease again."""
+        self.grant = None
+        self._held_until_ms = 0
+
+    def wanted(self) -> bool:
+        """Whether another writer waits for this lease (held leases: release it soon)."""
+        if self._wanted is None:
+            wanted = self._wanted = threading.Event()
+
+            def on_children(children: list[str]) -> None:
+                if any(c.startswith("waiting-") for c in children):
+                    wanted.set()
+                else:
+                    wanted.clear()
+
+            try:
+                ChildrenWatch(self.zk.client, self.path, on_children)
+            except NoNodeError:
+                wanted.set()  # the partition is gone: let go
+        return self._wanted.is_set()
+
+    def _granted(self, epoch: int, takeover: bool, expires_ms: int) -> LeaseGrant:
         self.grant = LeaseGrant(self.topic, self.partition, self.owner, epoch, takeover)
+        self._held_until_ms = expires_ms
         self._attempt = None
         return self.grant
 
@@ -176,6 +242,7 @@ class WriterLease:
                 )
                 try:
                     self._set(new, version)
+                    self._held_until_ms = new.expires_ms
                     return
                 except BadVersionError:
                     continue

@@ -49,6 +49,7 @@ from sparklog.server.produce_request import (
     append_to_leader,
     await_in_sync_replicas,
     check_min_isr,
+    release_lease,
     topic_write_settings,
 )
 from sparklog.server.producer_state import ProducerBatch
@@ -59,6 +60,7 @@ __all__ = ["LeaderAppender", "PendingAppend"]
 log = logging.getLogger(__name__)
 
 _RETRY_BACKOFF_S = 0.05
+_IDLE_CHECK_S = 0.1  # an idle committer lets go of leases other writers wait for this often
 
 
 @dataclass(eq=False)
@@ -135,12 +137,16 @@ class LeaderAppender:
         while True:
             with self._lock:
                 while not self._queues.get(topic) and not self._closed:
-                    self._lock.wait()
+                    if not self._lock.wait(_IDLE_CHECK_S):
+                        break
                 items = self._queues.pop(topic, [])
                 if self._closed:
                     for item in items:
                         item.finish(error=LeaderNotAvailableError(f"broker {self.broker_id} is shutting down"))
                     return
+            if not items:
+                self._release_wanted(topic)
+                continue
             # acks=all rounds fsync and wait for the ISR: the others don't pay for that.
             for acks_all in (False, True):
                 group = [i for i in items if (i.acks == "all") == acks_all]
@@ -213,6 +219,7 @@ class LeaderAppender:
             hard_links=replicas.config.replica_hard_links_enable,
             kafka_producers=producers,
             views=self._leader_log(topic, table).view,
+            keep_lease=lambda lease: not lease.wanted(),
         )
         next_offset = dict(result.base_offsets)
         bases = []
@@ -238,6 +245,16 @@ class LeaderAppender:
         append_ms = result.log_append_time_ms if settings.log_append_time else -1
         for item, base in zip(items, bases, strict=True):
             item.finish(base, append_ms)
+
+    def _release_wanted(self, topic: str) -> None:
+        """Release this topic's held leases that another writer waits for (or that are of
+        partitions this broker no longer leads)."""
+        for (held_topic, _partition), lease in list(self._leases.items()):
+            if held_topic == topic and lease.grant is not None and lease.wanted():
+                try:
+                    release_lease(lease)
+                except Exception as exc:  # noqa: BLE001 - the lease expires; the waiter gets it then
+                    log.warning("releasing the lease of %s-%d failed: %s", topic, lease.partition, exc)
 
     def _leader_log(self, topic: str, table: TopicTable) -> LeaderLog:
         """The committer's view of its table (one per topic: only that topic's thread uses it)."""

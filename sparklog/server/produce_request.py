@@ -64,6 +64,7 @@ __all__ = [
     "await_in_sync_replicas",
     "check_min_isr",
     "produce_request",
+    "release_lease",
     "topic_write_settings",
 ]
 
@@ -200,12 +201,23 @@ def append_to_leader(
     hard_links: bool,
     kafka_producers: KafkaProducerBatches | None = None,
     views: Callable[[], LogView | None] | None = None,
+    keep_lease: Callable[[WriterLease], bool] | None = None,
 ) -> AppendResult:
+    """Take the partitions' write leases and append (:func:`sparklog.log.append.append`).
+
+    ``keep_lease``: a holder that keeps its leases between appends (a broker leading the
+    partitions) says which to keep after this one; it also adopts a lease its own earlier
+    incarnation held. By default every lease is released after the append.
+    """
     leases = [lease_for(p) for p in sorted(batches)]
     try:
         epochs = {}
         for lease in leases:
-            grant = lease.acquire(request.max_block_ms, functools.partial(_log_epoch, table, lease.partition))
+            grant = lease.acquire(
+                request.max_block_ms,
+                functools.partial(_log_epoch, table, lease.partition),
+                adopt=keep_lease is not None,
+            )
             if grant.takeover:
                 table.commit_epoch_marker(lease.partition, grant.epoch)
             epochs[lease.partition] = grant.epoch
@@ -227,12 +239,17 @@ def append_to_leader(
             kafka_producers=kafka_producers,
             views=views,
         )
+    except FencedError:
+        for lease in leases:
+            lease.drop()  # a newer writer's epoch is in the log: read the lease again next time
+        raise
     finally:
         for lease in leases:
-            _release(lease)
+            if keep_lease is None or not keep_lease(lease):
+                release_lease(lease)
 
 
-def _release(lease: WriterLease) -> None:
+def release_lease(lease: WriterLease) -> None:
     """Release ``lease``; a ZooKeeper outage must not turn a stored batch into a failed send
     (whose retry by the application would store it twice), so it is retried, then left held."""
     for attempt in range(_RELEASE_ATTEMPTS):
