@@ -22,7 +22,16 @@ if TYPE_CHECKING:
     from sparklog.server.producer_state import ProducerStates
     from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["NO_RESPONSE", "NO_THROTTLE", "Api", "ApiRequest", "BrokerContext", "build", "response_module"]
+__all__ = [
+    "NO_RESPONSE",
+    "NO_THROTTLE",
+    "Api",
+    "ApiRequest",
+    "BrokerContext",
+    "Deferred",
+    "build",
+    "response_module",
+]
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
@@ -70,10 +79,26 @@ class BrokerContext:
 
 
 @dataclass(frozen=True)
+class Deferred:
+    """A request that was started and is answered later: ``finish`` blocks until the response
+    entity is ready (a produce waiting for its commit). The listener reads the connection's
+    next requests meanwhile, unless ``ordered``: then nothing more is read from the connection
+    until this one is answered (batches whose checks depend on the outcome of this one)."""
+
+    finish: Callable[[], Any]
+    ordered: bool = False
+
+
+@dataclass(frozen=True)
 class Api:
-    """One served API: its key, the version range ApiVersions advertises, the handler."""
+    """One served API: its key, the version range ApiVersions advertises, the handler.
+
+    ``start`` (optional) splits the handler: it does the request's in-order part (checks,
+    queueing) and returns a :class:`Deferred` for the part that waits, so the listener can
+    pipeline a connection's requests (``handle`` must equal ``start(...).finish()``)."""
 
     key: int
     min_version: int
     max_version: int
     handle: Callable[[ApiRequest, BrokerContext], Any]
+    start: Callable[[ApiRequest, BrokerContext], Deferred] | None = None
