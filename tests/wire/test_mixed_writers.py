@@ -32,7 +32,7 @@ TOPIC = "mixed-writers"
 PARTITIONS = 3
 SPARK_ROWS = 20_000
 MAX_RECORDS_PER_WRITER = 20_000  # bounds each client's loop whatever happens
-BURST = 10  # records a client sends before it lets the others run
+BURST = 5  # records a client sends per 20 ms (~250 records/s per client)
 RUN_TIMEOUT_S = 180.0
 
 
