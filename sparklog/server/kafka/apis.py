@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kio.index import load_payload_module, load_request_schema, load_response_schema
@@ -37,7 +39,7 @@ from sparklog.server.kafka import (
 )
 from sparklog.server.kafka.context import NO_RESPONSE, NO_THROTTLE, Api, ApiRequest, BrokerContext, build
 
-__all__ = ["API_VERSIONS", "ProtocolError", "handle_request"]
+__all__ = ["API_VERSIONS", "PendingResponse", "ProtocolError", "handle_request", "start_request"]
 
 API_VERSIONS_KEY = 18
 
@@ -49,9 +51,24 @@ class ProtocolError(SparklogError):
     the connection is closed."""
 
 
+@dataclass(frozen=True)
+class PendingResponse:
+    """A started request: ``respond`` blocks until its response frame payload is ready (None
+    when Kafka sends none); ``ordered``: read nothing more from the connection until then."""
+
+    respond: Callable[[], bytes | None]
+    ordered: bool = False
+
+
 def handle_request(payload: bytes, cluster: BrokerContext, peer: str) -> bytes | None:
     """The response frame payload (header + body) for one request frame payload; None when
     Kafka sends no response (Produce with acks=0)."""
+    return start_request(payload, cluster, peer).respond()
+
+
+def start_request(payload: bytes, cluster: BrokerContext, peer: str) -> PendingResponse:
+    """Parse and start one request (in the connection's request order); its response may
+    be waited for later (:class:`PendingResponse`), so a listener can read on meanwhile."""
     if len(payload) < _PREFIX.size:
         raise ProtocolError(f"request of {len(payload)} bytes from {peer} is shorter than a request header")
     api_key, api_version, correlation_id = _PREFIX.unpack_from(payload)
@@ -61,12 +78,23 @@ def handle_request(payload: bytes, cluster: BrokerContext, peer: str) -> bytes |
     if not served[0] <= api_version <= served[1]:
         if api_key == API_VERSIONS_KEY:
             # The body of an unknown version cannot be read; the header prefix is all we need.
-            return _unsupported_api_versions(correlation_id)
+            frame = _unsupported_api_versions(correlation_id)
+            return PendingResponse(lambda: frame)
         raise ProtocolError(
             f"api key {api_key} version {api_version} from {peer} is not served (served: v{served[0]}..v{served[1]})"
         )
     request = _parse(payload, api_key, api_version, peer)
-    response = _APIS[api_key].handle(request, cluster)
+    api = _APIS[api_key]
+    if api.start is None:
+        answer = _frame(api_key, api_version, correlation_id, api.handle(request, cluster))
+        return PendingResponse(lambda: answer)
+    deferred = api.start(request, cluster)
+    return PendingResponse(
+        lambda: _frame(api_key, api_version, correlation_id, deferred.finish()), ordered=deferred.ordered
+    )
+
+
+def _frame(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes | None:
     if response is NO_RESPONSE:
         return None
     return _encode(api_key, api_version, correlation_id, response)

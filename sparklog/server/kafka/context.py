@@ -31,6 +31,7 @@ __all__ = [
     "Api",
     "ApiRequest",
     "BrokerContext",
+    "Deferred",
     "build",
     "response_module",
 ]
@@ -81,10 +82,26 @@ class BrokerContext:
 
 
 @dataclass(frozen=True)
+class Deferred:
+    """A request that was started and is answered later: ``finish`` blocks until the response
+    entity is ready (a produce waiting for its commit). The listener reads the connection's
+    next requests meanwhile, unless ``ordered``: then nothing more is read from the connection
+    until this one is answered (batches whose checks depend on the outcome of this one)."""
+
+    finish: Callable[[], Any]
+    ordered: bool = False
+
+
+@dataclass(frozen=True)
 class Api:
-    """One served API: its key, the version range ApiVersions advertises, the handler."""
+    """One served API: its key, the version range ApiVersions advertises, the handler.
+
+    ``start`` (optional) splits the handler: it does the request's in-order part (checks,
+    queueing) and returns a :class:`Deferred` for the part that waits, so the listener can
+    pipeline a connection's requests (``handle`` must equal ``start(...).finish()``)."""
 
     key: int
     min_version: int
     max_version: int
     handle: Callable[[ApiRequest, BrokerContext], Any]
+    start: Callable[[ApiRequest, BrokerContext], Deferred] | None = None

@@ -1,28 +1,47 @@
 """The broker agent's TCP listener for Kafka clients (``listeners``).
 
-One thread per connection reads frames and answers each request before reading the next, so
-responses go out in request order (Kafka's per-connection guarantee). Whatever goes wrong
-with one connection — an oversized or truncated frame, an unknown api key or version, an
-unreadable request, a handler failure — closes that connection only; the agent and the
-other clients carry on.
+Per connection, one thread reads and starts requests in their order and another writes the
+responses in that same order (Kafka's per-connection guarantee). A produce request that
+waits for its commit does not stop the connection's next requests from being read and
+queued (pipelining, up to ``_MAX_PIPELINED`` unanswered requests): a client with many
+requests in flight (librdkafka pipelines without bound unless idempotent) gets them into
+the leader's next group commit together, instead of one commit per request. Without it a
+client sending requests faster than one per commit, or a stall (a Spark job holding the
+write leases), builds a backlog that drains one commit per request, and its requests
+exceed the client's ``request.timeout.ms``. Requests carrying idempotent batches are read
+one at a time (:class:`~sparklog.server.kafka.context.Deferred` ``ordered``), as before.
+
+Whatever goes wrong with one connection — an oversized or truncated frame, an unknown api
+key or version, an unreadable request, a handler failure — closes that connection only
+(after answering the requests started before it); the agent and the other clients carry on.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import socket
 import socketserver
 import threading
+from dataclasses import dataclass, field
 
 from sparklog.config import Endpoint
 from sparklog.errors import ConfigError
-from sparklog.server.kafka.apis import ProtocolError, handle_request
+from sparklog.server.kafka.apis import PendingResponse, ProtocolError, start_request
 from sparklog.server.kafka.context import BrokerContext
 from sparklog.server.kafka.framing import FrameError, read_frame, write_frame
 
 __all__ = ["KafkaListener"]
 
 log = logging.getLogger(__name__)
+
+_MAX_PIPELINED = 128  # unanswered requests per connection before its reader waits
+
+
+@dataclass(eq=False)
+class _Answer:
+    pending: PendingResponse
+    written: threading.Event = field(default_factory=threading.Event)
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -81,14 +100,20 @@ class KafkaListener:
 
     def serve_connection(self, sock: socket.socket, address: tuple[str, int]) -> None:
         peer = f"{address[0]}:{address[1]}"
+        answers: queue.Queue[_Answer | None] = queue.Queue(maxsize=_MAX_PIPELINED)
+        writer = threading.Thread(
+            target=self._write_answers, args=(sock, answers, peer), name=f"kafka-answers-{peer}", daemon=True
+        )
+        writer.start()
         try:
             while True:
                 payload = read_frame(sock, self.max_bytes, peer)
                 if payload is None:
                     return
-                response = handle_request(payload, self.cluster, peer)
-                if response is not None:
-                    write_frame(sock, response)
+                answer = _Answer(start_request(payload, self.cluster, peer))
+                answers.put(answer)
+                if answer.pending.ordered:
+                    answer.written.wait()
         except (FrameError, ProtocolError) as exc:
             log.warning("closing the connection from %s: %s", peer, exc)
         except OSError as exc:
@@ -96,4 +121,31 @@ class KafkaListener:
         except Exception:
             log.exception("closing the connection from %s after a failed request", peer)
         finally:
+            answers.put(None)  # the requests started so far are answered first
+            writer.join()
             sock.close()
+
+    @staticmethod
+    def _write_answers(sock: socket.socket, answers: queue.Queue[_Answer | None], peer: str) -> None:
+        """Answer the started requests in order; after a failure, only drain (the reader
+        stops at its next read of the shut-down socket)."""
+        broken = False
+        while (answer := answers.get()) is not None:
+            try:
+                if not broken:
+                    response = answer.pending.respond()
+                    if response is not None:
+                        write_frame(sock, response)
+            except OSError as exc:
+                log.info("connection from %s lost: %s", peer, exc)
+                broken = True
+            except Exception:
+                log.exception("closing the connection from %s after a failed request", peer)
+                broken = True
+            finally:
+                answer.written.set()
+            if broken:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

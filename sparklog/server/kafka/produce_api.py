@@ -33,6 +33,7 @@ from sparklog.server.kafka.context import (
     Api,
     ApiRequest,
     BrokerContext,
+    Deferred,
     build,
     response_module,
 )
@@ -48,6 +49,14 @@ _ACKS: dict[int, Acks] = {0: "0", 1: "1", -1: "all"}
 
 
 def produce(request: ApiRequest, broker: BrokerContext) -> Any:
+    return start_produce(request, broker).finish()
+
+
+def start_produce(request: ApiRequest, broker: BrokerContext) -> Deferred:
+    """Check and queue the request's batches (in the connection's order); the returned
+    :class:`Deferred` waits for their commits and builds the response. Requests carrying
+    idempotent batches are ``ordered``: their sequences were checked against the batches
+    still pending, so the connection's next request is read only once they are answered."""
     body = request.body
     module = response_module(PRODUCE_KEY, request.api_version)
     acks = _ACKS.get(int(body.acks))
@@ -69,6 +78,19 @@ def produce(request: ApiRequest, broker: BrokerContext) -> Any:
     for (topic, _p), items in queued.items():
         assert appender is not None
         appender.append(topic, [i for i in items if not i.done.is_set()])  # duplicates are answered
+    ordered = any(i.producer is not None for items in queued.values() for i in items)
+    return Deferred(lambda: _respond(request, module, acks, timeout_ms, results, queued), ordered)
+
+
+def _respond(
+    request: ApiRequest,
+    module: Any,
+    acks: Acks | None,
+    timeout_ms: int,
+    results: dict[tuple[str, int], tuple[ErrorCode, int, int, str | None]],
+    queued: dict[tuple[str, int], list[PendingAppend]],
+) -> Any:
+    body = request.body
     for key, items in queued.items():
         results[key] = _outcome(items, timeout_ms)
     if acks == "0":
@@ -164,4 +186,4 @@ def _outcome(items: list[PendingAppend], timeout_ms: int) -> tuple[ErrorCode, in
     return ErrorCode.none, items[0].base_offset, items[0].log_append_time_ms, None
 
 
-APIS = (Api(PRODUCE_KEY, 3, 9, produce),)
+APIS = (Api(PRODUCE_KEY, 3, 9, produce, start_produce),)
