@@ -158,7 +158,11 @@ class NotEnoughReplicasAfterAppendError(NotEnoughReplicasError):
 
 
 class LeaseTimeoutError(SparklogError):
-    """A partition's write lease could not be acquired in time."""
+    """A partition's write lease could not be acquired in time (``partition``: which)."""
+
+    def __init__(self, message: str, partition: int = -1) -> None:
+        super().__init__(message)
+        self.partition = partition
 
 
 class CoordinationError(SparklogError):

@@ -20,8 +20,10 @@ the ``takeover`` decided then), and a failed ``release`` keeps the grant, so the
 **Held leases** (a broker leading the partition): the holder keeps the lease between its
 commits and re-grants it from memory while more than half of ``lease_ms`` is left (no
 ZooKeeper round trip); a writer that has to wait for a held lease announces itself with an
-ephemeral ``waiting-`` child of the lease znode, and the holder, watching those children
-(:meth:`WriterLease.wanted`), releases after its current commit. A lease held by a broker
+ephemeral ``waiting-<owner>-`` child of the lease znode, and the holder, watching those
+children (:meth:`WriterLease.wanted`), releases after its current commit — and, acquiring
+with ``yield_to_waiters``, does not take the lease back while others still wait, so a
+holder with a steady stream of commits cannot starve them. A lease held by a broker
 (owner ``broker-<id>``) whose agent is no longer live is taken over at once (with an epoch
 marker) instead of after its expiry, so a new leader does not wait out a dead one's lease.
 
@@ -48,6 +50,8 @@ from sparklog.metadata.session import ZkSession, zk_errors
 from sparklog.metadata.zkdata import WriterLeaseRecord, encode
 
 __all__ = ["LeaseGrant", "WriterLease"]
+
+_POLITE_WAIT_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,12 @@ class WriterLease:
         self._known = (record, stat.version)
 
     def acquire(
-        self, timeout_ms: int, log_epoch: int | Callable[[], int] = 0, next_offset: int = -1, adopt: bool = False
+        self,
+        timeout_ms: int,
+        log_epoch: int | Callable[[], int] = 0,
+        next_offset: int = -1,
+        adopt: bool = False,
+        yield_to_waiters: bool = False,
     ) -> LeaseGrant:
         """Take (or renew) the lease, waiting up to ``timeout_ms`` for a live holder to finish.
 
@@ -115,6 +124,9 @@ class WriterLease:
         reads it; called only when the znode is missing, since an existing znode's epoch is
         never below the log's). A new grant is always above it, so a lost or recreated znode
         never hands out an epoch the log has seen.
+
+        ``yield_to_waiters``: a free lease is left to the writers announced as waiting (a
+        holder that keeps leases between commits uses it).
         """
         if self.grant is not None and clock.now_ms() < self._held_until_ms - self.lease_ms // 2:
             return self.grant  # held and far from expiry: nobody else may have taken it
@@ -122,7 +134,7 @@ class WriterLease:
         waiting: list[str] = []  # our ``waiting-`` znode while we wait for a holder
         try:
             with zk_errors(f"acquiring write lease of {self.topic}-{self.partition}"):
-                return self._acquire(timeout_ms, deadline, log_epoch, next_offset, adopt, waiting)
+                return self._acquire(timeout_ms, deadline, log_epoch, next_offset, adopt, yield_to_waiters, waiting)
         finally:
             for path in waiting:
                 try:
@@ -137,6 +149,7 @@ class WriterLease:
         log_epoch: int | Callable[[], int],
         next_offset: int,
         adopt: bool,
+        yield_to_waiters: bool,
         waiting: list[str],
     ) -> LeaseGrant:
         client = self.zk.client
@@ -167,7 +180,8 @@ class WriterLease:
             mine = landed is not None or (ours and self.grant is not None and record.epoch == self.grant.epoch)
             adopted = adopt and not mine and record.owner == self.owner
             free = record.released or record.expires_ms <= now or self._holder_is_dead(record)
-            if mine or adopted or free:
+            polite_wait = free and not mine and yield_to_waiters and self.wanted()
+            if (mine or adopted or free) and not polite_wait:
                 floor = 0 if callable(log_epoch) else log_epoch
                 epoch = record.epoch if mine else max(record.epoch, floor) + 1
                 takeover = landed[1] if landed is not None else False if mine else not record.released
@@ -183,15 +197,23 @@ class WriterLease:
                 raise LeaseTimeoutError(
                     f"Timed out after {timeout_ms} ms waiting for the write lease of partition "
                     f"{self.topic}-{self.partition}: held by {record.owner} (epoch {record.epoch}) "
-                    f"until {record.expires_ms - now} ms from now. Retry later or raise max.block.ms."
+                    f"until {record.expires_ms - now} ms from now. Retry later or raise max.block.ms.",
+                    self.partition,
                 )
+            if polite_wait:
+                time.sleep(min(remaining, _POLITE_WAIT_S))  # a waiter takes it, or gives up
+                continue
             if not waiting:  # a holder keeping the lease between commits lets go for us
-                waiting.append(client.create(f"{self.path}/waiting-", ephemeral=True, sequence=True))
+                waiting.append(client.create(f"{self.path}/{self._waiting_prefix}", ephemeral=True, sequence=True))
             changed = threading.Event()
             stat = client.exists(self.path, watch=lambda _event, changed=changed: changed.set())
             if stat is None or stat.version != version:
                 continue  # changed (e.g. released) since we read it: the watch would never fire
             changed.wait(min(remaining, max(0.001, (record.expires_ms - now) / 1000.0 + 0.002)))
+
+    @property
+    def _waiting_prefix(self) -> str:
+        return f"waiting-{self.owner}-"
 
     def _holder_is_dead(self, record: WriterLeaseRecord) -> bool:
         """A broker's lease whose agent is not registered (live) any more."""
@@ -211,8 +233,10 @@ class WriterLease:
         if self._wanted is None:
             wanted = self._wanted = threading.Event()
 
+            ours = self._waiting_prefix
+
             def on_children(children: list[str]) -> None:
-                if any(c.startswith("waiting-") for c in children):
+                if any(c.startswith("waiting-") and not c.startswith(ours) for c in children):
                     wanted.set()
                 else:
                     wanted.clear()

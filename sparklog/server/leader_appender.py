@@ -220,6 +220,7 @@ class LeaderAppender:
             kafka_producers=producers,
             views=self._leader_log(topic, table).view,
             keep_lease=lambda lease: not lease.wanted(),
+            let_go=lambda: self._release_held(topic),
         )
         next_offset = dict(result.base_offsets)
         bases = []
@@ -246,11 +247,14 @@ class LeaderAppender:
         for item, base in zip(items, bases, strict=True):
             item.finish(base, append_ms)
 
-    def _release_wanted(self, topic: str) -> None:
-        """Release this topic's held leases that another writer waits for (or that are of
-        partitions this broker no longer leads)."""
+    def _release_held(self, topic: str) -> None:
+        """Release every lease of ``topic`` this broker keeps (before waiting for another)."""
+        self._release_wanted(topic, everything=True)
+
+    def _release_wanted(self, topic: str, everything: bool = False) -> None:
+        """Release this topic's held leases that another writer waits for."""
         for (held_topic, _partition), lease in list(self._leases.items()):
-            if held_topic == topic and lease.grant is not None and lease.wanted():
+            if held_topic == topic and lease.grant is not None and (everything or lease.wanted()):
                 try:
                     release_lease(lease)
                 except Exception as exc:  # noqa: BLE001 - the lease expires; the waiter gets it then

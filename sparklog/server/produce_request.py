@@ -43,6 +43,7 @@ from sparklog.config import Acks
 from sparklog.errors import (
     FencedError,
     LeaderNotAvailableError,
+    LeaseTimeoutError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderError,
@@ -52,7 +53,7 @@ from sparklog.errors import (
 from sparklog.log.append import AppendResult, KafkaProducerBatches, LogView, append
 from sparklog.log.segment import parquet_compression
 from sparklog.log.table import TopicTable
-from sparklog.metadata.lease import WriterLease
+from sparklog.metadata.lease import LeaseGrant, WriterLease
 from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.sizes import record_sizes
 from sparklog.server.replica_manager import ReplicaManager
@@ -202,22 +203,27 @@ def append_to_leader(
     kafka_producers: KafkaProducerBatches | None = None,
     views: Callable[[], LogView | None] | None = None,
     keep_lease: Callable[[WriterLease], bool] | None = None,
+    let_go: Callable[[], None] = lambda: None,
 ) -> AppendResult:
     """Take the partitions' write leases and append (:func:`sparklog.log.append.append`).
 
     ``keep_lease``: a holder that keeps its leases between appends (a broker leading the
     partitions) says which to keep after this one; it also adopts a lease its own earlier
-    incarnation held. By default every lease is released after the append.
+    incarnation held, and before it waits for a lease another writer holds it calls
+    ``let_go`` to release every lease it keeps (two writers each holding a lease the other
+    waits for would wait until a timeout). By default every lease is released after the append.
     """
     leases = [lease_for(p) for p in sorted(batches)]
     try:
         epochs = {}
-        for lease in leases:
-            grant = lease.acquire(
-                request.max_block_ms,
-                functools.partial(_log_epoch, table, lease.partition),
-                adopt=keep_lease is not None,
-            )
+        if keep_lease is None:
+            grants = [
+                lease.acquire(request.max_block_ms, functools.partial(_log_epoch, table, lease.partition))
+                for lease in leases
+            ]
+        else:
+            grants = _acquire_holding_nothing_while_waiting(table, leases, request.max_block_ms, let_go)
+        for lease, grant in zip(leases, grants, strict=True):
             if grant.takeover:
                 table.commit_epoch_marker(lease.partition, grant.epoch)
             epochs[lease.partition] = grant.epoch
@@ -247,6 +253,35 @@ def append_to_leader(
         for lease in leases:
             if keep_lease is None or not keep_lease(lease):
                 release_lease(lease)
+
+
+def _acquire_holding_nothing_while_waiting(
+    table: TopicTable, leases: list[WriterLease], timeout_ms: int, let_go: Callable[[], None]
+) -> list[LeaseGrant]:
+    """Every lease of ``leases`` for a holder that keeps leases: taken at once when free;
+    when one is held by another writer, ``let_go`` of everything first, wait for that one
+    alone, then try the set again (no two writers each wait for what the other holds)."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        try:
+            return [
+                lease.acquire(
+                    0, functools.partial(_log_epoch, table, lease.partition), adopt=True, yield_to_waiters=True
+                )
+                for lease in leases
+            ]
+        except LeaseTimeoutError as exc:
+            blocked = next(lease for lease in leases if lease.partition == exc.partition)
+            let_go()
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                raise
+            blocked.acquire(
+                remaining_ms,
+                functools.partial(_log_epoch, table, blocked.partition),
+                adopt=True,
+                yield_to_waiters=True,
+            )
 
 
 def release_lease(lease: WriterLease) -> None:
