@@ -51,9 +51,12 @@ test: venv lint
 bench: venv
 	$(BIN)/python -m benchmarks.run
 
+# The embedded ZooKeeper and the embedded broker (`make demo` starts both; they keep running):
+# `sparklog zookeeper stop` stops the broker first.
 zookeeper-stop: venv
 	$(BIN)/sparklog zookeeper stop
 
 clean:
+	-$(BIN)/sparklog broker stop 2>/dev/null
 	-$(BIN)/sparklog zookeeper stop 2>/dev/null
 	rm -rf .sparklog spark-warehouse

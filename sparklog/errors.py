@@ -9,6 +9,7 @@ failed (topic, partition, offset, path, epoch), expected versus actual, and what
 from __future__ import annotations
 
 __all__ = [
+    "BrokerNotAvailableError",
     "ConfigError",
     "ConsumerClosedError",
     "CoordinationError",
@@ -155,6 +156,11 @@ class NotEnoughReplicasError(SparklogError):
 class NotEnoughReplicasAfterAppendError(NotEnoughReplicasError):
     """The batch was appended, but the ISR fell below ``min.insync.replicas`` before every
     in-sync replica had it: it is not acknowledged (a retry is deduplicated)."""
+
+
+class BrokerNotAvailableError(SparklogError):
+    """A broker agent could not be started or is not running (e.g. the embedded broker's
+    listener port is taken by another process); the message names the port and the log."""
 
 
 class LeaseTimeoutError(SparklogError):

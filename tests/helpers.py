@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -223,6 +224,60 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, interva
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+def pids_naming(path: Path) -> list[int]:
+    """Live processes whose command line names ``path`` (resolved): a background server of a
+    home (``zoo.cfg``, ``broker.properties``), found independently of the code under test."""
+    marker = str(path.resolve()).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in argv:  # zombies have an empty cmdline, so they never match
+            pids.append(int(entry.name))
+    return pids
+
+
+def _at_once(barrier: Any, out: Any, target: Callable[..., object], args: tuple[Any, ...]) -> None:
+    barrier.wait(timeout=30)
+    out.put(target(*args))
+
+
+def results_at_once(
+    target: Callable[..., object], args: tuple[Any, ...], processes: int, timeout_s: float
+) -> list[Any]:
+    """Call ``target(*args)`` in ``processes`` spawned children at the same moment (a barrier)
+    and return what each returned; every child must exit cleanly."""
+    ctx = spawn_context()
+    barrier = ctx.Barrier(processes)
+    out = ctx.Queue()
+    children = [ctx.Process(target=_at_once, args=(barrier, out, target, args)) for _ in range(processes)]
+    for child in children:
+        child.start()
+    try:
+        results = [out.get(timeout=timeout_s) for _ in children]
+    finally:
+        for child in children:
+            child.join(timeout=30)
+    assert all(child.exitcode == 0 for child in children), [child.exitcode for child in children]
+    return results
+
+
+@contextmanager
+def leaving_no_server(home: Path, stop: Callable[[Path], object], marker: str) -> Iterator[Path]:
+    """``home`` for a test of a background server of it: on the way out the server is stopped
+    with ``stop`` and whatever still names ``home / marker`` is killed (never leak one)."""
+    try:
+        yield home
+    finally:
+        stop(home)
+        for pid in pids_naming(home / marker):
+            os.kill(pid, signal.SIGKILL)
 
 
 def partition_counts(records: Iterable[StoredRecord]) -> dict[int, int]:

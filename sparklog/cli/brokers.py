@@ -1,60 +1,103 @@
-"""Brokers from the shell: ``broker start`` (the agent, in the foreground) and ``brokers list``.
+"""Brokers from the shell: ``broker start`` (the agent, in the foreground or the home's
+embedded one in the background), ``broker stop|status`` and ``brokers list``.
 
 ``broker start --id N --log-dir URI [--rack R]`` runs :class:`sparklog.server.broker.BrokerAgent`
 until SIGTERM or SIGINT, then stops cleanly (controller role resigned, replica fetcher
-stopped, ``/brokers/ids/N`` deleted). ``brokers list`` prints every registered broker with
-its log dir, rack, whether its agent is live and which one is the controller
-(``--output json`` for machines). Neither starts Spark.
+stopped, ``/brokers/ids/N`` deleted).
+
+``broker start --embedded`` starts the embedded broker of ``--home`` in the background
+unless it runs already (:mod:`sparklog.server.embedded_broker`): id ``broker.id``, log dir
+``log.dirs``, listeners ``listeners`` (default PLAINTEXT://127.0.0.1:9092) from the
+cluster config, or ``--listeners``. ``broker stop`` stops it, ``broker status`` tells whether
+it runs (exit 0) or not (exit 3). Output: ``Broker N is running at LISTENERS (pid P, log dir
+D, log L)``, ``Broker N is not running``, ``Stopped the embedded broker (pid P)``.
+
+``brokers list`` prints every registered broker with its log dir, rack, whether its agent
+is live and which one is the controller (``--output json`` for machines). None starts Spark.
 """
 
 from __future__ import annotations
 
 import argparse
 import signal
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sparklog.cli.options import add_command, cluster_config, connect
-from sparklog.cli.output import add_output_option, print_stderr, table_lines, write_json, write_lines
+from sparklog.cli.options import UsageError, add_command, cluster_config, connect
+from sparklog.cli.output import (
+    add_output_option,
+    print_stderr,
+    report_status,
+    table_lines,
+    write_json,
+    write_lines,
+)
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from sparklog.config import ClusterConfig
+    from sparklog.server.embedded_broker import EmbeddedBrokerStatus
+
+__all__ = ["register", "status_line"]
 
 _LIST_HEADER = ["ID", "HOST", "RACK", "LOG-DIR", "STATE", "CONTROLLER"]
+# The foreground agent's own options: None in the parser (defaults applied in _start) so that
+# --embedded, which takes its settings from the config, can refuse them.
+_AGENT_OPTIONS = (
+    "broker_id",
+    "log_dir",
+    "rack",
+    "replica_lag_time_max_ms",
+    "auto_leader_rebalance_enable",
+    "leader_imbalance_check_interval_seconds",
+    "probe_interval_ms",
+)
+T = TypeVar("T")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    broker = subparsers.add_parser("broker", help="run a broker agent (broker start ...)")
+    broker = subparsers.add_parser(
+        "broker", help="run a broker agent, or the embedded one of --home (broker start|stop|status)"
+    )
     actions = broker.add_subparsers(dest="action", metavar="ACTION", required=True)
     run = add_command(actions, "start", _start, "run the agent of one broker until SIGTERM", description=__doc__)
-    run.add_argument("--id", type=int, required=True, dest="broker_id", help="the broker id (an integer >= 0)")
-    run.add_argument("--log-dir", required=True, help="the broker's storage root (path or URI)")
+    run.add_argument(
+        "--id", type=int, dest="broker_id", help="the broker id (an integer >= 0); required without --embedded"
+    )
+    run.add_argument("--log-dir", help="the broker's storage root (path or URI); required without --embedded")
     run.add_argument("--rack", help="rack (or availability zone) for rack-aware replica placement")
     run.add_argument(
-        "--replica-lag-time-max-ms", type=int, default=10_000, help="ISR: max follower lag (default 10000)"
+        "--embedded",
+        action="store_true",
+        help="start the embedded broker of --home in the background (id, log dir, listeners from the config) "
+        "unless it runs already",
     )
-    run.add_argument("--auto-leader-rebalance-enable", choices=("true", "false"), default="true")
-    run.add_argument("--leader-imbalance-check-interval-seconds", type=float, default=300.0)
-    run.add_argument("--probe-interval-ms", type=int, default=1_000, help="storage probe period (default 1000)")
+    run.add_argument(
+        "--timeout-s", type=float, default=60.0, help="--embedded: how long to wait for it to be live (default 60)"
+    )
+    run.add_argument("--replica-lag-time-max-ms", type=int, help="ISR: max follower lag (default 10000)")
+    run.add_argument("--auto-leader-rebalance-enable", choices=("true", "false"), help="default true")
+    run.add_argument("--leader-imbalance-check-interval-seconds", type=float, help="default 300")
+    run.add_argument("--probe-interval-ms", type=int, help="storage probe period (default 1000)")
     run.add_argument(
         "--listeners", help="Kafka-protocol listeners, NAME://host:port,... (default: the config's listeners)"
     )
     run.add_argument("--advertised-listeners", help="what clients are told to connect to (default: --listeners)")
+    add_output_option(run)
+    stop = add_command(actions, "stop", _stop, "stop the embedded broker of --home", description=__doc__)
+    add_output_option(stop)
+    status = add_command(
+        actions, "status", _status, "tell whether the embedded broker of --home runs (exit 0) or not (exit 3)"
+    )
+    add_output_option(status)
     listing = subparsers.add_parser("brokers", help="list brokers (brokers list)")
     list_actions = listing.add_subparsers(dest="action", metavar="ACTION", required=True)
     add_output_option(add_command(list_actions, "list", _list, "registered brokers, live or not", description=__doc__))
 
 
-def _start(args: argparse.Namespace) -> int:
+def _with_listeners(args: argparse.Namespace, config: ClusterConfig) -> ClusterConfig:
     from dataclasses import replace
 
     from sparklog.config import parse_listeners
-    from sparklog.errors import ConfigError
-    from sparklog.server.broker import BrokerAgent, BrokerSettings, ControllerSettings
 
-    if args.broker_id < 0:
-        raise ConfigError(f"--id must be >= 0, got {args.broker_id}")
-    config = replace(
-        cluster_config(args), broker_id=args.broker_id, log_dir=args.log_dir, broker_rack=args.rack or None
-    )
     if args.listeners is not None:
         listeners = parse_listeners("--listeners", args.listeners)
         config = replace(config, listeners=listeners, advertised_listeners=listeners)
@@ -62,14 +105,43 @@ def _start(args: argparse.Namespace) -> int:
         config = replace(
             config, advertised_listeners=parse_listeners("--advertised-listeners", args.advertised_listeners)
         )
+    return config
+
+
+def status_line(status: EmbeddedBrokerStatus) -> str:
+    if not status.running:
+        return f"Broker {status.broker_id} is not running"
+    return (
+        f"Broker {status.broker_id} is running at {','.join(status.listeners)} "
+        f"(pid {status.pid}, log dir {status.log_dir}, log {status.log_file})"
+    )
+
+
+def _start(args: argparse.Namespace) -> int:
+    if args.embedded:
+        return _start_embedded(args)
+    from dataclasses import replace
+
+    from sparklog.errors import ConfigError
+    from sparklog.server.broker import BrokerAgent, BrokerSettings, ControllerSettings
+
+    if args.broker_id is None or args.log_dir is None:
+        raise UsageError("--id and --log-dir are required (or --embedded: the home's broker in the background)")
+    if args.broker_id < 0:
+        raise ConfigError(f"--id must be >= 0, got {args.broker_id}")
+    config = replace(
+        cluster_config(args), broker_id=args.broker_id, log_dir=args.log_dir, broker_rack=args.rack or None
+    )
+    config = _with_listeners(args, config)
     settings = BrokerSettings(
-        probe_interval_ms=args.probe_interval_ms,
+        probe_interval_ms=_option(args.probe_interval_ms, 1_000),
         controller=ControllerSettings(
-            replica_lag_time_max_ms=args.replica_lag_time_max_ms,
-            auto_leader_rebalance_enable=args.auto_leader_rebalance_enable == "true",
-            leader_imbalance_check_interval_s=args.leader_imbalance_check_interval_seconds,
+            replica_lag_time_max_ms=_option(args.replica_lag_time_max_ms, 10_000),
+            auto_leader_rebalance_enable=_option(args.auto_leader_rebalance_enable, "true") == "true",
+            leader_imbalance_check_interval_s=_option(args.leader_imbalance_check_interval_seconds, 300.0),
         ),
     )
+    _log_warnings()
     agent = BrokerAgent(config, settings)
 
     def on_signal(_signum: int, _frame: Any) -> None:
@@ -78,8 +150,55 @@ def _start(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     agent.start()
-    print_stderr(f"broker {args.broker_id} started (log dir {args.log_dir}); SIGTERM or Ctrl-C stops it")
+    print_stderr(f"broker {config.broker_id} started (log dir {config.log_dir}); SIGTERM or Ctrl-C stops it")
     agent.wait()
+    return 0
+
+
+def _option(value: T | None, default: T) -> T:
+    return default if value is None else value
+
+
+def _log_warnings() -> None:
+    """Warnings and errors with a time and their logger, unless logging is configured already."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _start_embedded(args: argparse.Namespace) -> int:
+    from sparklog.server import embedded_broker
+
+    given = [name for name in _AGENT_OPTIONS if getattr(args, name) is not None]
+    if given:
+        flags = " ".join("--id" if name == "broker_id" else "--" + name.replace("_", "-") for name in given)
+        raise UsageError(
+            f"--embedded takes the broker's settings from the config (broker.id, log.dirs, broker.rack): drop {flags}"
+        )
+    status = embedded_broker.ensure_started(_with_listeners(args, cluster_config(args)), timeout_s=args.timeout_s)
+    return report_status(args, status, status_line(status))
+
+
+def _status(args: argparse.Namespace) -> int:
+    from sparklog.server import embedded_broker
+
+    # The agent's own config: it may have been started with other --listeners than the config's.
+    config = cluster_config(args)
+    status = embedded_broker.status(embedded_broker.recorded_config(config.home) or config)
+    return report_status(args, status, status_line(status))
+
+
+def _stop(args: argparse.Namespace) -> int:
+    from sparklog.cli.zookeeper import stopped_line
+    from sparklog.server import embedded_broker
+
+    home = cluster_config(args).home
+    pid = embedded_broker.recorded_pid(home)
+    stopped = embedded_broker.stop(home)
+    if args.output == "json":
+        write_json({"stopped": stopped, "pid": pid if stopped else None})
+    else:
+        write_lines([stopped_line("the embedded broker", pid) if stopped else "The embedded broker is not running"])
     return 0
 
 

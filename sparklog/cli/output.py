@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import sys
@@ -19,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = [
+    "EXIT_NOT_RUNNING",
     "OUTPUT_FORMATS",
     "add_output_option",
     "comma_list",
@@ -26,6 +28,7 @@ __all__ = [
     "error_line",
     "print_error",
     "print_stderr",
+    "report_status",
     "table_lines",
     "use_utf8_streams",
     "write_json",
@@ -34,6 +37,8 @@ __all__ = [
 ]
 
 OUTPUT_FORMATS = ("text", "json")
+# ``status`` of a background server that is not running (the LSB init-script convention).
+EXIT_NOT_RUNNING = 3
 
 
 def add_output_option(parser: argparse.ArgumentParser) -> None:
@@ -106,3 +111,13 @@ def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], widths: Se
         return " ".join([*(c.ljust(w) for c, w in zip(cells[:-1], widths, strict=False)), cells[-1]]).rstrip()
 
     return [line(header), *(line(row) for row in rows)]
+
+
+def report_status(args: argparse.Namespace, status: Any, line: str) -> int:
+    """A background server's status (a dataclass with ``running``): ``line``, or the status as
+    JSON with ``--output json``; exit 0 when it runs, :data:`EXIT_NOT_RUNNING` when not."""
+    if args.output == "json":
+        write_json(dataclasses.asdict(status))
+    else:
+        write_lines([line])
+    return 0 if status.running else EXIT_NOT_RUNNING

@@ -7,23 +7,24 @@ the local embedded server only, never an external ensemble.
 Output: ``ZooKeeper is running at 127.0.0.1:PORT (pid N, data DIR)`` or ``ZooKeeper is
 not running``; ``stop`` prints ``Stopped ZooKeeper (pid N)``. Exit codes follow the LSB
 init-script convention for ``status``: 0 running, 3 not running.
+
+``stop`` first stops the home's embedded broker (``sparklog broker start --embedded``,
+:mod:`sparklog.server.embedded_broker`) when it runs against this ZooKeeper: a broker whose
+ZooKeeper is gone can serve nobody, and the next start picks another port for ZooKeeper.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from sparklog.cli.options import add_command, cluster_config
-from sparklog.cli.output import add_output_option, write_json, write_lines
+from sparklog.cli.output import add_output_option, report_status, write_json, write_lines
 
 if TYPE_CHECKING:
     from sparklog.metadata.embedded import EmbeddedZooKeeperStatus
 
-__all__ = ["EXIT_NOT_RUNNING", "register", "status_line"]
-
-EXIT_NOT_RUNNING = 3
+__all__ = ["register", "status_line", "stopped_line"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,11 +54,7 @@ def _home(args: argparse.Namespace) -> str:
 
 
 def _report(args: argparse.Namespace, status: EmbeddedZooKeeperStatus) -> int:
-    if args.output == "json":
-        write_json(asdict(status))
-    else:
-        write_lines([status_line(status)])
-    return 0 if status.running else EXIT_NOT_RUNNING
+    return report_status(args, status, status_line(status))
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -74,14 +71,21 @@ def _status(args: argparse.Namespace) -> int:
 
 def _stop(args: argparse.Namespace) -> int:
     from sparklog.metadata import embedded
+    from sparklog.server import embedded_broker
 
     home = _home(args)
+    broker_pid = embedded_broker.recorded_pid(home)
+    broker_stopped = embedded_broker.stop(home, only_on_embedded_zookeeper=True)
     pid = embedded.status(home).pid  # stop() only says whether something ran
     stopped = embedded.stop(home)
     if args.output == "json":
-        write_json({"stopped": stopped, "pid": pid if stopped else None})
-    elif not stopped:
-        write_lines(["ZooKeeper is not running"])
-    else:
-        write_lines([f"Stopped ZooKeeper (pid {pid})" if pid is not None else "Stopped ZooKeeper"])
+        write_json({"stopped": stopped, "pid": pid if stopped else None, "broker_stopped": broker_stopped})
+        return 0
+    if broker_stopped:
+        write_lines([stopped_line("the embedded broker", broker_pid)])
+    write_lines([stopped_line("ZooKeeper", pid) if stopped else "ZooKeeper is not running"])
     return 0
+
+
+def stopped_line(what: str, pid: int | None) -> str:
+    return f"Stopped {what} (pid {pid})" if pid is not None else f"Stopped {what}"

@@ -16,27 +16,24 @@ Invariants:
   no inherited descriptors) so later processes reuse it; only :func:`stop` ends it.
 * Only processes whose command line names this home's ``zoo.cfg`` are ever signalled.
 
-POSIX only (``fcntl``). Importing is cheap: pyspark is located, never imported.
+The lock, state file, process recognition and stopping are :class:`sparklog.metadata.daemon.Daemon`'s,
+shared with the embedded broker. POSIX only (``fcntl``). Importing is cheap: pyspark is
+located, never imported.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
+import functools
 import importlib.util
-import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparklog import clock
 from sparklog.errors import ZooKeeperUnavailableError
+from sparklog.metadata.daemon import Daemon
 
 __all__ = [
     "LOG4J2_PROPERTIES",
@@ -74,10 +71,6 @@ logger.probe.name = org.apache.zookeeper.server.ServerCnxn
 logger.probe.level = fatal
 """
 
-# Servers this process launched. Polling their Popen reaps them; otherwise a stopped server
-# lingers as a zombie whose pid still looks alive to os.kill(pid, 0).
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-
 
 @dataclass(frozen=True)
 class EmbeddedZooKeeperStatus:
@@ -91,21 +84,14 @@ class EmbeddedZooKeeperStatus:
 
 @dataclass(frozen=True)
 class _Layout:
-    root: Path
-    cfg: Path
+    daemon: Daemon  # root <home>/zookeeper, marker zoo.cfg, log zookeeper.log
     data: Path
-    state: Path
-    log: Path
     log4j: Path
-    lock: Path
 
 
 def _layout(home: str | os.PathLike[str]) -> _Layout:
-    # Resolved so every caller, whatever its cwd or symlinks, names the same zoo.cfg path:
-    # that path is how a server process is recognised as this home's.
-    root = Path(home).expanduser().resolve() / "zookeeper"
-    names = ("zoo.cfg", "data", "server.json", "zookeeper.log", "log4j2.properties", "start.lock")
-    return _Layout(root, *(root / name for name in names))
+    daemon = Daemon.of(home, "zookeeper", "zoo.cfg", "zookeeper.log", "embedded ZooKeeper", ZooKeeperUnavailableError)
+    return _Layout(daemon, daemon.root / "data", daemon.root / "log4j2.properties")
 
 
 def find_zookeeper_jars() -> Path:
@@ -149,89 +135,23 @@ def _ruok(port: int, timeout_s: float = 1.0) -> bool:
     return four_letter_word(port, "ruok", timeout_s) == "imok"
 
 
-def _runs_cfg(pid: int, cfg: Path) -> bool | None:
-    """Whether ``pid``'s argv names ``cfg`` (False for zombies); None when procfs cannot tell."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except FileNotFoundError:
-        return False if os.path.isdir("/proc/self") else None
-    except OSError:
-        return None
-    return str(cfg).encode() in argv
-
-
-def _alive(pid: int, cfg: Path) -> bool:
-    """True if ``pid`` is a live server of this home; a reused pid does not count."""
-    child = _CHILDREN.get(pid)
-    if child is not None and child.poll() is not None:
-        del _CHILDREN[pid]
-        return False
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):  # PermissionError: another user's process
-        return False
-    return _runs_cfg(pid, cfg) is not False  # without procfs, trust the recorded pid
-
-
 def _read_state(lay: _Layout) -> tuple[int, int] | None:
+    state = lay.daemon.read_state()
     try:
-        raw = json.loads(lay.state.read_text())
-        return int(raw["pid"]), int(raw["port"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return (state["pid"], int(state["port"])) if state is not None else None
+    except (KeyError, TypeError, ValueError):
         return None
-
-
-def _server_pids(lay: _Layout) -> set[int]:
-    """Live servers of this home: the recorded one plus orphans of starters that died early."""
-    state = _read_state(lay)
-    pids = {state[0]} if state is not None and _alive(state[0], lay.cfg) else set()
-    if os.path.isdir("/proc"):  # elsewhere only server.json can tell
-        found = (int(name) for name in os.listdir("/proc") if name.isdigit())
-        # A positive procfs match is required: this set decides whom to kill.
-        pids.update(pid for pid in found if _runs_cfg(pid, lay.cfg) and _alive(pid, lay.cfg))
-    return pids
-
-
-def _kill(pid: int, cfg: Path, timeout_s: float) -> None:
-    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
-        if not _alive(pid, cfg):
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and _alive(pid, cfg):
-            time.sleep(0.05)
-
-
-@contextlib.contextmanager
-def _locked(lay: _Layout, deadline: float) -> Iterator[None]:
-    # open() gives a non-inheritable descriptor and Popen closes fds: the long-lived java child
-    # must never hold this lock, or no later caller could take it.
-    with open(lay.lock, "a+b") as fh:
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    msg = f"timed out waiting for {lay.lock}: another process holds it"
-                    raise ZooKeeperUnavailableError(msg) from None
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def status(home: str | os.PathLike[str]) -> EmbeddedZooKeeperStatus:
     """Report whether this home's server runs; read-only and lock-free."""
     lay = _layout(home)
     state = _read_state(lay)
-    if state is not None and _alive(state[0], lay.cfg) and _ruok(state[1]):
+    if state is not None and lay.daemon.alive(state[0]) and _ruok(state[1]):
         pid, port = state
         connect = f"{_HOST}:{port}"
-        return EmbeddedZooKeeperStatus(True, pid, port, connect, str(lay.data), str(lay.log))
-    return EmbeddedZooKeeperStatus(False, None, None, None, str(lay.data), str(lay.log))
+        return EmbeddedZooKeeperStatus(True, pid, port, connect, str(lay.data), str(lay.daemon.log))
+    return EmbeddedZooKeeperStatus(False, None, None, None, str(lay.data), str(lay.daemon.log))
 
 
 def ensure_started(home: str | os.PathLike[str], timeout_s: float = 60.0) -> str:
@@ -252,7 +172,7 @@ def _free_port() -> int:
 
 
 def _write_config(lay: _Layout, port: int) -> None:
-    lay.cfg.write_text(
+    lay.daemon.marker.write_text(
         f"tickTime=250\ninitLimit=10\nsyncLimit=5\ndataDir={lay.data}\n"
         f"clientPort={port}\nclientPortAddress={_HOST}\nmaxClientCnxns=0\n"
         "maxSessionTimeout=60000\nadmin.enableServer=false\n"
@@ -260,15 +180,6 @@ def _write_config(lay: _Layout, port: int) -> None:
         "autopurge.snapRetainCount=3\nautopurge.purgeInterval=1\n"
     )
     lay.log4j.write_text(LOG4J2_PROPERTIES)
-
-
-def _log_tail(lay: _Layout, offset: int, lines: int = 20) -> str:
-    try:
-        with open(lay.log, "rb") as fh:
-            fh.seek(offset)
-            return "\n".join(fh.read().decode("utf-8", "replace").splitlines()[-lines:])
-    except OSError as exc:
-        return f"(cannot read log: {exc})"
 
 
 def server_command(java: str, jars: Path, log4j: Path, main_class: str, cfg: Path) -> list[str]:
@@ -288,84 +199,49 @@ def server_command(java: str, jars: Path, log4j: Path, main_class: str, cfg: Pat
     ]
 
 
-def _launch(lay: _Layout, java: str, jars: Path) -> tuple[subprocess.Popen[bytes], list[str], int]:
-    cmd = server_command(java, jars, lay.log4j, _MAIN_CLASS, lay.cfg)
-    with open(lay.log, "ab") as log:
-        offset = log.tell()
-        log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(cmd)}\n".encode())
-        log.flush()
-        # A new session keeps the terminal's SIGINT/SIGHUP away: the server must outlive us.
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            close_fds=True,
-            start_new_session=True,
-            cwd=lay.root,
-        )
-    _CHILDREN[proc.pid] = proc
-    return proc, cmd, offset
-
-
 def start(home: str | os.PathLike[str], timeout_s: float = 60.0) -> EmbeddedZooKeeperStatus:
     """Start this home's server unless it runs already; return its status either way."""
     deadline = time.monotonic() + timeout_s
     lay = _layout(home)
-    lay.data.mkdir(parents=True, exist_ok=True)
-    with _locked(lay, deadline):
+    daemon = lay.daemon
+    with daemon.locked(deadline):
         current = status(home)
         if current.running:
             return current
         # Whatever still runs this zoo.cfg is hung or orphaned (its starter died before writing
         # server.json); two servers on one dataDir would corrupt it.
-        for pid in _server_pids(lay):
-            _kill(pid, lay.cfg, 5.0)
-        lay.state.unlink(missing_ok=True)
+        daemon.kill_all(5.0)
+        lay.data.mkdir(parents=True, exist_ok=True)
         java, jars = find_java(), find_zookeeper_jars()
         for _attempt in range(_BIND_ATTEMPTS):
             port = _free_port()
             _write_config(lay, port)
-            proc, cmd, offset = _launch(lay, java, jars)
-            try:
-                while proc.poll() is None and time.monotonic() < deadline:
-                    if _ruok(port, 0.5) and proc.poll() is None:
-                        # Via rename, so a lock-free status() never reads half a file.
-                        started_ms = clock.now_ms()
-                        state = {"pid": proc.pid, "port": port, "started_ms": started_ms}
-                        lay.state.with_suffix(".tmp").write_text(json.dumps(state))
-                        os.replace(lay.state.with_suffix(".tmp"), lay.state)
-                        return status(home)
-                    time.sleep(0.1)
-            except BaseException:  # e.g. KeyboardInterrupt: leave no orphan behind
-                _kill(proc.pid, lay.cfg, 2.0)
-                raise
+            cmd = server_command(java, jars, lay.log4j, _MAIN_CLASS, lay.daemon.marker)
+            proc, offset = daemon.launch(cmd)
+            if daemon.wait_ready(proc, functools.partial(_ruok, port, 0.5), deadline):
+                daemon.write_state(proc.pid, port=port)
+                return status(home)
             if proc.poll() is None:
-                _kill(proc.pid, lay.cfg, 2.0)
+                daemon.kill(proc.pid, 2.0)
                 reason = f"did not answer ruok on {_HOST}:{port} within {timeout_s:g}s"
             else:
-                _CHILDREN.pop(proc.pid, None)
-                tail = _log_tail(lay, offset)
+                tail = daemon.log_tail(offset)
                 # Someone took the port between our probe and the JVM's bind: try another.
                 if "BindException" in tail or "Address already in use" in tail:
                     continue
                 reason = f"exited with code {proc.returncode}"
             raise ZooKeeperUnavailableError(
                 f"embedded ZooKeeper {reason}.\ncommand: {' '.join(cmd)}\n"
-                f"last lines of {lay.log}:\n{_log_tail(lay, offset)}"
+                f"last lines of {lay.daemon.log}:\n{daemon.log_tail(offset)}"
             )
-        msg = f"embedded ZooKeeper failed to bind on {_HOST} {_BIND_ATTEMPTS} times; see {lay.log}"
+        msg = f"embedded ZooKeeper failed to bind on {_HOST} {_BIND_ATTEMPTS} times; see {lay.daemon.log}"
         raise ZooKeeperUnavailableError(msg)
 
 
 def stop(home: str | os.PathLike[str], timeout_s: float = 15.0) -> bool:
     """Stop this home's server (SIGTERM, SIGKILL after ``timeout_s``); True if one was running."""
-    lay = _layout(home)
-    if not lay.root.is_dir():
+    daemon = _layout(home).daemon
+    if not daemon.root.is_dir():
         return False
-    with _locked(lay, time.monotonic() + timeout_s):
-        pids = _server_pids(lay)
-        for pid in pids:
-            _kill(pid, lay.cfg, timeout_s)
-        lay.state.unlink(missing_ok=True)
-        return bool(pids)
+    with daemon.locked(time.monotonic() + timeout_s):
+        return daemon.kill_all(timeout_s)

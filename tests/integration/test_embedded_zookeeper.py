@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import json
-import multiprocessing
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,29 +18,16 @@ from kazoo.client import KazooClient
 
 from sparklog.errors import ZooKeeperUnavailableError
 from sparklog.metadata import embedded
+from tests.helpers import leaving_no_server, pids_naming, results_at_once
 
 if TYPE_CHECKING:
-    from multiprocessing.queues import Queue
-    from multiprocessing.synchronize import Barrier
+    pass
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="process checks read /proc (Linux)")
 
 
 def _server_pids(home: Path) -> list[int]:
-    """Live processes whose command line names ``home``'s zoo.cfg, found independently of the
-    module under test."""
-    cfg = str((home / "zookeeper" / "zoo.cfg").resolve()).encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cfg in argv:  # zombies have an empty cmdline, so they never match
-            pids.append(int(entry.name))
-    return pids
+    return pids_naming(home / "zookeeper" / "zoo.cfg")
 
 
 def _pid_gone(pid: int) -> bool:
@@ -69,19 +54,8 @@ def _kazoo(connect: str) -> KazooClient:
 
 @pytest.fixture
 def home(tmp_path: Path) -> Iterator[Path]:
-    home = tmp_path / "home"
-    try:
+    with leaving_no_server(tmp_path / "home", embedded.stop, "zookeeper/zoo.cfg") as home:
         yield home
-    finally:
-        embedded.stop(home)
-        for pid in _server_pids(home):  # belt and braces: never leak a JVM
-            os.kill(pid, signal.SIGKILL)
-
-
-def _ensure_in_child(home: str, barrier: Barrier, out: Queue[str]) -> None:
-    """Runs in a spawned child: all children call ensure_started at the same moment."""
-    barrier.wait(timeout=30)
-    out.put(embedded.ensure_started(home))
 
 
 def test_find_zookeeper_jars() -> None:
@@ -124,18 +98,7 @@ def test_ensure_started_reuses_the_running_server(home: Path) -> None:
 
 
 def test_concurrent_ensure_started_yields_one_server(home: Path) -> None:
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(4)
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_ensure_in_child, args=(str(home), barrier, out)) for _ in range(4)]
-    for proc in procs:
-        proc.start()
-    try:
-        connects = [out.get(timeout=60) for _ in procs]
-    finally:
-        for proc in procs:
-            proc.join(timeout=30)
-    assert all(proc.exitcode == 0 for proc in procs)
+    connects = results_at_once(embedded.ensure_started, (str(home),), 4, 60)
     assert len(set(connects)) == 1
     current = embedded.status(home)
     assert current.running and current.connect == connects[0]
@@ -143,14 +106,7 @@ def test_concurrent_ensure_started_yields_one_server(home: Path) -> None:
 
 
 def test_server_outlives_the_process_that_started_it(home: Path) -> None:
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(1)
-    out = ctx.Queue()
-    child = ctx.Process(target=_ensure_in_child, args=(str(home), barrier, out))
-    child.start()
-    connect = out.get(timeout=60)
-    child.join(timeout=30)
-    assert child.exitcode == 0
+    [connect] = results_at_once(embedded.ensure_started, (str(home),), 1, 60)
 
     current = embedded.status(home)
     assert current.running and current.connect == connect

@@ -1,5 +1,7 @@
-"""The README's two commands: the quick start says exactly `make demo` and `make test`, and
-`make demo` runs end to end (with fewer records) twice in a row. (`make test` is this run.)"""
+"""The README's commands: the quick start says exactly `make demo` and `make test`, `make demo`
+runs end to end (with fewer records) twice in a row, and the "Kafka clients" examples run as
+written. (`make test` is this run.) Each runs in the embedded default (its own ZooKeeper and
+broker under a temporary home) with the broker on a free port instead of 9092."""
 
 from __future__ import annotations
 
@@ -7,15 +9,57 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from sparklog.testing.brokers import free_port
+
 REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def _section(title: str) -> str:
+    """The README's text under ``title`` up to the next heading (a ``#`` comment in a code
+    block is not one)."""
+    return re.split(r"\n##+ ", README.split(f"{title}\n", 1)[1], maxsplit=1)[0]
+
+
+def _blocks(section: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
+
+
+def _stop(home: Path) -> subprocess.CompletedProcess[str]:
+    """`sparklog zookeeper stop`: the embedded broker first, then ZooKeeper."""
+    command = [sys.executable, "-m", "sparklog.cli.main", "zookeeper", "stop", "--home", str(home)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture
+def embedded_env(tmp_path: Path) -> Iterator[tuple[dict[str, str], int]]:
+    """An environment for the README's commands: its own home, the broker on a free port
+    (``listeners`` in a properties file, as a user would set it), no external ZooKeeper."""
+    port = free_port()
+    properties = tmp_path / "sparklog.properties"
+    properties.write_text(f"listeners=PLAINTEXT://127.0.0.1:{port}\n")
+    home = tmp_path / "home"
+    env = {
+        **os.environ,
+        "SPARKLOG_HOME": str(home),
+        "SPARKLOG_CONF": str(properties),
+        "PYTHON": sys.executable,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    env.pop("SPARKLOG_ZOOKEEPER", None)
+    try:
+        yield env, port
+    finally:
+        _stop(home)
 
 
 def test_quick_start_is_exactly_the_two_commands():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```(?:sh|bash)?\n(.*?)```", section, flags=re.S)
+    blocks = re.findall(r"```(?:sh|bash)?\n(.*?)```", _section("## Quick start"), flags=re.S)
     commands = [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
     assert commands == ["make demo", "make test"], commands
 
@@ -26,34 +70,66 @@ def test_ci_runs_make_test_and_nothing_else():
     assert commands == ["make test"], commands
 
 
-def test_make_demo_runs_end_to_end_twice(tmp_path: Path):
-    env = {
-        **os.environ,
-        "SPARKLOG_HOME": str(tmp_path / "demo-home"),
-        "SPARKLOG_DEMO_RECORDS": "20000",
-        "PYTHON": sys.executable,
-    }
-    env.pop("SPARKLOG_ZOOKEEPER", None)
-    try:
-        for attempt in (1, 2):
-            done = subprocess.run(
-                ["make", "--no-print-directory", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
-            )
-            output = done.stdout + done.stderr
-            assert done.returncode == 0, f"make demo run {attempt} failed:\n{output[-4000:]}"
-            for expected in (
-                "Created topic demo-events with 6 partitions",
-                "Produced 20,000 records in one Delta commit",
-                "Replay of partition 0 from offset 1000",
-                "Processed a total of 10 messages",
-                "Topic demo-events: 20,010 records in 6 partitions",
-                "Spark produce throughput:",
-            ):
-                assert expected in output, f"run {attempt}: {expected!r} missing from:\n{output[-4000:]}"
-            assert " INFO " not in output, "Spark INFO logging must be off"
-    finally:
-        subprocess.run(
-            [sys.executable, "-m", "sparklog.cli.main", "zookeeper", "stop", "--home", str(tmp_path / "demo-home")],
-            capture_output=True,
-            timeout=60,
+def test_make_demo_runs_end_to_end_twice(embedded_env: tuple[dict[str, str], int]):
+    env, port = embedded_env
+    env["SPARKLOG_DEMO_RECORDS"] = "20000"
+    pids = set()
+    for attempt in (1, 2):
+        done = subprocess.run(
+            ["make", "--no-print-directory", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
         )
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, f"make demo run {attempt} failed:\n{output[-4000:]}"
+        for expected in (
+            "Created topic demo-events with 6 partitions",
+            "Produced 20,000 records in one Delta commit",
+            "Replay of partition 0 from offset 1000",
+            "Processed a total of 10 messages",
+            f"serves Kafka clients at 127.0.0.1:{port}",
+            "Sent 10 records with confluent-kafka to demo-events-",
+            f"$ kcat -b 127.0.0.1:{port} -C -t demo-events -p ",
+            "Topic demo-events: 20,020 records in 6 partitions",
+            "Spark produce throughput:",
+            f"kcat -b 127.0.0.1:{port} -L",
+        ):
+            assert expected in output, f"run {attempt}: {expected!r} missing from:\n{output[-4000:]}"
+        assert " INFO " not in output, "Spark INFO logging must be off"
+        # the delivery reports, and kcat reading the same ten records back through the broker
+        delivered = re.findall(r"delivered key=kafka-user to demo-events partition (\d+) offset (\d+)", output)
+        consumed = re.findall(r"partition (\d+) offset (\d+) key kafka-user: \{\"event_id\": \"kafka-\d\"", output)
+        assert len(delivered) == 10 and sorted(consumed) == sorted(delivered), output[-4000:]
+        broker = re.search(r"serves Kafka clients at \S+ \(pid (\d+)", output)
+        assert broker is not None, output[-4000:]
+        pids.add(broker.group(1))
+    assert len(pids) == 1, f"the second run started another broker: {pids}"
+    listing = subprocess.run(
+        ["kcat", "-b", f"127.0.0.1:{port}", "-L"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert f"broker 0 at 127.0.0.1:{port}" in listing.stdout and "demo-events" in listing.stdout, listing
+    stopped = _stop(Path(env["SPARKLOG_HOME"]))
+    assert stopped.stdout.startswith("Stopped the embedded broker (pid"), stopped
+
+
+def test_kafka_clients_examples_run_as_written(embedded_env: tuple[dict[str, str], int], tmp_path: Path):
+    env, port = embedded_env
+    section = _section("### Kafka clients")
+    [shell], [python] = _blocks(section, "sh"), _blocks(section, "python")
+    shell, python = (block.replace("127.0.0.1:9092", f"127.0.0.1:{port}") for block in (shell, python))
+    cwd = tmp_path  # no conf/sparklog.properties of the repository: SPARKLOG_CONF holds the port
+    ran = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", shell], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert ran.returncode == 0, f"{shell}\nstdout: {ran.stdout}\nstderr: {ran.stderr}"
+    assert re.search(rf"Broker 0 is running at PLAINTEXT://127\.0\.0\.1:{port} \(pid \d+", ran.stdout), ran.stdout
+    assert "k1=hello (partition" in ran.stdout and "k2=world (partition" in ran.stdout, ran.stdout
+    assert f"broker 0 at 127.0.0.1:{port} (controller)" in ran.stdout, ran.stdout
+    assert 'topic "greetings" with 3 partitions' in ran.stdout, ran.stdout
+
+    ran = subprocess.run([sys.executable, "-c", python], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, f"{python}\nstdout: {ran.stdout}\nstderr: {ran.stderr}"
+    lines = ran.stdout.splitlines()
+    assert len(lines) == 3 and {line.split(" ", 2)[2] for line in lines} == {
+        "b'k1' b'hello'",
+        "b'k2' b'world'",
+        "b'k3' b'hello again'",
+    }, ran.stdout

@@ -30,7 +30,8 @@ PURE_POLICIES = [
     "sparklog.group.ids",
 ]
 # What the CLI may use: the public API. The embedded ZooKeeper's start/stop/status are
-# commands of their own (``sparklog zookeeper``), so that one metadata module is public too.
+# commands of their own (``sparklog zookeeper``), so that one metadata module is public too,
+# and so is the embedded broker (``sparklog broker start --embedded|stop|status``).
 CLI_ALLOWED = (
     "sparklog.cli",
     "sparklog.cluster",
@@ -43,6 +44,7 @@ CLI_ALLOWED = (
     "sparklog.maintenance",
     "sparklog.spark",
     "sparklog.server.broker",
+    "sparklog.server.embedded_broker",
     "sparklog.metadata.embedded",
 )
 
