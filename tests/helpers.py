@@ -218,6 +218,18 @@ def segment_batch(values: Sequence[bytes], keys: Sequence[bytes | None] | None =
     return table
 
 
+def wait_until(condition: Callable[[], Any], what: str, timeout_s: float = 30.0, interval_s: float = 0.05) -> Any:
+    """Poll ``condition`` until it returns something true, and return that."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+
+
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.02) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():

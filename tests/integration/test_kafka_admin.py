@@ -12,9 +12,8 @@ from __future__ import annotations
 import datetime
 import io
 import socket
-import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from sparklog.server.kafka.apis import API_VERSIONS
 from sparklog.server.kafka.context import build
 from sparklog.server.kafka.metadata_api import topic_uuid
 from sparklog.testing import BrokerAgents
+from tests.helpers import wait_until
 from tests.integration.test_kafka_listener import recv_frame, send_frame
 
 BROKERS = (1, 2, 3)
@@ -80,17 +80,6 @@ def kp_admin(agents: BrokerAgents) -> Iterator[KafkaAdminClient]:
         yield client
     finally:
         client.close()
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout_s: float = _TIMEOUT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def result(future: Future[Any]) -> Any:

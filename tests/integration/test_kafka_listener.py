@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -31,6 +29,7 @@ from sparklog.model.topic import TopicDescription
 from sparklog.server.kafka.apis import API_VERSIONS
 from sparklog.server.kafka.metadata_api import topic_uuid
 from sparklog.testing import BrokerAgents
+from tests.helpers import wait_until
 from tests.wire.raw import recv_frame, request_bytes, send_frame
 
 TOPIC = "orders"
@@ -43,17 +42,6 @@ def agents(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[Bro
     with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers") as running:
         running.start(*BROKERS)
         yield running
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout_s: float = _TIMEOUT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def settled_topic(cluster: sparklog.Cluster, agents: BrokerAgents) -> TopicDescription:

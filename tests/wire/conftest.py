@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,19 +10,9 @@ import pytest
 
 import sparklog
 from sparklog.testing import BrokerAgents
+from tests.helpers import wait_until
 
 _TIMEOUT_S = 30.0
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout_s: float = _TIMEOUT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture

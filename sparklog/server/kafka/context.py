@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from kio.index import load_response_schema
 from kio.static.primitive import i32Timedelta
 
+from sparklog.errors import NotLeaderError
+from sparklog.metadata.zkdata import PartitionState
 from sparklog.server.replica_manager import METADATA_MAX_AGE_MS
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ __all__ = [
     "BrokerContext",
     "Deferred",
     "build",
+    "led_partition",
     "response_module",
 ]
 
@@ -90,6 +93,23 @@ class Deferred:
 
     finish: Callable[[], Any]
     ordered: bool = False
+
+
+def led_partition(
+    broker: BrokerContext, topic: str, partition: int, max_age_ms: int = METADATA_MAX_AGE_MS
+) -> PartitionState:
+    """The state of ``topic``-``partition`` when this broker leads it; else
+    ``UnknownPartitionError`` / ``TopicNotFoundError`` / ``NotLeaderError`` (Kafka's
+    UNKNOWN_TOPIC_OR_PARTITION / NOT_LEADER_OR_FOLLOWER: the client refreshes its metadata)."""
+    replicas = broker.replicas
+    replicas.check_partition(topic, partition, max_age_ms=max_age_ms)
+    state = replicas.states(topic, [partition])[partition]
+    if state.leader != broker.broker_id:
+        raise NotLeaderError(
+            f"broker {broker.broker_id} does not lead {topic}-{partition} (leader {state.leader}, "
+            f"epoch {state.leader_epoch}); refresh the metadata"
+        )
+    return state
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,17 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sparklog.errors import NotLeaderError, OffsetOutOfRangeError
+from sparklog.errors import OffsetOutOfRangeError
 from sparklog.model.topic import validate_topic_name
-from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
+from sparklog.server.kafka.context import (
+    NO_THROTTLE,
+    Api,
+    ApiRequest,
+    BrokerContext,
+    build,
+    led_partition,
+    response_module,
+)
 from sparklog.server.kafka.error_codes import PolicyViolationError, error_code
 from sparklog.server.log_access import delete_records as delete_records_below
 
@@ -56,10 +64,7 @@ def delete_records(request: ApiRequest, broker: BrokerContext) -> Any:
 def _delete(broker: BrokerContext, topic: str, partition: int, offset: int) -> int:
     replicas = broker.replicas
     validate_topic_name(topic)
-    replicas.check_partition(topic, partition)
-    leader = replicas.states(topic, [partition])[partition].leader
-    if leader != broker.broker_id:
-        raise NotLeaderError(f"broker {broker.broker_id} does not lead {topic}-{partition} (leader {leader})")
+    led_partition(broker, topic, partition, max_age_ms=0)
     policy = str(replicas.topic_config(topic)["cleanup.policy"])
     if "delete" not in policy.split(","):
         raise PolicyViolationError(

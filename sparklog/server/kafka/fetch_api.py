@@ -31,17 +31,17 @@ from typing import Any
 import pyarrow as pa
 from kio.schema.errors import ErrorCode
 
-from sparklog.errors import NotLeaderError, OffsetOutOfRangeError
+from sparklog.errors import OffsetOutOfRangeError
 from sparklog.log.reader import read_ranges
 from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.sizes import record_sizes
 from sparklog.server.kafka.context import (
-    METADATA_MAX_AGE_MS,
     NO_THROTTLE,
     Api,
     ApiRequest,
     BrokerContext,
     build,
+    led_partition,
     response_module,
 )
 from sparklog.server.kafka.error_codes import error_code
@@ -144,10 +144,7 @@ def _read_partition(
 ) -> _PartitionRead:
     replicas = broker.replicas
     try:
-        replicas.check_partition(topic, partition, max_age_ms=METADATA_MAX_AGE_MS)
-        state = replicas.states(topic, [partition])[partition]
-        if state.leader != broker.broker_id:
-            raise NotLeaderError(f"broker {broker.broker_id} does not lead {topic}-{partition}")
+        state = led_partition(broker, topic, partition)
         limit = partition_max_bytes if first else min(partition_max_bytes, budget)
         if broker.appender is not None:
             from_tail = _read_tail(broker, broker.appender.tails, topic, partition, state, offset, limit)

@@ -19,15 +19,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from kio.schema.errors import ErrorCode
 
-from sparklog.errors import NotLeaderError
 from sparklog.log.reader import offset_for_timestamp, read_ranges
 from sparklog.server.kafka.context import (
-    METADATA_MAX_AGE_MS,
     NO_THROTTLE,
     Api,
     ApiRequest,
     BrokerContext,
     build,
+    led_partition,
     response_module,
 )
 from sparklog.server.kafka.error_codes import error_code
@@ -66,10 +65,7 @@ def list_offsets(request: ApiRequest, broker: BrokerContext) -> Any:
 
 def _resolve(broker: BrokerContext, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
     replicas = broker.replicas
-    replicas.check_partition(topic, partition, max_age_ms=METADATA_MAX_AGE_MS)
-    state = replicas.states(topic, [partition])[partition]
-    if state.leader != broker.broker_id:
-        raise NotLeaderError(f"broker {broker.broker_id} does not lead {topic}-{partition}")
+    led_partition(broker, topic, partition)
     at = replicas.fetch_positions(topic, [partition])[partition]
     high_watermark = at.high_watermark
     log_start = min(at.table.log_start(at.snapshot, partition), high_watermark)

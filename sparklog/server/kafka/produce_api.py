@@ -35,6 +35,7 @@ from sparklog.server.kafka.context import (
     BrokerContext,
     Deferred,
     build,
+    led_partition,
     response_module,
 )
 from sparklog.server.kafka.error_codes import error_code
@@ -124,10 +125,7 @@ def _prepare(
     replicas = broker.replicas
     if broker.appender is None:
         raise NotLeaderError(f"this listener does not serve produce requests ({topic}-{partition})")
-    replicas.check_partition(topic, partition, max_age_ms=METADATA_MAX_AGE_MS)
-    state = replicas.states(topic, [partition])[partition]
-    if state.leader != broker.broker_id:
-        raise NotLeaderError(f"broker {broker.broker_id} does not lead {topic}-{partition} (leader {state.leader})")
+    state = led_partition(broker, topic, partition)
     batches = decode_batches(data)
     max_message_bytes = int(replicas.topic_config(topic, METADATA_MAX_AGE_MS)["max.message.bytes"])
     for batch in batches:
