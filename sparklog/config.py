@@ -213,6 +213,8 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "offsets.topic.num.partitions": "50",
     # Replicas' copies of a segment on one filesystem: hard links (see docs/replication.md)
     "replica.hard.links.enable": "true",
+    # Kafka's: a Metadata request allowing it creates an unknown topic with the defaults below.
+    "auto.create.topics.enable": "true",
     # The broker agent's Kafka-protocol listener (sparklog/server/kafka/), Kafka's names and defaults.
     "listeners": "PLAINTEXT://127.0.0.1:9092",
     "advertised.listeners": None,  # default: listeners (port 0 → the port actually bound)
@@ -279,6 +281,7 @@ class ClusterConfig:
     spark_writer_lease_ms: int
     offsets_topic_num_partitions: int = 50
     replica_hard_links_enable: bool = True
+    auto_create_topics_enable: bool = True
     listeners: tuple[Endpoint, ...] = ()
     advertised_listeners: tuple[Endpoint, ...] = ()
     socket_request_max_bytes: int = 104_857_600
@@ -298,6 +301,7 @@ class ClusterConfig:
             "spark.writer.lease.ms": str(self.spark_writer_lease_ms),
             "offsets.topic.num.partitions": str(self.offsets_topic_num_partitions),
             "replica.hard.links.enable": str(self.replica_hard_links_enable).lower(),
+            "auto.create.topics.enable": str(self.auto_create_topics_enable).lower(),
             "socket.request.max.bytes": str(self.socket_request_max_bytes),
             "log.retention.check.interval.ms": str(self.log_retention_check_interval_ms),
             "num.partitions": str(self.num_partitions),
@@ -378,6 +382,7 @@ def resolve_cluster_config(
         spark_writer_lease_ms=as_int("spark.writer.lease.ms", 1000),
         offsets_topic_num_partitions=as_int("offsets.topic.num.partitions", 1),
         replica_hard_links_enable=as_bool("replica.hard.links.enable"),
+        auto_create_topics_enable=as_bool("auto.create.topics.enable"),
         listeners=parse_listeners("listeners", str(merged["listeners"])),
         advertised_listeners=parse_listeners("advertised.listeners", str(merged["advertised.listeners"] or ""))
         or parse_listeners("listeners", str(merged["listeners"])),

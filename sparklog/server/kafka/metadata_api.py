@@ -5,8 +5,10 @@ Brokers are the *live* ones (``/brokers/ids``) with the advertised endpoint of t
 the request arrived on (by listener name, as Kafka; a broker registered without endpoints is
 left out, since a client could not reach it); topics, partitions, leaders, leader epochs,
 replicas and ISR are read fresh from ZooKeeper for each request, so they agree with
-``Cluster.describe_topic``. Topics are never auto-created: ``allow_auto_topic_creation`` is
-ignored and an unknown topic gets UNKNOWN_TOPIC_OR_PARTITION. The cluster id is
+``Cluster.describe_topic``. An unknown topic is created (Kafka's ``auto.create.topics.enable``,
+default true: ``num.partitions``, ``default.replication.factor``) when the request allows it
+(v4+; always before v4, as Kafka) and answered LEADER_NOT_AVAILABLE until its leaders are
+known; otherwise, or for an invalid or internal name, UNKNOWN_TOPIC_OR_PARTITION. The cluster id is
 ``/cluster/id`` (created by the first broker that is asked, as Kafka does). DescribeCluster
 answers for broker endpoints only (a request for controller endpoints gets
 MISMATCHED_ENDPOINT_TYPE: the controller is one of the brokers, not a quorum of its own);
@@ -22,10 +24,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sparklog.errors import InvalidTopicError
+from sparklog.admin.topics import create_topic
+from sparklog.errors import InvalidTopicError, TopicExistsError
 from sparklog.metadata.broker_registration import live_brokers
 from sparklog.metadata.controller_election import current_controller
-from sparklog.model.topic import validate_topic_name
+from sparklog.model.topic import is_internal, validate_topic_name
 from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
 from sparklog.server.replica_manager import ReplicaManager
 
@@ -64,7 +67,10 @@ def metadata_response(request: ApiRequest, cluster: BrokerContext) -> Any:
         names = [(name, None) for name in existing]
     else:
         names = [(t.name, getattr(t, "topic_id", None)) for t in wanted]
-    topics = [_topic(module, replicas, existing, name, wanted_id) for name, wanted_id in names]
+    auto_create = replicas.config.auto_create_topics_enable and bool(
+        getattr(request.body, "allow_auto_topic_creation", True)
+    )
+    topics = [_topic(module, replicas, existing, name, wanted_id, auto_create) for name, wanted_id in names]
     return build(
         response_type,
         throttle_time=NO_THROTTLE,
@@ -120,7 +126,9 @@ def describe_cluster(request: ApiRequest, cluster: BrokerContext) -> Any:
     )
 
 
-def _topic(module: Any, replicas: ReplicaManager, existing: list[str], name: str | None, wanted_id: Any) -> Any:
+def _topic(
+    module: Any, replicas: ReplicaManager, existing: list[str], name: str | None, wanted_id: Any, auto_create: bool
+) -> Any:
     topic_type = module.MetadataResponseTopic
     if not name and wanted_id is not None and wanted_id != uuid.UUID(int=0):
         name = next((t for t in existing if topic_uuid(replicas.metadata.assignment(t)[0].topic_id) == wanted_id), None)
@@ -134,6 +142,12 @@ def _topic(module: Any, replicas: ReplicaManager, existing: list[str], name: str
     except InvalidTopicError:
         return build(topic_type, error_code=ErrorCode.invalid_topic_exception, name=name, topic_id=zero, partitions=())
     assert name is not None
+    if name not in existing and auto_create and not is_internal(name):
+        try:
+            create_topic(replicas, name, replicas.config.num_partitions, replicas.config.default_replication_factor)
+        except TopicExistsError:
+            pass  # created meanwhile by another broker or client
+        return build(topic_type, error_code=ErrorCode.leader_not_available, name=name, topic_id=zero, partitions=())
     if name not in existing:
         return build(
             topic_type, error_code=ErrorCode.unknown_topic_or_partition, name=name, topic_id=zero, partitions=()
