@@ -14,7 +14,7 @@ librdkafka mock cluster that is their baseline, record pools, and confluent-kafk
   topics would get the mock's default 4 partitions. Nothing is downloaded; the brokers are
   threads of this process listening on 127.0.0.1, reachable by any client.
 * :class:`RssSampler` — ``VmRSS`` of a process (``/proc/<pid>/status``) every 50 ms.
-* the drivers — :func:`produce_flood` (throughput), :func:`consume_from_start`,
+* the drivers — :func:`produce_flood` (throughput), :func:`consume_ranges`,
   :func:`sequential_sends`, :func:`paced_producers`, :func:`end_to_end`.
 
 Timestamps that cross threads (a send time carried in a record and read by a delivery
@@ -47,6 +47,9 @@ POOL = 65_537  # distinct values (a prime: value i % POOL and key i % KEY_POOL r
 KEY_POOL = 100_003
 _STAMP = struct.Struct(">q")  # a send time carried in the first 8 bytes of a value
 _LEAD_TIMEOUT_S = 60.0
+# librdkafka logs errors only: an overloaded broker makes it log every timed-out request (level
+# 4-5), thousands of lines; failed deliveries are counted and reported by the drivers instead.
+QUIET: dict[str, Any] = {"log_level": 3}
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -175,6 +178,12 @@ class MockCluster:
         self.topic = topic
 
     def high_watermarks(self) -> dict[int, int]:
+        return {p: high for p, (_low, high) in self.log_ranges().items()}
+
+    def log_ranges(self) -> dict[int, tuple[int, int]]:
+        """``(log start, high watermark)`` per partition. The mock keeps at most the last 5 MB
+        (and 100,000 record batches) of a partition (``rd_kafka_mock_partition_new``: not
+        configurable through a client): older batches are dropped as new ones arrive."""
         return watermarks(self.bootstrap_servers, self.topic)
 
     def close(self) -> None:
@@ -189,15 +198,17 @@ class MockCluster:
         self.close()
 
 
-def watermarks(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict[int, int]:
-    """High watermark of each partition as a Kafka client sees it (ListOffsets)."""
+def watermarks(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict[int, tuple[int, int]]:
+    """``(log start, high watermark)`` of each partition as a Kafka client sees them (ListOffsets)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks", "log_level": 3})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks", **QUIET})
     try:
-        return {
-            p: int(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]) for p in range(partitions)
-        }
+        found = {}
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            found[p] = (int(low), int(high))
+        return found
     finally:
         consumer.close()
 
@@ -297,7 +308,7 @@ def produce_flood(
 
     errors = DeliveryErrors()
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "delivery.report.only.error": True, "on_delivery": errors, **config}
+        {"bootstrap.servers": bootstrap, "delivery.report.only.error": True, "on_delivery": errors, **QUIET, **config}
     )
     producer.list_topics(topic, timeout=30)  # connected, metadata known: not timed
     values, keys = pool.values, pool.keys
@@ -315,42 +326,67 @@ def produce_flood(
     return seconds
 
 
-def consume_from_start(bootstrap: str, topic: str, expected: dict[int, int], config: dict[str, Any]) -> float:
-    """Read every partition from offset 0 up to ``expected`` (its high watermark) with
-    ``consume(10_000)``; -> seconds from ``assign`` to the last record. Checked without touching
-    each message: the count equals the total and every partition's position ends at its high
-    watermark (an error message counted as a record would end the loop short of them)."""
+@dataclass(frozen=True)
+class Consumed:
+    """What :func:`consume_ranges` read: records, seconds, and how many passes over the ranges."""
+
+    records: int
+    seconds: float
+    passes: int
+
+
+def consume_ranges(
+    bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], records: int, config: dict[str, Any]
+) -> Consumed:
+    """Read every partition's ``[start, end)`` (``ranges``) with ``consume(≤ 10_000)``, as many
+    passes as it takes to read ``records`` records (one pass when the ranges hold them all;
+    each further pass re-``assign``s the starts); -> time from the first ``assign`` to the last
+    record. Checked without touching each message: every pass returns exactly the records of
+    the ranges and leaves each partition's position at its end (an error message counted as
+    a record would end a pass short of them; ``auto.offset.reset=error`` makes an out-of-range
+    offset such a message)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    total = sum(expected.values())
+    per_pass = sum(end - start for start, end in ranges.values())
+    if per_pass <= 0:
+        raise AssertionError(f"nothing to read in {ranges}")
+    expected_positions = {p: end for p, (_start, end) in ranges.items()}
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "bench-consume",
             "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "log_level": 3,
+            "auto.offset.reset": "error",
+            **QUIET,
             **config,
         }
     )
     try:
-        partitions = [TopicPartition(topic, p, 0) for p in sorted(expected)]
         consumer.list_topics(topic, timeout=30)  # connected: not timed
-        got = 0
+        got = passes = 0
         deadline = time.monotonic() + 600
         started = time.perf_counter()
-        consumer.assign(partitions)
-        while got < total:
-            got += len(consumer.consume(10_000, 1.0))
-            if time.monotonic() > deadline:
-                raise AssertionError(f"consumed {got} of {total} records in 600 s")
+        while got < records:
+            partitions = [TopicPartition(topic, p, start) for p, (start, _end) in sorted(ranges.items())]
+            consumer.assign(partitions)
+            this_pass = 0
+            while this_pass < per_pass:
+                # consume(n) waits until it has n messages or the timeout passed: never ask for
+                # more than are left, or the last call of a pass waits out its timeout.
+                this_pass += len(consumer.consume(min(10_000, per_pass - this_pass), 1.0))
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"pass {passes + 1}: consumed {this_pass} of {per_pass} records in 600 s")
+            got += this_pass
+            passes += 1
+            positions = {tp.partition: tp.offset for tp in consumer.position(partitions)}
+            if this_pass != per_pass or positions != expected_positions:
+                raise AssertionError(
+                    f"pass {passes}: consumed {this_pass} of {per_pass}; positions {positions} != {expected_positions}"
+                )
         seconds = time.perf_counter() - started
-        positions = {tp.partition: tp.offset for tp in consumer.position(partitions)}
     finally:
         consumer.close()
-    if got != total or positions != expected:
-        raise AssertionError(f"consumed {got} of {total}; positions {positions} != high watermarks {expected}")
-    return seconds
+    return Consumed(got, seconds, passes)
 
 
 def sequential_sends(bootstrap: str, topic: str, sends: int, config: dict[str, Any], warmup: int = 20) -> list[float]:
@@ -367,7 +403,7 @@ def sequential_sends(bootstrap: str, topic: str, sends: int, config: dict[str, A
             failures.append(str(err))
         done.append((time.monotonic_ns() - stamp_of(msg.value())) / 1e6)
 
-    producer = Producer({"bootstrap.servers": bootstrap, "on_delivery": delivered, **config})
+    producer = Producer({"bootstrap.servers": bootstrap, "on_delivery": delivered, **QUIET, **config})
     producer.list_topics(topic, timeout=30)
     for _ in range(warmup + sends):
         before = len(done)
@@ -420,7 +456,7 @@ def paced_producers(
                 return
             sink.append((time.monotonic_ns() - stamp_of(msg.value())) / 1e6)
 
-        client = Producer({"bootstrap.servers": bootstrap, "on_delivery": delivered, **config})
+        client = Producer({"bootstrap.servers": bootstrap, "on_delivery": delivered, **QUIET, **config})
         client.list_topics(topic, timeout=30)
         clients.append(client)
     fillers = [random.Random(100 + j).randbytes(VALUE_BYTES) for j in range(producers)]
@@ -491,7 +527,7 @@ def end_to_end(
             "bootstrap.servers": bootstrap,
             "group.id": "bench-e2e",
             "enable.auto.commit": False,
-            "log_level": 3,
+            **QUIET,
             **consumer_config,
         }
     )
@@ -522,7 +558,7 @@ def end_to_end(
         stamp = stamp_of(msg.value())
         acks[stamp] = (time.monotonic_ns() - stamp) / 1e6
 
-    producer = Producer({"bootstrap.servers": bootstrap, "on_delivery": delivered, **producer_config})
+    producer = Producer({"bootstrap.servers": bootstrap, "on_delivery": delivered, **QUIET, **producer_config})
     producer.list_topics(topic, timeout=30)
     try:
         ready.wait(30)
