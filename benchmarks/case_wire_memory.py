@@ -40,8 +40,12 @@ def _measure_missing(ctx: BenchContext, rows: list[dict[str, Any]]) -> list[str]
         records, warmup = case_wire_produce.sizes(ctx)
         for run_no in range(1, ctx.runs + 1):
             with ctx.fresh_env(f"{CASE}-m", run_no) as env:
-                seconds, row = case_wire_produce.sparklog_side(ctx, env, run_no, pool, records, warmup)
-            ctx.log(CASE, f"(m) run {run_no}: {records / seconds:,.0f} rec/s, max RSS {mib(row['max_bytes']):.0f} MiB")
+                seconds, info = case_wire_produce.sparklog_side(ctx, env, run_no, pool, records, warmup)
+            ctx.log(
+                CASE,
+                f"(m) run {run_no}: {records / seconds:,.0f} rec/s, "
+                f"max RSS {mib(info['broker_rss']['max_bytes']):.0f} MiB",
+            )
         notes.append(f"(m) was not run in this benchmark: its sparklog side ran here ({records:,} records)")
     if case_wire_consume.CASE not in have:
         pool = pool or record_pool()

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import glob
+import json
 import random
 import struct
 import threading
@@ -298,17 +299,67 @@ def _produce(producer: Any, topic: str, value: bytes, key: bytes | None = None) 
             producer.poll(0.005)
 
 
+@dataclass
+class Flood:
+    """What :func:`produce_flood` measured: the time, and what librdkafka's statistics say about
+    its requests (cumulative over the flood: produce requests sent, retried, timed out; the
+    largest round-trip time of any 500 ms window, in ms)."""
+
+    seconds: float
+    requests: int = 0
+    retries: int = 0
+    request_timeouts: int = 0
+    max_rtt_ms: float = 0.0
+
+    def counters(self) -> dict[str, float]:
+        return {
+            "requests": self.requests,
+            "retries": self.retries,
+            "request_timeouts": self.request_timeouts,
+            "max_rtt_ms": self.max_rtt_ms,
+        }
+
+
+class _Statistics:
+    """``stats_cb`` keeping the produce-request counters of the brokers (not the bootstrap entry)."""
+
+    def __init__(self) -> None:
+        self.requests = self.retries = self.timeouts = 0
+        self.max_rtt_ms = 0.0
+
+    def __call__(self, raw: str) -> None:
+        stats = json.loads(raw)
+        brokers = [b for b in stats.get("brokers", {}).values() if int(b.get("nodeid", -1)) >= 0]
+        self.requests = max(self.requests, sum(int(b.get("tx", 0)) for b in brokers))
+        self.retries = max(self.retries, sum(int(b.get("txretries", 0)) for b in brokers))
+        self.timeouts = max(self.timeouts, sum(int(b.get("req_timeouts", 0)) for b in brokers))
+        rtts = [float(b.get("rtt", {}).get("max", 0)) / 1000 for b in brokers]
+        self.max_rtt_ms = max([self.max_rtt_ms, *rtts])
+
+
 def produce_flood(
     bootstrap: str, topic: str, pool: RecordPool, records: int, config: dict[str, Any], first: int = 0
-) -> float:
+) -> Flood:
     """Produce records ``first .. first+records-1`` of the pool as fast as the client goes, then
-    ``flush()``; -> seconds from the first ``produce`` to ``flush`` returning. Every record must
-    be delivered (delivery reports for errors only)."""
+    ``flush()``; -> seconds from the first ``produce`` to ``flush`` returning, and the request
+    counters of librdkafka's statistics. Every record must be delivered (delivery reports for
+    errors only). Without idempotence, a request that timed out in the client is sent again and
+    may then be stored twice (at least once: Kafka's contract): callers check that the log holds
+    *at least* every record and report the difference."""
     from confluent_kafka import Producer
 
     errors = DeliveryErrors()
+    statistics = _Statistics()
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "delivery.report.only.error": True, "on_delivery": errors, **QUIET, **config}
+        {
+            "bootstrap.servers": bootstrap,
+            "delivery.report.only.error": True,
+            "on_delivery": errors,
+            "statistics.interval.ms": 500,
+            "stats_cb": statistics,
+            **QUIET,
+            **config,
+        }
     )
     producer.list_topics(topic, timeout=30)  # connected, metadata known: not timed
     values, keys = pool.values, pool.keys
@@ -321,9 +372,18 @@ def produce_flood(
             _produce(producer, topic, values[i % POOL], keys[i % KEY_POOL])
     left = producer.flush(600)
     seconds = time.perf_counter() - started
+    producer.poll(0.6)  # one more statistics window, so the counters include the end of the flood
     if left or errors.errors:
         raise AssertionError(f"{left} records undelivered, {len(errors.errors)} failed: {errors.errors[:3]}")
-    return seconds
+    return Flood(seconds, statistics.requests, statistics.retries, statistics.timeouts, statistics.max_rtt_ms)
+
+
+def check_stored(stored: int, acknowledged: int, where: str) -> int:
+    """-> how many more records ``where`` holds than were acknowledged (retried requests stored
+    twice); fewer than acknowledged is a lost acknowledged record: an error."""
+    if stored < acknowledged:
+        raise AssertionError(f"{where} holds {stored} records, {acknowledged} were acknowledged: records lost")
+    return stored - acknowledged
 
 
 @dataclass(frozen=True)
