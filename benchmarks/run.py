@@ -50,6 +50,11 @@ from benchmarks import (
     case_spark_consume,
     case_spark_produce,
     case_sql_scan,
+    case_wire_consume,
+    case_wire_e2e,
+    case_wire_latency,
+    case_wire_memory,
+    case_wire_produce,
 )
 from benchmarks.harness import BenchContext, CaseResult, format_table, machine_info, write_json
 
@@ -66,6 +71,11 @@ CASES: dict[str, ModuleType] = {
     case_compaction.CASE: case_compaction,
     case_commit_growth.CASE: case_commit_growth,
     case_replication.CASE: case_replication,
+    case_wire_produce.CASE: case_wire_produce,
+    case_wire_latency.CASE: case_wire_latency,
+    case_wire_e2e.CASE: case_wire_e2e,
+    case_wire_consume.CASE: case_wire_consume,
+    case_wire_memory.CASE: case_wire_memory,
 }
 DEFAULT_OUTPUT = Path("benchmarks/results/latest.json")
 SPARK_MASTER = "local[2]"
