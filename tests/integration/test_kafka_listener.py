@@ -97,7 +97,10 @@ def test_confluent_kafka_sees_what_describe_topic_reports(cluster: sparklog.Clus
         p.id: (p.leader, sorted(p.replicas), sorted(p.isrs), p.error) for p in listing.topics[TOPIC].partitions.values()
     }
     assert seen == {p.partition: (p.leader, sorted(p.replicas), sorted(p.isr), None) for p in described.partitions}
-    unknown = admin.list_topics(topic="no-such-topic", timeout=_TIMEOUT_S).topics["no-such-topic"]
+    # A client that does not allow auto-creation gets UNKNOWN_TOPIC_OR_PARTITION (tests/wire/test_auto_create.py:
+    # one that allows it creates the topic, auto.create.topics.enable being on by default, as in Kafka).
+    strict = AdminClient({"bootstrap.servers": agents.bootstrap_servers, "allow.auto.create.topics": False})
+    unknown = strict.list_topics(topic="no-such-topic", timeout=_TIMEOUT_S).topics["no-such-topic"]
     assert unknown.error is not None and unknown.error.code() == ErrorCode.unknown_topic_or_partition.value
 
 
