@@ -242,7 +242,13 @@ class LeaderAppender:
                 self.tails.drop(topic, item.partition)
         if acks == "all":
             deadline = time.monotonic() + request.delivery_timeout_ms / 1000
-            await_in_sync_replicas(replicas, topic, table, sorted(merged), states, settings, deadline)
+            try:
+                await_in_sync_replicas(replicas, topic, table, sorted(merged), states, settings, deadline)
+            except Exception as exc:  # noqa: BLE001 - answered as its Kafka code
+                # Stored but not acknowledged (e.g. NOT_ENOUGH_REPLICAS_AFTER_APPEND): the client
+                # decides, as with Kafka. Retrying the round here would append the records again.
+                self._fail(items, exc)
+                return
         append_ms = result.log_append_time_ms if settings.log_append_time else -1
         for item, base in zip(items, bases, strict=True):
             item.finish(base, append_ms)
