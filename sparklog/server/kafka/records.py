@@ -114,7 +114,8 @@ def decode_batches(data: bytes) -> list[WireBatch]:
         stored_crc = struct.unpack_from(">I", raw, _CRC_OFFSET)[0]
         if crc32c.crc32c(raw[_ATTRIBUTES_OFFSET:]) != stored_crc:
             raise CorruptBatchError("record batch CRC32C does not match its contents")
-        batch = DefaultRecordBatch(bytes(raw))
+        copied = bytes(raw)  # one copy, shared by the codec and the fetch tail
+        batch = DefaultRecordBatch(copied)
         if batch.is_control_batch:
             raise CorruptBatchError("clients may not send control batches")
         try:
@@ -127,7 +128,7 @@ def decode_batches(data: bytes) -> list[WireBatch]:
             )
         batches.append(
             WireBatch(
-                raw=bytes(raw),
+                raw=copied,
                 compression=_CODEC_NAMES.get(batch.compression_type, "none"),
                 producer_id=batch.producer_id,
                 producer_epoch=batch.producer_epoch,
