@@ -225,6 +225,14 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     # What a Kafka client's CreateTopics gets for num_partitions / replication_factor -1.
     "num.partitions": "1",
     "default.replication.factor": "1",
+    # Group and transaction coordinators in the brokers (sparklog/server/groups/), Kafka's names
+    # and defaults; the offsets topic is created with min(this, live brokers) replicas.
+    "offsets.topic.replication.factor": "3",
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.min.session.timeout.ms": "6000",
+    "group.max.session.timeout.ms": "1800000",
+    "transaction.max.timeout.ms": "900000",
+    "transactional.id.expiration.ms": "604800000",
 }
 
 
@@ -288,6 +296,12 @@ class ClusterConfig:
     log_retention_check_interval_ms: int = 300_000
     num_partitions: int = 1
     default_replication_factor: int = 1
+    offsets_topic_replication_factor: int = 3
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 604_800_000
 
     def to_options(self) -> dict[str, str]:
         """The settings as string options, e.g. to ship to Spark tasks or data-source options."""
@@ -306,6 +320,12 @@ class ClusterConfig:
             "log.retention.check.interval.ms": str(self.log_retention_check_interval_ms),
             "num.partitions": str(self.num_partitions),
             "default.replication.factor": str(self.default_replication_factor),
+            "offsets.topic.replication.factor": str(self.offsets_topic_replication_factor),
+            "group.initial.rebalance.delay.ms": str(self.group_initial_rebalance_delay_ms),
+            "group.min.session.timeout.ms": str(self.group_min_session_timeout_ms),
+            "group.max.session.timeout.ms": str(self.group_max_session_timeout_ms),
+            "transaction.max.timeout.ms": str(self.transaction_max_timeout_ms),
+            "transactional.id.expiration.ms": str(self.transactional_id_expiration_ms),
         }
         if self.listeners:
             options["listeners"] = ",".join(map(str, self.listeners))
@@ -390,6 +410,12 @@ def resolve_cluster_config(
         log_retention_check_interval_ms=as_int("log.retention.check.interval.ms", 1),
         num_partitions=as_int("num.partitions", 1),
         default_replication_factor=as_int("default.replication.factor", 1),
+        offsets_topic_replication_factor=as_int("offsets.topic.replication.factor", 1),
+        group_initial_rebalance_delay_ms=as_int("group.initial.rebalance.delay.ms", 0),
+        group_min_session_timeout_ms=as_int("group.min.session.timeout.ms", 1),
+        group_max_session_timeout_ms=as_int("group.max.session.timeout.ms", 1),
+        transaction_max_timeout_ms=as_int("transaction.max.timeout.ms", 1),
+        transactional_id_expiration_ms=as_int("transactional.id.expiration.ms", 1),
     )
 
 

@@ -25,6 +25,7 @@ from sparklog.group.ids import validate_group_id
 from sparklog.log import group_offsets
 from sparklog.log.group_offsets import NO_GENERATION, OffsetCommit
 from sparklog.log.table import TopicTable
+from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.group_registry import GroupRegistry
 from sparklog.server.replica_manager import ReplicaManager
 
@@ -63,10 +64,17 @@ class GroupCoordinator:
         if self._table is None:
             if OFFSETS_TOPIC not in self.replicas.metadata.list_topics():
                 try:
+                    # Kafka's offsets.topic.replication.factor, capped at the live agents (with
+                    # none, the client's own log dir is the one replica: nobody would copy more).
+                    replication = min(
+                        self.replicas.config.offsets_topic_replication_factor,
+                        max(1, len(live_broker_ids(self.replicas.zk))),
+                    )
                     create_topic(
                         self.replicas,
                         OFFSETS_TOPIC,
                         self.replicas.config.offsets_topic_num_partitions,
+                        replication,
                         config={"cleanup.policy": "compact", "segment.bytes": 104_857_600},
                     )
                 except TopicExistsError:

@@ -37,6 +37,7 @@ from sparklog.metadata.controller_election import ControllerElection
 from sparklog.metadata.producer_ids import ProducerIdBlocks
 from sparklog.metadata.zkdata import BrokerRecord
 from sparklog.server.controller.controller import Controller, ControllerSettings
+from sparklog.server.groups.coordinator import BrokerGroups
 from sparklog.server.kafka.context import BrokerContext
 from sparklog.server.kafka.listener import KafkaListener
 from sparklog.server.leader_appender import LeaderAppender
@@ -85,6 +86,7 @@ class BrokerAgent:
         self.appender = LeaderAppender(self.replicas, self.broker_id, config.writer_lease_ms)
         self.producer_states = ProducerStates()
         self.producer_ids = ProducerIdBlocks(self.replicas.zk)
+        self.groups = BrokerGroups(self.replicas, self.broker_id)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._registration: BrokerRegistration | None = None
@@ -103,7 +105,13 @@ class BrokerAgent:
             KafkaListener(
                 endpoint,
                 BrokerContext(
-                    self.replicas, endpoint.name, self.broker_id, self.appender, self.producer_states, self.producer_ids
+                    self.replicas,
+                    endpoint.name,
+                    self.broker_id,
+                    self.appender,
+                    self.producer_states,
+                    self.producer_ids,
+                    groups=self.groups,
                 ),
                 self.config.socket_request_max_bytes,
             )

@@ -29,6 +29,7 @@ from kio.static.constants import EntityType
 from sparklog.errors import SparklogError
 from sparklog.server.kafka import (
     configs_api,
+    coordinator_api,
     delete_records_api,
     fetch_api,
     metadata_api,
@@ -157,6 +158,7 @@ _APIS: dict[int, Api] = {
         *topics_api.APIS,
         *delete_records_api.APIS,
         *configs_api.APIS,
+        *coordinator_api.APIS,
     )
 }
 # api key -> (min version, max version) served.

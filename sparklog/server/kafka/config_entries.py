@@ -130,6 +130,12 @@ _BROKER_TYPES = {
     "socket.request.max.bytes": _INT,
     "num.partitions": _INT,
     "default.replication.factor": _SHORT,
+    "offsets.topic.replication.factor": _SHORT,
+    "group.initial.rebalance.delay.ms": _INT,
+    "group.min.session.timeout.ms": _INT,
+    "group.max.session.timeout.ms": _INT,
+    "transaction.max.timeout.ms": _INT,
+    "transactional.id.expiration.ms": _INT,
     "listeners": _LIST,
     "advertised.listeners": _LIST,
 }

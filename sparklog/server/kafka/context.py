@@ -22,6 +22,7 @@ from sparklog.server.replica_manager import METADATA_MAX_AGE_MS
 
 if TYPE_CHECKING:
     from sparklog.metadata.producer_ids import ProducerIdBlocks
+    from sparklog.server.groups.coordinator import BrokerGroups
     from sparklog.server.leader_appender import LeaderAppender
     from sparklog.server.producer_state import ProducerStates
     from sparklog.server.replica_manager import ReplicaManager
@@ -82,6 +83,7 @@ class BrokerContext:
     producer_states: ProducerStates | None = None
     producer_ids: ProducerIdBlocks | None = None
     cluster_id: str | None = None
+    groups: BrokerGroups | None = None
 
 
 @dataclass(frozen=True)
