@@ -13,6 +13,7 @@ __all__ = [
     "ConfigError",
     "ConsumerClosedError",
     "CoordinationError",
+    "CoordinatorNotAvailableError",
     "DeleteRecordsOffsetError",
     "DuplicateSequenceError",
     "FencedError",
@@ -20,7 +21,9 @@ __all__ = [
     "GroupError",
     "GroupIdNotFoundError",
     "GroupNotEmptyError",
+    "GroupSubscribedToTopicError",
     "IllegalGenerationError",
+    "InconsistentGroupProtocolError",
     "InvalidGroupIdError",
     "InvalidOffsetSpecError",
     "InvalidPartitionsError",
@@ -30,6 +33,7 @@ __all__ = [
     "InvalidTopicError",
     "LeaderNotAvailableError",
     "LeaseTimeoutError",
+    "NotCoordinatorError",
     "NotEnoughReplicasAfterAppendError",
     "NotEnoughReplicasError",
     "NotLeaderError",
@@ -228,6 +232,25 @@ class GroupIdNotFoundError(GroupError):
 
 class OffsetCommitError(GroupError, ValueError):
     """An offset commit is malformed (a negative offset)."""
+
+
+class NotCoordinatorError(GroupError):
+    """This broker does not coordinate the group or transactional id (Kafka: NOT_COORDINATOR);
+    find the coordinator again."""
+
+
+class CoordinatorNotAvailableError(GroupError):
+    """The coordinator is not ready (no leader for its offsets partition yet, or loading);
+    retry (Kafka: COORDINATOR_NOT_AVAILABLE)."""
+
+
+class InconsistentGroupProtocolError(GroupError):
+    """A member's protocol type or assignors share nothing with the group's, or the group is
+    already coordinated by another membership system (Kafka: INCONSISTENT_GROUP_PROTOCOL)."""
+
+
+class GroupSubscribedToTopicError(GroupError):
+    """Offsets of a topic the group's live members subscribe to cannot be deleted."""
 
 
 class ConsumerClosedError(SparklogError):
