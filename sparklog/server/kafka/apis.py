@@ -32,6 +32,7 @@ from sparklog.server.kafka import (
     coordinator_api,
     delete_records_api,
     fetch_api,
+    group_api,
     metadata_api,
     offsets_api,
     produce_api,
@@ -159,6 +160,7 @@ _APIS: dict[int, Api] = {
         *delete_records_api.APIS,
         *configs_api.APIS,
         *coordinator_api.APIS,
+        *group_api.APIS,
     )
 }
 # api key -> (min version, max version) served.
