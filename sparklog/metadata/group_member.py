@@ -47,14 +47,9 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, Roll
 from kazoo.protocol.states import KazooState
 
 from sparklog import clock
-from sparklog.errors import (
-    FencedInstanceIdError,
-    InconsistentGroupProtocolError,
-    SparklogError,
-    ZooKeeperUnavailableError,
-)
+from sparklog.errors import FencedInstanceIdError, SparklogError, ZooKeeperUnavailableError
 from sparklog.metadata import zkdata
-from sparklog.metadata.group_publisher import coordinator_of
+from sparklog.metadata.group_publisher import coordinator_of, refuse_if_coordinated
 from sparklog.metadata.group_registry import (
     COMPLETING,
     EMPTY,
@@ -359,20 +354,8 @@ class GroupMember:
         return mine
 
     def _refuse_if_coordinated(self) -> None:
-        """One membership system per group: a group a broker coordinates through the Kafka
-        protocol is not joined through ZooKeeper (:mod:`sparklog.metadata.group_publisher`)."""
-        with zk_errors(f"joining group {self.group_id}"):
-            try:
-                data, _ = self.zk.client.get(zkdata.group_leader_path(self.group_id))
-            except NoNodeError:
-                data = None
-        broker = coordinator_of(data) if data is not None else self._coordinator
-        if broker is not None:
-            raise InconsistentGroupProtocolError(
-                f"Group {self.group_id} is coordinated by broker {broker} through the Kafka protocol (Kafka clients "
-                "are its members); a consumer without bootstrap.servers cannot join it. Give this consumer "
-                "bootstrap.servers, or use another group id"
-            )
+        """One membership system per group: not through ZooKeeper when a broker coordinates it."""
+        refuse_if_coordinated(self.zk, self.group_id, self._coordinator)
 
     def _leader_wake_watch(self, *_args: object) -> None:
         self._leader_wake.set()

@@ -32,7 +32,7 @@ from sparklog.metadata.group_registry import GroupRegistry
 from sparklog.metadata.session import ZkSession, zk_errors
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord, encode
 
-__all__ = ["COORDINATOR_PREFIX", "GroupPublisher", "coordinator_of"]
+__all__ = ["COORDINATOR_PREFIX", "GroupPublisher", "coordinator_of", "refuse_if_coordinated"]
 
 COORDINATOR_PREFIX = "coordinator-"
 
@@ -51,6 +51,23 @@ def coordinator_of(leader_data: bytes | None) -> int | None:
         return int(member[len(COORDINATOR_PREFIX) :])
     except ValueError:
         return None
+
+
+def refuse_if_coordinated(zk: ZkSession, group_id: str, known: int | None = None) -> None:
+    """``InconsistentGroupProtocolError`` when a broker coordinates ``group_id`` through the
+    Kafka protocol (a ZooKeeper member may not join it)."""
+    with zk_errors(f"joining group {group_id}"):
+        try:
+            data, _ = zk.client.get(zkdata.group_leader_path(group_id))
+        except NoNodeError:
+            data = None
+    broker = coordinator_of(data) if data is not None else known
+    if broker is not None:
+        raise InconsistentGroupProtocolError(
+            f"Group {group_id} is coordinated by broker {broker} through the Kafka protocol (Kafka clients are its "
+            "members); a consumer without bootstrap.servers cannot join it. Give this consumer bootstrap.servers, "
+            "or use another group id"
+        )
 
 
 class GroupPublisher:

@@ -190,6 +190,8 @@ class ProtocolGroup:
         predecessor_id = self.static.get(instance_id) if instance_id is not None else None
         predecessor = self.members.pop(predecessor_id, None) if predecessor_id else None
         member.join = pending
+        if not self.members:
+            self.protocol_type = protocol_type  # the group's type is its first member's (Kafka)
         self.members[member_id] = member
         if instance_id is not None:
             self.static[instance_id] = member_id
@@ -212,7 +214,7 @@ class ProtocolGroup:
     def _compatible(self, protocol_type: str, names: list[str]) -> bool:
         if not self.members:
             return True
-        if protocol_type != self.protocol_type:
+        if self.protocol_type is not None and protocol_type != self.protocol_type:
             return False
         return any(all(name in m.names for m in self.members.values()) for name in names)
 

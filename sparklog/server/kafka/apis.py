@@ -32,6 +32,7 @@ from sparklog.server.kafka import (
     coordinator_api,
     delete_records_api,
     fetch_api,
+    group_admin_api,
     group_api,
     metadata_api,
     offsets_api,
@@ -161,6 +162,7 @@ _APIS: dict[int, Api] = {
         *configs_api.APIS,
         *coordinator_api.APIS,
         *group_api.APIS,
+        *group_admin_api.APIS,
     )
 }
 # api key -> (min version, max version) served.
