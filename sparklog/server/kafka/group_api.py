@@ -141,15 +141,13 @@ def leave_group(request: ApiRequest, broker: BrokerContext) -> Any:
         top = ErrorCode.none if request.api_version >= 3 else codes[0]
     except Exception as exc:  # noqa: BLE001 - answered as the request's error code
         top, codes = error_code(exc), []
-    return build(
-        module.LeaveGroupResponse,
-        throttle_time=NO_THROTTLE,
-        error_code=top,
-        members=tuple(
+    members = ()
+    if request.api_version >= 3:
+        members = tuple(
             build(module.MemberResponse, member_id=m, group_instance_id=i, error_code=c)
             for (m, i), c in zip(leaving, codes, strict=False)
-        ),
-    )
+        )
+    return build(module.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=top, members=members)
 
 
 def _host(peer: str) -> str:
