@@ -215,7 +215,7 @@ class BrokerGroups:
         is a standalone commit, accepted only while the group has no members."""
         entry = self._existing(group_id)
         if generation < 0 and not member_id:
-            if (entry is not None and entry.group.members) or self.library.registry.snapshot(group_id).active:
+            if self.active(group_id):
                 raise UnknownMemberError(f"Group {group_id} has members: a commit from outside it is refused")
             return
         if entry is None:
@@ -232,8 +232,13 @@ class BrokerGroups:
         raise error(f"Commit of member {member_id} (generation {generation}) in group {group_id}: {code.name}")
 
     def active(self, group_id: str) -> bool:
+        """Whether the group has members, through the protocol or sparklog's ZooKeeper membership."""
         entry = self._existing(group_id)
-        return bool(entry is not None and entry.group.members) or self.library.registry.snapshot(group_id).active
+        if entry is not None:
+            with entry.cond:
+                if entry.group.members:
+                    return True  # claimed by us: no ZooKeeper member can be in it meanwhile
+        return self.library.registry.snapshot(group_id).active
 
     def subscribed_topics(self, group_id: str) -> set[str]:
         """Topics the group's current members subscribe to (consumer protocol)."""
