@@ -278,10 +278,13 @@ class BrokerGroups:
 
     def _entry(self, group_id: str) -> _Entry:
         entry = self._existing(group_id)
+        if entry is not None and entry.group.members:
+            return entry
+        # One membership system: an empty group is claimed again (its znodes were withdrawn);
+        # refused (InconsistentGroupProtocolError) while ZooKeeper members hold it.
+        self.publisher.claim(group_id, live_broker_ids(self.replicas.zk))
         if entry is not None:
             return entry
-        # One membership system: refused (InconsistentGroupProtocolError) while ZooKeeper members hold it.
-        self.publisher.claim(group_id, live_broker_ids(self.replicas.zk))
         record, _ = self.library.registry.state_record(group_id)
         floor = max(self.offsets.generation(group_id), record.generation if record is not None else -1)
         with self._lock:
