@@ -21,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 
@@ -122,6 +123,8 @@ class GroupPublisher:
         """Mirror the group: its state record and exactly ``members`` as our member znodes."""
         client = self.zk.client
         with zk_errors(f"publishing group {group_id}"):
+            with contextlib.suppress(NodeExistsError):  # a withdraw raced a new claim: hold it again
+                client.create(zkdata.group_leader_path(group_id), self._leader_data, ephemeral=True)
             client.set(zkdata.group_state_path(group_id), encode(record))
             wanted = {m.key: m for m in members}
             for key, current in self.registry.members(group_id).items():
