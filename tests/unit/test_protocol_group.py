@@ -223,3 +223,33 @@ def test_sync_errors() -> None:
         71, member_id=a, instance_id=None, generation=2, protocol_type=None, protocol_name=None, assignments=[]
     )
     assert result(in_rebalance).error == ErrorCode.rebalance_in_progress
+
+
+def test_static_leader_restart_gets_the_members_with_skip_assignment_and_no_rebalance() -> None:
+    group = ProtocolGroup("g")
+    leader_join = join(group, 0, instance_id="lead")
+    settle(group, 0)
+    first = result(leader_join)
+    group.sync(
+        1,
+        member_id=first.member_id,
+        instance_id="lead",
+        generation=first.generation,
+        protocol_type=None,
+        protocol_name=None,
+        assignments=[(first.member_id, b"L")],
+    )
+    again = result(join(group, 100, instance_id="lead"))
+    assert again.error == ErrorCode.none and again.skip_assignment and again.leader == again.member_id
+    assert again.generation == first.generation and group.state == STABLE
+    assert [m[0] for m in again.members] == [again.member_id]
+    sync = group.sync(
+        101,
+        member_id=again.member_id,
+        instance_id="lead",
+        generation=again.generation,
+        protocol_type=None,
+        protocol_name=None,
+        assignments=[(again.member_id, b"ignored in Stable")],
+    )
+    assert result(sync).assignment == b"L"

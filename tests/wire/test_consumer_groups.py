@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 import sparklog
 from sparklog.testing import BrokerAgents
@@ -73,8 +73,12 @@ class Tracked:
 
     def _on_revoke(self, client: Consumer, partitions: list[TopicPartition]) -> None:
         self.revoked.append(sorted(p.partition for p in partitions))
-        if partitions and not self.cooperative:
-            client.commit(asynchronous=False)
+        if any(tp[0] == p.partition for p in partitions for tp in self.seen) and not self.cooperative:
+            try:
+                client.commit(asynchronous=False)
+            except KafkaException as exc:  # nothing consumed since the last commit, or fenced meanwhile
+                if exc.args[0].code() not in (KafkaError._NO_OFFSET, KafkaError._ASSIGNMENT_LOST):
+                    raise
 
     def poll(self, timeout_s: float = 0.1) -> None:
         message = self.client.poll(timeout_s)

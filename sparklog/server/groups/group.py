@@ -18,9 +18,9 @@ Invariants:
 * a member whose session timeout passes without a request (and that is not waiting in a
   join or sync) is removed; so is a member id handed out by MEMBER_ID_REQUIRED and not used;
 * a static member (``group.instance.id``) that rejoins with a new member id replaces its
-  predecessor, which is fenced (FENCED_INSTANCE_ID); a follower that rejoins with the same
-  protocols while the group is Stable gets the current generation and assignment back
-  without a rebalance.
+  predecessor, which is fenced (FENCED_INSTANCE_ID); while the group is Stable and its
+  protocol would stay the same, it gets the current generation and assignment back without
+  a rebalance (a leader gets the members with ``skip_assignment``, KIP-814).
 
 No I/O and no clock: every call takes ``now_ms``; the coordinator persists and publishes
 what :attr:`ProtocolGroup.changes` reports, and wakes waiters when :class:`Pending` results
@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode
 
@@ -201,8 +201,13 @@ class ProtocolGroup:
             member.assignment = predecessor.assignment
             if self.leader == predecessor.member_id:
                 self.leader = member_id
-            if self.state == STABLE and predecessor.protocols == member.protocols and self.leader != member_id:
-                self._answer_current(member)  # a static restart: no rebalance
+            if self.state == STABLE and self._vote() == self.protocol:
+                # A static restart (Kafka's rule: no rebalance while the group's protocol stays);
+                # a leader gets the members with skip_assignment (KIP-814), its SyncGroup in
+                # Stable returns the assignment it had.
+                is_leader = self.leader == member_id
+                member.join = None
+                pending.complete(replace(self._join_result(member, with_members=is_leader), skip_assignment=is_leader))
                 return pending
         if self.state != PREPARING:
             self._prepare(now_ms, initial_delay_ms)
