@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 import sparklog
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
+from tests.integration.test_cli import Cli
 from tests.wire.conftest import create_led_topic
 
 GROUP_PROPERTIES = {
@@ -34,6 +35,11 @@ def group_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterat
         agents.start(1)
         agents.wait_controller()
         yield agents
+
+
+@pytest.fixture
+def cli(zk_connect: str, sparklog_home: Path) -> Cli:
+    return Cli(zk_connect, sparklog_home)
 
 
 def produce(agents: BrokerAgents, count: int, start: int = 0, topic: str = TOPIC) -> None:
@@ -233,3 +239,44 @@ def test_kafka_python_group_joins_splits_and_commits(group_broker: BrokerAgents,
     finally:
         for client in clients:
             client.close()
+
+
+def test_cli_describes_refuses_and_resets_a_kafka_client_group(
+    group_broker: BrokerAgents, cluster: sparklog.Cluster, cli: Cli
+) -> None:
+    create_led_topic(cluster, group_broker, TOPIC, 2)
+    produce(group_broker, 40)
+    member = Tracked(consumer(group_broker, "ops", **{"client.id": "ops-reader"}))
+    poll_until([member], lambda: len(member.seen) >= 40, "the member reads everything")
+    member.client.commit(asynchronous=False)
+    wait_until(lambda: cluster.describe_group("ops").state == "Stable", "the group is published")
+    described = cli("groups", "describe", "--group", "ops", forbid_pyspark=True).stdout.splitlines()
+    assert described[1].split() == [
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
+    ]
+    rows = sorted(line.split() for line in described[2:])
+    member_id = cluster.describe_group("ops").members[0].member_id
+    assert [r[1:3] + r[5:] for r in rows] == [
+        [TOPIC, str(p), "0", member_id, "/127.0.0.1", "ops-reader"] for p in range(2)
+    ]
+    refused = cli("groups", "reset-offsets", "--group", "ops", "--all-topics", "--to-earliest", "--execute", expect=1)
+    assert (
+        "is inactive, but the current state is Stable" in refused.stderr
+        and sum(cluster.committed_offsets("ops").values()) == 40
+    )
+    member.client.close()
+    wait_until(lambda: cluster.describe_group("ops").state == "Empty", "the group empties")
+    cli("groups", "reset-offsets", "--group", "ops", "--all-topics", "--to-earliest", "--execute")
+    assert cluster.committed_offsets("ops") == {(TOPIC, 0): 0, (TOPIC, 1): 0}
+    again = Tracked(consumer(group_broker, "ops", **{"auto.offset.reset": "latest"}))
+    poll_until([again], lambda: len(again.seen) >= 40, "a new member starts where the reset put the group")
+    assert sorted(again.seen.values()) == sorted(f"v{i}".encode() for i in range(40))
+    again.client.close()
