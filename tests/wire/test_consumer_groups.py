@@ -280,3 +280,49 @@ def test_cli_describes_refuses_and_resets_a_kafka_client_group(
     poll_until([again], lambda: len(again.seen) >= 40, "a new member starts where the reset put the group")
     assert sorted(again.seen.values()) == sorted(f"v{i}".encode() for i in range(40))
     again.client.close()
+
+
+def test_a_member_that_stops_polling_leaves_and_its_partitions_move(
+    group_broker: BrokerAgents, cluster: sparklog.Cluster
+) -> None:
+    create_led_topic(cluster, group_broker, TOPIC, PARTITIONS)
+    produce(group_broker, 60)
+    short = {"session.timeout.ms": 1000, "max.poll.interval.ms": 1500}
+    idle = Tracked(consumer(group_broker, "poll-interval", **short))
+    busy = Tracked(consumer(group_broker, "poll-interval", **short))
+    poll_until([idle, busy], lambda: split_evenly([idle, busy]), "two members")
+    # idle stops calling poll(): past max.poll.interval.ms its client leaves the group.
+    poll_until([busy], lambda: busy.owned() == set(range(PARTITIONS)), "the idle member's partitions move")
+    wait_until(lambda: len(cluster.describe_group("poll-interval").members) == 1, "one member published")
+    idle.client.close()
+    busy.client.close()
+
+
+def test_one_membership_system_per_group(group_broker: BrokerAgents, cluster: sparklog.Cluster) -> None:
+    create_led_topic(cluster, group_broker, TOPIC, 2)
+    produce(group_broker, 10)
+    zk_member = cluster.consumer("zk-only", **{"enable.auto.commit": False})
+    zk_member.subscribe([TOPIC])
+    wait_until(lambda: zk_member.poll(50, max_records=1) is not None and bool(zk_member.assignment()), "joined")
+    kafka_member = Tracked(consumer(group_broker, "zk-only"))
+    deadline = time.monotonic() + 30
+    refused = None
+    while refused is None and time.monotonic() < deadline:
+        message = kafka_member.client.poll(0.1)
+        if message is not None and message.error() is not None:
+            refused = message.error()
+    assert refused is not None and refused.code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL
+    assert not kafka_member.owned() and len(cluster.describe_group("zk-only").members) == 1
+    kafka_member.client.close()
+    zk_member.close()
+
+    wire = Tracked(consumer(group_broker, "wire-only"))
+    poll_until([wire], lambda: bool(wire.owned()), "a Kafka client group")
+    wait_until(lambda: cluster.describe_group("wire-only").state == "Stable", "published")
+    light = cluster.consumer("wire-only", **{"enable.auto.commit": False})
+    with pytest.raises(sparklog.errors.InconsistentGroupProtocolError, match="coordinated by broker 1"):
+        light.subscribe([TOPIC])
+        light.poll(100)
+    light.close()
+    assert wire.owned() == {0, 1}
+    wire.client.close()
