@@ -32,6 +32,7 @@ from sparklog import clock
 from sparklog.config import ClusterConfig
 from sparklog.errors import (
     FencedInstanceIdError,
+    GroupIdNotFoundError,
     IllegalGenerationError,
     NotCoordinatorError,
     NotLeaderError,
@@ -219,7 +220,12 @@ class BrokerGroups:
                 raise UnknownMemberError(f"Group {group_id} has members: a commit from outside it is refused")
             return
         if entry is None:
-            raise UnknownMemberError(f"Member {member_id} is not part of group {group_id}; rejoin")
+            registry = self.library.registry
+            if not registry.exists(group_id):
+                # Kafka: GROUP_ID_NOT_FOUND (OffsetCommit v9+; ILLEGAL_GENERATION before).
+                raise GroupIdNotFoundError(f"Group {group_id} does not exist; member {member_id} cannot commit for it")
+            registry.check_commit(group_id, generation, member_id, instance_id or member_id)  # a ZooKeeper member
+            return
         with entry.cond:
             code = entry.group.check_commit(member_id, instance_id, generation)
         if code is None:

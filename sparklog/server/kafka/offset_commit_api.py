@@ -12,15 +12,13 @@ Validation, as Kafka's classic group coordinator does it:
 
 * generation -1 with an empty member id is a standalone commit (``assign()`` consumers, the
   admin client): accepted only while the group has no live members — neither members of the
-  broker's group membership (``BrokerGroups.active(group_id)``, when that component has it)
-  nor members of sparklog's ZooKeeper membership (the light consumer) — else UNKNOWN_MEMBER_ID.
+  broker's coordinator nor members of sparklog's ZooKeeper membership (the light consumer):
+  ``BrokerGroups.active`` — else UNKNOWN_MEMBER_ID.
   A standalone commit makes the group known to ``sparklog groups list`` (its znodes);
 * any other commit comes from a member: ``BrokerGroups.check_member(group_id, member_id,
-  generation, instance_id)`` decides when the broker has membership (raising
-  UnknownMemberError / IllegalGenerationError / FencedInstanceIdError /
-  RebalanceInProgressError); without it only sparklog's ZooKeeper membership can vouch
-  (``GroupRegistry.check_commit``), and a group nobody knows is GROUP_ID_NOT_FOUND (v9+) or
-  ILLEGAL_GENERATION (older versions), as Kafka answers;
+  generation, instance_id)`` decides (UnknownMemberError / IllegalGenerationError /
+  FencedInstanceIdError / RebalanceInProgressError; a group nobody knows is
+  GROUP_ID_NOT_FOUND (v9+) or ILLEGAL_GENERATION (older versions), as Kafka answers);
 * per partition, before anything is written: the topic and partition exist
   (UNKNOWN_TOPIC_OR_PARTITION), metadata at most :data:`MAX_METADATA_BYTES` bytes (Kafka's
   ``offset.metadata.max.bytes``; OFFSET_METADATA_TOO_LARGE), offset not negative
@@ -35,15 +33,13 @@ answered on its own (a group this broker does not coordinate: NOT_COORDINATOR fo
 
 OffsetDelete tombstones the group's offsets of the given partitions, refusing partitions of
 topics the group's live members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC). The broker's
-membership is asked through ``BrokerGroups.subscribed_topics(group_id) -> set[str]`` (the
-topics its live members subscribe to; empty when none) when it has that method; sparklog's
+membership is asked through ``BrokerGroups.subscribed_topics(group_id)``; sparklog's
 ZooKeeper members' subscriptions (explicit topics and patterns) are checked as well.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -109,35 +105,20 @@ def _check_standalone(broker: BrokerContext, group_id: str) -> None:
     """A commit from outside the group (generation -1, no member id): only while it has no
     live members, as Kafka's coordinator; the group is then known to ``groups list``."""
     groups = _groups(broker)
-    active: Callable[[str], bool] | None = getattr(groups, "active", None)
-    if active is not None and active(group_id):
+    if groups.active(group_id):
         raise UnknownMemberError(
             f"Group {group_id} has live members: a commit with generation -1 and no member id is refused; "
             "commit as a member of the group, or stop its members first"
         )
     registry = groups.library.registry
-    snap = registry.snapshot(group_id)
-    if snap.active:
-        raise UnknownMemberError(
-            f"Group {group_id} has {len(snap.members) + len(snap.departed)} live member(s) (state {snap.state}): "
-            "a commit with generation -1 and no member id is refused; stop its consumers first"
-        )
-    if snap.record is None:
+    if not registry.exists(group_id):
         registry.ensure_group(group_id)
 
 
 def _check_member(
     broker: BrokerContext, group_id: str, member_id: str, generation: int, instance_id: str | None
 ) -> None:
-    groups = _groups(broker)
-    check: Callable[[str, str, int, str | None], None] | None = getattr(groups, "check_member", None)
-    if check is not None:
-        check(group_id, member_id, generation, instance_id)
-        return
-    registry = groups.library.registry
-    if not registry.exists(group_id):
-        raise GroupIdNotFoundError(f"Group {group_id} does not exist; member {member_id} cannot commit for it")
-    registry.check_commit(group_id, generation, member_id, instance_id or member_id)
+    _groups(broker).check_member(group_id, member_id, generation, instance_id)
 
 
 # -- OffsetCommit ------------------------------------------------------------------------------
@@ -321,7 +302,7 @@ def offset_delete(request: ApiRequest, broker: BrokerContext) -> Any:
         groups = _groups(broker)
         groups.check_coordinator(group_id)
         committed = groups.offsets.committed(group_id, order)
-        if not committed and not groups.library.registry.exists(group_id) and not _broker_knows(groups, group_id):
+        if not committed and not groups.library.registry.exists(group_id) and groups.view(group_id) is None:
             raise GroupIdNotFoundError(f"Consumer group '{group_id}' does not exist.")
         subscribed = _subscribed_topics(broker, group_id)
         doomed: dict[TopicPartition, OffsetCommit] = {}
@@ -361,19 +342,11 @@ def offset_delete(request: ApiRequest, broker: BrokerContext) -> Any:
     )
 
 
-def _broker_knows(groups: Any, group_id: str) -> bool:
-    exists: Callable[[str], bool] | None = getattr(groups, "exists", None)
-    return bool(exists is not None and exists(group_id))
-
-
 def _subscribed_topics(broker: BrokerContext, group_id: str) -> set[str]:
     """Topics the group's live members subscribe to: the broker's membership (when it has
     ``subscribed_topics``) and sparklog's ZooKeeper members (topics and patterns)."""
     groups = _groups(broker)
-    subscribed: set[str] = set()
-    of_broker: Callable[[str], set[str]] | None = getattr(groups, "subscribed_topics", None)
-    if of_broker is not None:
-        subscribed |= set(of_broker(group_id))
+    subscribed = groups.subscribed_topics(group_id)
     snap = groups.library.registry.snapshot(group_id)
     members = [*snap.members.values(), *(d.member for d in snap.departed.values())]
     patterns = [re.compile(m.pattern) for m in members if m.pattern]
