@@ -138,15 +138,9 @@ class GroupPublisher:
                     client.set(path, encode(member))
 
     def withdraw(self, group_id: str, record: GroupStateRecord) -> None:
-        """The group is empty (or no longer ours): leave an Empty record, drop our znodes."""
+        """The group is empty: leave an Empty record, drop our znodes."""
+        self.release(group_id)
         with zk_errors(f"withdrawing group {group_id}"):
-            self._drop_members(group_id, self.broker_id)
-            try:
-                _data, stat = self.zk.client.get(zkdata.group_leader_path(group_id))
-                if stat.ephemeralOwner == self.zk.session_id:
-                    self.zk.client.delete(zkdata.group_leader_path(group_id))
-            except NoNodeError:
-                pass
             if self.zk.client.exists(zkdata.group_path(group_id)) is not None:
                 self.zk.client.set(zkdata.group_state_path(group_id), encode(record))
 

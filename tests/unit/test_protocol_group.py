@@ -11,17 +11,19 @@ from sparklog.server.groups.group import (
     EMPTY,
     PREPARING,
     STABLE,
+    JoinRequest,
     JoinResult,
     Pending,
     ProtocolGroup,
+    SyncRequest,
     SyncResult,
 )
 
 SESSION, REBALANCE = 10_000, 30_000
 
 
-def join(group: ProtocolGroup, now: int, member_id: str = "", **kw: Any) -> Pending:
-    args: dict[str, Any] = {
+def join(group: ProtocolGroup, now: int, member_id: str = "", initial_delay_ms: int = 0, **kw: Any) -> Pending:
+    fields: dict[str, Any] = {
         "member_id": member_id,
         "instance_id": None,
         "client_id": "c",
@@ -29,12 +31,16 @@ def join(group: ProtocolGroup, now: int, member_id: str = "", **kw: Any) -> Pend
         "session_timeout_ms": SESSION,
         "rebalance_timeout_ms": REBALANCE,
         "protocol_type": "consumer",
-        "protocols": [("range", b"r"), ("roundrobin", b"rr")],
-        "require_known_member_id": True,
-        "initial_delay_ms": 0,
+        "protocols": (("range", b"r"), ("roundrobin", b"rr")),
     }
-    args.update(kw)
-    return group.join(now, **args)
+    fields.update(kw)
+    fields["protocols"] = tuple(fields["protocols"])
+    return group.join(now, JoinRequest(**fields), initial_delay_ms)
+
+
+def sync(group: ProtocolGroup, now: int, **kw: Any) -> Pending:
+    kw["assignments"] = tuple(kw.get("assignments", ()))
+    return group.sync(now, SyncRequest(**kw))
 
 
 def result(pending: Pending) -> Any:
@@ -57,7 +63,7 @@ def stable_pair(group: ProtocolGroup) -> tuple[str, str]:
     a, pa = joined_member(group, 0)
     settle(group, 0)
     assert result(pa).generation == 1
-    group.sync(0, member_id=a, instance_id=None, generation=1, protocol_type=None, protocol_name=None, assignments=[])
+    sync(group, 0, member_id=a, instance_id=None, generation=1, protocol_type=None, protocol_name=None, assignments=[])
     b, pb = joined_member(group, 10)
     assert group.state == PREPARING and not pb.done
     assert group.heartbeat(20, a, None, 1) == ErrorCode.rebalance_in_progress
@@ -67,11 +73,12 @@ def stable_pair(group: ProtocolGroup) -> tuple[str, str]:
     assert (ra.generation, rb.generation) == (2, 2)
     assert ra.leader == rb.leader == a
     assert {m[0] for m in ra.members} == {a, b} and rb.members == ()
-    sb = group.sync(
-        40, member_id=b, instance_id=None, generation=2, protocol_type=None, protocol_name=None, assignments=[]
+    sb = sync(
+        group, 40, member_id=b, instance_id=None, generation=2, protocol_type=None, protocol_name=None, assignments=[]
     )
     assert not sb.done and group.state == COMPLETING
-    sa = group.sync(
+    sa = sync(
+        group,
         41,
         member_id=a,
         instance_id=None,
@@ -160,7 +167,8 @@ def test_static_member_restart_keeps_generation_and_assignment_and_fences_the_ol
     settle(group, 2)
     generation = result(pa2).generation
     old_id = result(pending_static).member_id
-    group.sync(
+    sync(
+        group,
         3,
         member_id=a,
         instance_id=None,
@@ -173,7 +181,8 @@ def test_static_member_restart_keeps_generation_and_assignment_and_fences_the_ol
     restarted = result(join(group, 500, "", instance_id="static-1"))
     assert restarted.error == ErrorCode.none and restarted.generation == generation
     assert restarted.member_id != old_id and group.state == STABLE
-    sync = group.sync(
+    synced = sync(
+        group,
         501,
         member_id=restarted.member_id,
         instance_id="static-1",
@@ -182,7 +191,7 @@ def test_static_member_restart_keeps_generation_and_assignment_and_fences_the_ol
         protocol_name=None,
         assignments=[],
     )
-    assert result(sync).assignment == b"S"
+    assert result(synced).assignment == b"S"
     assert group.heartbeat(502, old_id, "static-1", generation) == ErrorCode.fenced_instance_id
 
 
@@ -214,13 +223,20 @@ def test_initial_delay_waits_for_more_members_and_generation_floor_is_respected(
 def test_sync_errors() -> None:
     group = ProtocolGroup("g")
     a, b = stable_pair(group)
-    wrong = group.sync(
-        60, member_id=a, instance_id=None, generation=2, protocol_type="connect", protocol_name=None, assignments=[]
+    wrong = sync(
+        group,
+        60,
+        member_id=a,
+        instance_id=None,
+        generation=2,
+        protocol_type="connect",
+        protocol_name=None,
+        assignments=[],
     )
     assert isinstance(result(wrong), SyncResult) and result(wrong).error == ErrorCode.inconsistent_group_protocol
     join(group, 70, b, protocols=[("range", b"x")])
-    in_rebalance = group.sync(
-        71, member_id=a, instance_id=None, generation=2, protocol_type=None, protocol_name=None, assignments=[]
+    in_rebalance = sync(
+        group, 71, member_id=a, instance_id=None, generation=2, protocol_type=None, protocol_name=None, assignments=[]
     )
     assert result(in_rebalance).error == ErrorCode.rebalance_in_progress
 
@@ -230,7 +246,8 @@ def test_static_leader_restart_gets_the_members_with_skip_assignment_and_no_reba
     leader_join = join(group, 0, instance_id="lead")
     settle(group, 0)
     first = result(leader_join)
-    group.sync(
+    sync(
+        group,
         1,
         member_id=first.member_id,
         instance_id="lead",
@@ -243,7 +260,8 @@ def test_static_leader_restart_gets_the_members_with_skip_assignment_and_no_reba
     assert again.error == ErrorCode.none and again.skip_assignment and again.leader == again.member_id
     assert again.generation == first.generation and group.state == STABLE
     assert [m[0] for m in again.members] == [again.member_id]
-    sync = group.sync(
+    synced = sync(
+        group,
         101,
         member_id=again.member_id,
         instance_id="lead",
@@ -252,4 +270,4 @@ def test_static_leader_restart_gets_the_members_with_skip_assignment_and_no_reba
         protocol_name=None,
         assignments=[(again.member_id, b"ignored in Stable")],
     )
-    assert result(sync).assignment == b"L"
+    assert result(synced).assignment == b"L"

@@ -46,9 +46,18 @@ def ms(value: int) -> Any:
     return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
 
 
-def join(port: int, version: int, group: str, member_id: str = "", instance_id: str | None = None) -> Any:
-    protocols = (
-        nested("join_group", version, "JoinGroupRequestProtocol", name="range", metadata=encode_subscription(["t"])),
+def join(
+    port: int,
+    version: int,
+    group: str,
+    member_id: str = "",
+    instance_id: str | None = None,
+    *,
+    session_timeout_ms: int = 10_000,
+    protocol_type: str = "consumer",
+) -> Any:
+    protocol = nested(
+        "join_group", version, "JoinGroupRequestProtocol", name="range", metadata=encode_subscription(["t"])
     )
     return call(
         port,
@@ -56,12 +65,12 @@ def join(port: int, version: int, group: str, member_id: str = "", instance_id: 
             "join_group",
             version,
             group_id=group,
-            session_timeout=ms(10_000),
-            rebalance_timeout=ms(10_000),
+            session_timeout=ms(session_timeout_ms),
+            rebalance_timeout=ms(session_timeout_ms),
             member_id=member_id,
             group_instance_id=instance_id,
-            protocol_type="consumer",
-            protocols=protocols,
+            protocol_type=protocol_type,
+            protocols=(protocol,),
             reason=None,
         ),
     )
@@ -156,33 +165,9 @@ def test_protocol_errors(broker: BrokerAgents, cluster: sparklog.Cluster) -> Non
         request("heartbeat", 4, group_id="errs", generation_id=member.generation_id + 5, member_id=member.member_id),
     )
     assert stale.error_code == ErrorCode.illegal_generation
-    too_short = call(
-        port,
-        request(
-            "join_group",
-            9,
-            group_id="errs",
-            session_timeout=ms(10),
-            rebalance_timeout=ms(10),
-            member_id="",
-            protocol_type="consumer",
-            protocols=(nested("join_group", 9, "JoinGroupRequestProtocol", name="range", metadata=b""),),
-        ),
-    )
+    too_short = join(port, 9, "errs", session_timeout_ms=10)
     assert too_short.error_code == ErrorCode.invalid_session_timeout
-    other_type = call(
-        port,
-        request(
-            "join_group",
-            9,
-            group_id="errs",
-            session_timeout=ms(10_000),
-            rebalance_timeout=ms(10_000),
-            member_id="",
-            protocol_type="connect",
-            protocols=(nested("join_group", 9, "JoinGroupRequestProtocol", name="default", metadata=b""),),
-        ),
-    )
+    other_type = join(port, 9, "errs", protocol_type="connect")
     assert other_type.error_code == ErrorCode.inconsistent_group_protocol
     bad_name = join(port, 9, "bad group!")
     assert bad_name.error_code == ErrorCode.invalid_group_id

@@ -46,7 +46,16 @@ from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.group_publisher import GroupPublisher
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
 from sparklog.server.groups.consumer_protocol import decode_assignment, decode_subscription
-from sparklog.server.groups.group import EMPTY, STABLE, JoinResult, Pending, ProtocolGroup, SyncResult
+from sparklog.server.groups.group import (
+    EMPTY,
+    STABLE,
+    JoinRequest,
+    JoinResult,
+    Pending,
+    ProtocolGroup,
+    SyncRequest,
+    SyncResult,
+)
 from sparklog.server.groups.offset_log import OffsetLog
 from sparklog.server.replica_manager import ReplicaManager
 
@@ -125,71 +134,22 @@ class BrokerGroups:
         return partition
 
     # -- the group protocol ----------------------------------------------------------------
-    def join(
-        self,
-        group_id: str,
-        *,
-        member_id: str,
-        instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocol_type: str,
-        protocols: Sequence[tuple[str, bytes]],
-        require_known_member_id: bool,
-    ) -> JoinResult:
+    def join(self, group_id: str, request: JoinRequest) -> JoinResult:
         self.check_coordinator(group_id)
         low, high = self.config.group_min_session_timeout_ms, self.config.group_max_session_timeout_ms
-        if not low <= session_timeout_ms <= high:
-            return JoinResult(ErrorCode.invalid_session_timeout, member_id)
+        if not low <= request.session_timeout_ms <= high:
+            return JoinResult(ErrorCode.invalid_session_timeout, request.member_id)
         entry = self._entry(group_id)
-        return self._wait(
-            entry,
-            lambda now: entry.group.join(
-                now,
-                member_id=member_id,
-                instance_id=instance_id,
-                client_id=client_id,
-                client_host=client_host,
-                session_timeout_ms=session_timeout_ms,
-                rebalance_timeout_ms=rebalance_timeout_ms,
-                protocol_type=protocol_type,
-                protocols=protocols,
-                require_known_member_id=require_known_member_id,
-                initial_delay_ms=self.config.group_initial_rebalance_delay_ms,
-            ),
-            JoinResult(ErrorCode.not_coordinator, member_id),
-        )
+        delay_ms = self.config.group_initial_rebalance_delay_ms
+        gone = JoinResult(ErrorCode.not_coordinator, request.member_id)
+        return self._wait(entry, lambda now: entry.group.join(now, request, delay_ms), gone)
 
-    def sync(
-        self,
-        group_id: str,
-        *,
-        member_id: str,
-        instance_id: str | None,
-        generation: int,
-        protocol_type: str | None,
-        protocol_name: str | None,
-        assignments: Sequence[tuple[str, bytes]],
-    ) -> SyncResult:
+    def sync(self, group_id: str, request: SyncRequest) -> SyncResult:
         self.check_coordinator(group_id)
         entry = self._existing(group_id)
         if entry is None:
             return SyncResult(ErrorCode.unknown_member_id)
-        return self._wait(
-            entry,
-            lambda now: entry.group.sync(
-                now,
-                member_id=member_id,
-                instance_id=instance_id,
-                generation=generation,
-                protocol_type=protocol_type,
-                protocol_name=protocol_name,
-                assignments=assignments,
-            ),
-            SyncResult(ErrorCode.not_coordinator),
-        )
+        return self._wait(entry, lambda now: entry.group.sync(now, request), SyncResult(ErrorCode.not_coordinator))
 
     def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
         self.check_coordinator(group_id)

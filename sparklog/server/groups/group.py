@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode
@@ -42,10 +41,12 @@ __all__ = [
     "EMPTY",
     "PREPARING",
     "STABLE",
+    "JoinRequest",
     "JoinResult",
     "Member",
     "Pending",
     "ProtocolGroup",
+    "SyncRequest",
     "SyncResult",
 ]
 
@@ -83,6 +84,33 @@ class SyncResult:
     assignment: bytes = b""
     protocol_type: str | None = None
     protocol_name: str | None = None
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """A JoinGroup, as the protocol state machine needs it."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    require_known_member_id: bool = True
+
+
+@dataclass(frozen=True)
+class SyncRequest:
+    """A SyncGroup (``assignments`` from the leader only; ``protocol_*`` from v5 clients)."""
+
+    member_id: str
+    instance_id: str | None
+    generation: int
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignments: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass
@@ -125,23 +153,11 @@ class ProtocolGroup:
     changes: int = 0  # bumped on every change the coordinator publishes
 
     # -- joining ------------------------------------------------------------------------
-    def join(
-        self,
-        now_ms: int,
-        *,
-        member_id: str,
-        instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocol_type: str,
-        protocols: Sequence[tuple[str, bytes]],
-        require_known_member_id: bool,
-        initial_delay_ms: int,
-    ) -> Pending:
+    def join(self, now_ms: int, request: JoinRequest, initial_delay_ms: int) -> Pending:
         """A JoinGroup; the result completes now or when the join phase does."""
         pending = Pending()
+        member_id, instance_id, protocol_type = request.member_id, request.instance_id, request.protocol_type
+        protocols, client_id = request.protocols, request.client_id
         if self.state == DEAD:
             pending.complete(JoinResult(ErrorCode.coordinator_not_available, member_id))
             return pending
@@ -158,8 +174,8 @@ class ProtocolGroup:
         if not member_id:
             # Member ids become znode names (DESIGN §4): the client id part keeps Kafka's look, path-safe.
             member_id = f"{re.sub(r'[^a-zA-Z0-9._-]', '_', client_id)[:100] or 'consumer'}-{uuid.uuid4()}"
-            if instance_id is None and require_known_member_id:
-                self.pending_ids[member_id] = now_ms + session_timeout_ms
+            if instance_id is None and request.require_known_member_id:
+                self.pending_ids[member_id] = now_ms + request.session_timeout_ms
                 pending.complete(JoinResult(ErrorCode.member_id_required, member_id))
                 return pending
         self.pending_ids.pop(member_id, None)
@@ -167,9 +183,9 @@ class ProtocolGroup:
             member_id,
             instance_id,
             client_id,
-            client_host,
-            session_timeout_ms,
-            rebalance_timeout_ms,
+            request.client_host,
+            request.session_timeout_ms,
+            request.rebalance_timeout_ms,
             protocol_type,
             list(protocols),
             now_ms,
@@ -177,7 +193,10 @@ class ProtocolGroup:
         if known is not None:
             unchanged = known.protocols == member.protocols
             known.protocols, known.last_seen_ms = member.protocols, now_ms
-            known.session_timeout_ms, known.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+            known.session_timeout_ms, known.rebalance_timeout_ms = (
+                member.session_timeout_ms,
+                member.rebalance_timeout_ms,
+            )
             known.join = pending
             if self.state == STABLE and unchanged and member_id != self.leader:
                 self._answer_current(known)
@@ -307,22 +326,13 @@ class ProtocolGroup:
         return max(common, key=lambda name: votes[name])
 
     # -- syncing ------------------------------------------------------------------------
-    def sync(
-        self,
-        now_ms: int,
-        *,
-        member_id: str,
-        instance_id: str | None,
-        generation: int,
-        protocol_type: str | None,
-        protocol_name: str | None,
-        assignments: Sequence[tuple[str, bytes]],
-    ) -> Pending:
+    def sync(self, now_ms: int, request: SyncRequest) -> Pending:
         pending = Pending()
-        error = self._check(member_id, instance_id, generation)
+        member_id = request.member_id
+        error = self._check(member_id, request.instance_id, request.generation)
         if error is None and (
-            (protocol_type is not None and protocol_type != self.protocol_type)
-            or (protocol_name is not None and protocol_name != self.protocol)
+            (request.protocol_type is not None and request.protocol_type != self.protocol_type)
+            or (request.protocol_name is not None and request.protocol_name != self.protocol)
         ):
             error = ErrorCode.inconsistent_group_protocol
         if error is None and self.state == PREPARING:
@@ -337,7 +347,7 @@ class ProtocolGroup:
             return pending
         member.sync = pending
         if member_id == self.leader:
-            given = dict(assignments)
+            given = dict(request.assignments)
             for other in self.members.values():
                 other.assignment = given.get(other.member_id, b"")
             self.state = STABLE

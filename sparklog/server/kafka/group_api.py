@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.errors import SparklogError
 from sparklog.server.groups.coordinator import BrokerGroups
-from sparklog.server.groups.group import JoinResult, SyncResult
+from sparklog.server.groups.group import JoinRequest, JoinResult, SyncRequest, SyncResult
 from sparklog.server.kafka.context import (
     NO_THROTTLE,
     Api,
@@ -54,8 +54,7 @@ def join_group(request: ApiRequest, broker: BrokerContext) -> Any:
     member_id = str(body.member_id)
     try:
         session_timeout_ms = _ms(body.session_timeout)
-        result = groups_of(broker).join(
-            str(body.group_id),
+        joining = JoinRequest(
             member_id=member_id,
             instance_id=getattr(body, "group_instance_id", None),
             client_id=request.client_id or "",
@@ -63,9 +62,10 @@ def join_group(request: ApiRequest, broker: BrokerContext) -> Any:
             session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=_ms(body.rebalance_timeout) if request.api_version >= 1 else session_timeout_ms,
             protocol_type=str(body.protocol_type),
-            protocols=[(str(p.name), bytes(p.metadata)) for p in body.protocols],
+            protocols=tuple((str(p.name), bytes(p.metadata)) for p in body.protocols),
             require_known_member_id=request.api_version >= 4,
         )
+        result = groups_of(broker).join(str(body.group_id), joining)
     except Exception as exc:  # noqa: BLE001 - answered as the request's error code
         result = JoinResult(error_code(exc), member_id)
     return build(
@@ -93,15 +93,15 @@ def sync_group(request: ApiRequest, broker: BrokerContext) -> Any:
     module = response_module(SYNC_GROUP_KEY, request.api_version)
     body = request.body
     try:
-        result = groups_of(broker).sync(
-            str(body.group_id),
+        sync = SyncRequest(
             member_id=str(body.member_id),
             instance_id=getattr(body, "group_instance_id", None),
             generation=int(body.generation_id),
             protocol_type=getattr(body, "protocol_type", None),
             protocol_name=getattr(body, "protocol_name", None),
-            assignments=[(str(a.member_id), bytes(a.assignment)) for a in body.assignments],
+            assignments=tuple((str(a.member_id), bytes(a.assignment)) for a in body.assignments),
         )
+        result = groups_of(broker).sync(str(body.group_id), sync)
     except Exception as exc:  # noqa: BLE001 - answered as the request's error code
         result = SyncResult(error_code(exc))
     return build(
