@@ -2,7 +2,8 @@
 
 The served APIs and their version ranges are the :class:`~sparklog.server.kafka.context.Api`
 rows of the API modules (``metadata_api``, ``produce_api``, ``fetch_api``, ``offsets_api``,
-``producer_id_api``, ``topics_api``, ``delete_records_api``, ``configs_api``); ApiVersions
+``producer_id_api``, ``topics_api``, ``delete_records_api``, ``configs_api``,
+``coordinator_api``, ``offset_commit_api``); ApiVersions
 (18) v0..v3 advertises exactly them. An ApiVersions request of a
 version outside that range is answered with UNSUPPORTED_VERSION in a v0 response listing
 what is served (Kafka's rule, so a client can retry with a version both sides know). Any
@@ -35,6 +36,7 @@ from sparklog.server.kafka import (
     group_admin_api,
     group_api,
     metadata_api,
+    offset_commit_api,
     offsets_api,
     produce_api,
     producer_id_api,
@@ -163,6 +165,7 @@ _APIS: dict[int, Api] = {
         *coordinator_api.APIS,
         *group_api.APIS,
         *group_admin_api.APIS,
+        *offset_commit_api.APIS,
     )
 }
 # api key -> (min version, max version) served.
