@@ -35,6 +35,7 @@ from sparklog.clients.protocol_member import ProtocolMember
 from sparklog.clients.records import ConsumerRecord, GroupMetadata, to_records
 from sparklog.config import CONSUMER_CONFIGS, with_defaults
 from sparklog.errors import (
+    ConfigError,
     ConsumerClosedError,
     CoordinationError,
     GroupError,
@@ -73,6 +74,11 @@ class Consumer:
         instance = self.configs["group.instance.id"]
         self.instance_id = validate_instance_id(instance) if instance else None
         self.client_id = str(self.configs["client.id"] or "consumer")
+        if (
+            self.configs["bootstrap.servers"]
+            and self.configs["heartbeat.interval.ms"] >= self.configs["session.timeout.ms"]
+        ):
+            raise ConfigError("heartbeat.interval.ms must be lower than session.timeout.ms (Kafka's rule)")
         self.coordinator = coordinator
         self._member: GroupMember | ProtocolMember | None = None
         self._zk: Any = None
