@@ -151,6 +151,8 @@ class ProtocolMember:
                 if self.status == "REVOKING":  # nothing left to revoke: join at once
                     self.status = "JOINING"
                     self._cond.notify_all()
+                if self._incoming is not None:
+                    self.changed.set()  # the next generation is already here: the next sync() adopts it
                 return SyncResult("rejoined")
             if self.status == "REVOKING" and self.assignment is not None and self.assignment.partitions:
                 return SyncResult("revoke", self.assignment)

@@ -262,3 +262,62 @@ def test_bootstrap_servers_is_validated(cluster: sparklog.Cluster) -> None:
     consumer.close()
     with pytest.raises(ConfigError, match=r"heartbeat\.interval\.ms"):
         cluster.consumer("g", bootstrap_servers="127.0.0.1:9", heartbeat_interval_ms=6000, session_timeout_ms=6000)
+
+
+def test_static_light_member_restarts_without_a_rebalance(
+    group_broker: BrokerAgents, cluster: sparklog.Cluster
+) -> None:
+    create_led_topic(cluster, group_broker, TOPIC, PARTITIONS)
+    produce(group_broker, 60)
+    static = {"group_instance_id": "light-static", "session_timeout_ms": 10000}
+    kafka = KafkaMember(group_broker, "static", "kafka-1")
+    # The Kafka client joins first and leads: a static *leader* that restarts rebalances (DESIGN §8).
+    poll_until([kafka], lambda: kafka.owned() == set(range(PARTITIONS)), "the Kafka client alone")
+    light = LightMember(light_consumer(cluster, group_broker, "static", **static))
+    poll_until([kafka, light], lambda: split([kafka, light]) and read_once([kafka, light], 60), "a split")
+    before = kafka.owned(), light.owned()
+    generation = cluster.describe_group("static").generation
+    light.consumer.close()  # static: commits, sends no LeaveGroup, keeps its place
+    again = LightMember(light_consumer(cluster, group_broker, "static", **static))
+    try:
+        poll_until([kafka, again], lambda: again.owned() == before[1], "the restarted member gets its partitions")
+        assert kafka.owned() == before[0]
+        description = cluster.describe_group("static")
+        assert description.generation == generation and description.state == "Stable"
+        assert sorted(m.instance_id or "" for m in description.members) == ["", "light-static"]
+        produce(group_broker, 60, start=60)
+        poll_until([kafka, again], lambda: read_once([kafka, light, again], 120), "records after the restart")
+        assert_exactly_once([kafka, light, again], 120)
+    finally:
+        again.consumer.close()
+        kafka.client.close()
+
+
+def test_light_member_rejoins_after_its_coordinator_restarts(
+    group_broker: BrokerAgents, cluster: sparklog.Cluster
+) -> None:
+    """Killed -9 and restarted: the member finds the coordinator again, is unknown to it
+    (membership lives in the coordinator's memory), rejoins and carries on from its commits."""
+    create_led_topic(cluster, group_broker, TOPIC, PARTITIONS)
+    produce(group_broker, 60)
+    light = LightMember(light_consumer(cluster, group_broker, "restart", client_id="survivor"))
+    try:
+        poll_until([light], lambda: light.owned() == set(range(PARTITIONS)) and read_once([light], 60), "all")
+        light.consumer.commit()
+        generation = light.consumer.group_metadata().generation
+        group_broker.kill(1)
+        group_broker.start(1)
+        group_broker.wait_controller()
+        wait_until(lambda: all(p.leader == 1 for p in cluster.describe_topic(TOPIC).partitions), "leaders again")
+        produce(group_broker, 60, start=60)
+        poll_until([light], lambda: read_once([light], 120), "the records after the restart", timeout_s=90)
+        assert_exactly_once([light], 120)
+        assert light.consumer.group_metadata().generation > generation
+        light.consumer.commit()
+        assert sum(cluster.committed_offsets("restart").values()) == 120
+        wait_until(
+            lambda: [m.client_id for m in cluster.describe_group("restart").members] == ["survivor"],
+            "the rejoined member shown by describe_group",
+        )
+    finally:
+        light.consumer.close()
