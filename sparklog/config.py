@@ -34,6 +34,7 @@ __all__ = [
     "load_properties",
     "normalise_key",
     "parse_acks",
+    "parse_bootstrap_servers",
     "parse_listeners",
     "resolve_cluster_config",
     "validate_configs",
@@ -113,6 +114,27 @@ def _strategies(raw: str) -> str:
     if not names or any(n not in ("range", "roundrobin", "sticky") for n in names):
         raise ValueError(raw)
     return ",".join(names)
+
+
+def parse_bootstrap_servers(raw: str) -> list[tuple[str, int]]:
+    """Kafka's ``bootstrap.servers``: ``host:port[,host:port...]`` (IPv6 hosts in brackets)."""
+    servers: list[tuple[str, int]] = []
+    for part in str(raw).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        host, sep, port = part.rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(part)
+        servers.append((host, int(port)))
+    if not servers:
+        raise ValueError(raw)
+    return servers
+
+
+def _bootstrap(raw: str) -> str:
+    return ",".join(f"{h}:{p}" if ":" not in h else f"[{h}]:{p}" for h, p in parse_bootstrap_servers(raw))
 
 
 def _cleanup_policy(raw: str) -> str:
@@ -197,6 +219,10 @@ CONSUMER_CONFIGS: dict[str, ConfigSpec] = {
             _strategies,
             "a comma-separated list of range, roundrobin, sticky",
         ),
+        # Kafka's: with it the consumer is a member of the brokers' group coordinator (Kafka's
+        # protocol, sparklog/clients/protocol_member.py); without it, of the ZooKeeper membership.
+        ConfigSpec("bootstrap.servers", None, _bootstrap, "a comma-separated list of host:port"),
+        _long("heartbeat.interval.ms", 3_000, 1),
     )
 }
 

@@ -1,7 +1,8 @@
 """The light consumer: Kafka's consumer API for applications, with no Spark.
 
-``subscribe`` joins a consumer group (:mod:`sparklog.metadata.group_member`) and gets
-partitions from its leader; ``assign`` takes partitions by hand. ``poll`` reads committed
+``subscribe`` joins a consumer group and gets partitions from its leader
+(:mod:`sparklog.clients.membership`: through the brokers' group coordinator with
+``bootstrap.servers``, else through ZooKeeper); ``assign`` takes partitions by hand. ``poll`` reads committed
 records from each assigned partition's position up to its high watermark (never beyond:
 DESIGN §5.5), at most ``max.poll.records`` per call, fairly across partitions.
 
@@ -26,13 +27,15 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
+from sparklog.clients.protocol_member import ProtocolMember
+from sparklog.clients.records import ConsumerRecord, GroupMetadata, to_records
 from sparklog.config import CONSUMER_CONFIGS, with_defaults
 from sparklog.errors import (
+    ConfigError,
     ConsumerClosedError,
     CoordinationError,
     GroupError,
@@ -42,7 +45,7 @@ from sparklog.errors import (
     ZooKeeperUnavailableError,
 )
 from sparklog.group.coordinator import NO_GENERATION, GroupCoordinator, OffsetCommit
-from sparklog.group.ids import new_member_id, validate_group_id, validate_instance_id
+from sparklog.group.ids import validate_group_id, validate_instance_id
 from sparklog.log.reader import empty_read_table, offset_for_timestamp, read_ranges
 from sparklog.server.replica_manager import LeaderSnapshot, ReplicaManager
 
@@ -59,28 +62,6 @@ _COORDINATION_BACKOFF_S = 0.1  # between tries while ZooKeeper is unreachable
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class ConsumerRecord:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int  # ms since the epoch
-    timestamp_type: int  # 0 CreateTime, 1 LogAppendTime
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-
-
-@dataclass(frozen=True)
-class GroupMetadata:
-    """Kafka's ``ConsumerGroupMetadata``: who this consumer is in its group right now."""
-
-    group_id: str | None
-    generation: int  # -1 when not (yet) in a generation
-    member_id: str
-    instance_id: str | None
-
-
 class Consumer:
     """Create with :meth:`sparklog.Cluster.consumer`."""
 
@@ -93,8 +74,13 @@ class Consumer:
         instance = self.configs["group.instance.id"]
         self.instance_id = validate_instance_id(instance) if instance else None
         self.client_id = str(self.configs["client.id"] or "consumer")
+        if (
+            self.configs["bootstrap.servers"]
+            and self.configs["heartbeat.interval.ms"] >= self.configs["session.timeout.ms"]
+        ):
+            raise ConfigError("heartbeat.interval.ms must be lower than session.timeout.ms (Kafka's rule)")
         self.coordinator = coordinator
-        self._member: GroupMember | None = None
+        self._member: GroupMember | ProtocolMember | None = None
         self._zk: Any = None
         self._assigned: list[TopicPartition] = []
         self._manual = False
@@ -135,42 +121,16 @@ class Consumer:
         self._member = self._new_member(list(topics or []), pattern)
         self._member.join()
 
-    def _new_member(self, topics: list[str], pattern: str | None) -> GroupMember:
-        from sparklog.group.assignors import MemberSubscription, assign
-        from sparklog.metadata.group_member import GroupMember
-        from sparklog.metadata.session import ZkSession
-
-        def run_assignor(
-            protocol: str,
-            members: Sequence[Any],
-            subscriptions: Mapping[str, Sequence[str]],
-            counts: Mapping[str, int],
-            previous: Mapping[str, list[TopicPartition]],
-        ) -> dict[str, list[TopicPartition]]:
-            subs = [MemberSubscription(m.key, tuple(subscriptions[m.key]), m.instance_id) for m in members]
-            return assign(protocol, subs, counts, previous)
+    def _new_member(self, topics: list[str], pattern: str | None) -> GroupMember | ProtocolMember:
+        from sparklog.clients import membership
 
         group_id = self.group_id
         assert group_id is not None, "subscribe() checked the group id"
-        session_timeout_ms = int(self.configs["session.timeout.ms"])
-        self._zk = ZkSession(
-            self.replicas.zk.connect_string, session_timeout_ms, self.replicas.config.zookeeper_connection_timeout_ms
-        ).start()
-        return GroupMember(
-            self._zk,
-            group_id,
-            client_id=self.client_id,
-            member_id=new_member_id(self.client_id),
-            topics=topics,
-            pattern=pattern,
-            instance_id=self.instance_id,
-            session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=int(self.configs["max.poll.interval.ms"]),
-            protocols=str(self.configs["partition.assignment.strategy"]).split(","),
-            assign=run_assignor,
-            on_generation=lambda generation: self.coordinator.mark_generation(group_id, generation),
-            generation_floor=lambda: self.coordinator.generation(group_id),
-        )
+        args = (group_id, self.configs, self.client_id, self.instance_id, topics, pattern)
+        if self.configs["bootstrap.servers"]:
+            return membership.protocol_member(self.replicas, *args)
+        member, self._zk = membership.zookeeper_member(self.replicas, self.coordinator, *args)
+        return member
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Take ``partitions`` by hand (no group membership; commits need an inactive group)."""
@@ -285,7 +245,11 @@ class Consumer:
         wanted = [(str(t), int(p)) for t, p in partitions]
         if self.group_id is None:
             return {tp: None for tp in wanted}
-        found = self.coordinator.committed(self.group_id, wanted)
+        member = self._member
+        if isinstance(member, ProtocolMember):  # through the coordinator: OffsetFetch
+            found = member.committed(wanted)
+        else:
+            found = self.coordinator.committed(self.group_id, wanted)
         return {tp: found.get(tp) for tp in wanted}
 
     def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
@@ -327,7 +291,7 @@ class Consumer:
     # -- fetching ------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
         """Records (at most ``max_records``/``max.poll.records``) waiting up to ``timeout_ms``."""
-        return _to_records(self.poll_arrow(timeout_ms, max_records))
+        return to_records(self.poll_arrow(timeout_ms, max_records))
 
     def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None) -> pa.Table:
         """Like :meth:`poll`, as one Arrow table in the Kafka source's schema (with headers)."""
@@ -421,6 +385,8 @@ class Consumer:
         group_id = self.group_id
         if member is None:
             send = functools.partial(self.coordinator.commit, group_id, commits)
+        elif isinstance(member, ProtocolMember):  # OffsetCommit with generation and member id
+            send = functools.partial(member.commit, commits)
         else:
             generation = member.assignment.generation if member.assignment is not None else NO_GENERATION - 1
             send = functools.partial(
@@ -476,24 +442,3 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _to_records(table: pa.Table) -> list[ConsumerRecord]:
-    cols = {
-        name: table.column(name).to_pylist()
-        for name in ("topic", "partition", "offset", "timestampType", "key", "value", "headers")
-    }
-    stamps = table.column("timestamp").cast(pa.int64()).to_pylist()
-    return [
-        ConsumerRecord(
-            topic=cols["topic"][i],
-            partition=cols["partition"][i],
-            offset=cols["offset"][i],
-            timestamp=stamps[i] // 1000,
-            timestamp_type=cols["timestampType"][i],
-            key=cols["key"][i],
-            value=cols["value"][i],
-            headers=tuple((h["key"], h["value"]) for h in cols["headers"][i] or ()),
-        )
-        for i in range(table.num_rows)
-    ]
