@@ -168,6 +168,8 @@ class Consumer:
 
     def _handle_group_events(self) -> None:
         member = self._member
+        if isinstance(member, ProtocolMember):
+            member.polled()
         if member is None or not member.changed.is_set():
             return
         result = member.sync()

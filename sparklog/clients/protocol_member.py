@@ -15,6 +15,8 @@ Member states (:attr:`ProtocolMember.status`)::
     ASSIGNED --heartbeat says REBALANCE_IN_PROGRESS, our subscription or (leader) a
         subscribed topic's partition count changed--> REVOKING (sync() says "revoke":
         the consumer commits, runs on_revoke, then ack()) --ack()--> JOINING --> ASSIGNED(g')
+    ASSIGNED --no poll() for max.poll.interval.ms--> LeaveGroup (dynamic members), JOINING once
+        the consumer polls again (sync() says "rejoined": the partitions are lost)
     ASSIGNED/REVOKING --UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION--> JOINING (sync() says
         "rejoined": the partitions are lost, nothing is committed); UNKNOWN_MEMBER_ID also
         drops the member id of a dynamic member
@@ -97,6 +99,9 @@ class ProtocolMember:
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000
+        self.max_poll_interval_s = rebalance_timeout_ms / 1000  # Kafka: max.poll.interval.ms
+        self._last_poll = time.monotonic()
+        self._poll_expired = False  # left for not polling; rejoins at the next poll()
         self.protocols = list(protocols)
         self._resolve = resolve
         self._partition_counts = partition_counts
@@ -128,6 +133,7 @@ class ProtocolMember:
 
     # -- the consumer's side ---------------------------------------------------------------
     def join(self) -> None:
+        self._last_poll = time.monotonic()
         self.status = "JOINING"
         self._thread = threading.Thread(target=self._run, name=f"sparklog-member-{self.group_id}", daemon=True)
         self._thread.start()
@@ -160,6 +166,15 @@ class ProtocolMember:
                 self.assignment, self._incoming = self._incoming, None
                 return SyncResult("assigned", self.assignment)
             return SyncResult("none")
+
+    def polled(self) -> None:
+        """The consumer called ``poll()``: it is alive in Kafka's ``max.poll.interval.ms`` sense;
+        a member that left for not polling rejoins now."""
+        with self._cond:
+            self._last_poll = time.monotonic()
+            if self._poll_expired:
+                self._poll_expired = False
+                self._cond.notify_all()
 
     def ack(self) -> None:
         """After a "revoke": the consumer committed and stopped fetching; rejoin now."""
@@ -280,6 +295,9 @@ class ProtocolMember:
                     next_beat = next_check = time.monotonic() + self.heartbeat_interval_s
                     continue
                 now = time.monotonic()
+                if self._poll_overdue(now):
+                    self._leave_for_not_polling()
+                    continue
                 if now >= next_beat:
                     next_beat = now + self.heartbeat_interval_s
                     self._heartbeat()
@@ -306,7 +324,31 @@ class ProtocolMember:
 
     def _must_join(self) -> bool:
         with self._cond:
+            if self._poll_expired:
+                return False
             return self._wanted > self._joined and self.status not in ("REVOKING", "LEFT", "FAILED")
+
+    def _poll_overdue(self, now: float) -> bool:
+        with self._cond:
+            return not self._poll_expired and self.generation >= 0 and now - self._last_poll > self.max_poll_interval_s
+
+    def _leave_for_not_polling(self) -> None:
+        """Kafka's rule: a consumer that does not poll within max.poll.interval.ms leaves the
+        group (a static one just stops heartbeating), so its partitions move to members that
+        make progress; it rejoins, with its partitions lost, at its next ``poll()``."""
+        log.warning(
+            "%r: poll() was not called for max.poll.interval.ms (%d ms); leaving the group",
+            self,
+            int(self.max_poll_interval_s * 1000),
+        )
+        if self.instance_id is None and self.member_id:
+            leave = requests.leave_group(self.group_id, self.member_id)
+            raise_for(ErrorCode(int(self._connection().call(leave).error_code)), f"LeaveGroup of {self!r}")
+        with self._cond:
+            self._poll_expired = True
+            if self.instance_id is None:
+                self.member_id = ""
+        self._lose(ErrorCode.unknown_member_id)
 
     def _connection(self) -> KafkaConnection:
         coordinator = self._find_coordinator()
@@ -392,7 +434,7 @@ class ProtocolMember:
 
     def _heartbeat(self) -> None:
         with self._cond:
-            if self.generation < 0 or self.status not in ("ASSIGNED", "REVOKING"):
+            if self._poll_expired or self.generation < 0 or self.status not in ("ASSIGNED", "REVOKING"):
                 return
             generation = self.generation
         conn = self._connection()

@@ -321,3 +321,21 @@ def test_light_member_rejoins_after_its_coordinator_restarts(
         )
     finally:
         light.consumer.close()
+
+
+def test_a_light_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(
+    group_broker: BrokerAgents, cluster: sparklog.Cluster
+) -> None:
+    create_led_topic(cluster, group_broker, TOPIC, PARTITIONS)
+    produce(group_broker, 30)
+    kafka = KafkaMember(group_broker, "idle-light", "kafka")
+    light = LightMember(
+        light_consumer(cluster, group_broker, "idle-light", session_timeout_ms=1000, max_poll_interval_ms=1500)
+    )
+    poll_until([kafka, light], lambda: split([kafka, light]), "a split")
+    # The light consumer stops calling poll(): past max.poll.interval.ms it leaves the group.
+    poll_until([kafka], lambda: kafka.owned() == set(range(PARTITIONS)), "its partitions move to the Kafka client")
+    wait_until(lambda: len(cluster.describe_group("idle-light").members) == 1, "one member left")
+    poll_until([kafka, light], lambda: split([kafka, light]), "it rejoins at its next poll()")
+    light.consumer.close()
+    kafka.client.close()
