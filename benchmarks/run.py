@@ -52,6 +52,7 @@ from benchmarks import (
     case_sql_scan,
     case_wire_consume,
     case_wire_e2e,
+    case_wire_groups,
     case_wire_latency,
     case_wire_memory,
     case_wire_produce,
@@ -76,6 +77,7 @@ CASES: dict[str, ModuleType] = {
     case_wire_e2e.CASE: case_wire_e2e,
     case_wire_consume.CASE: case_wire_consume,
     case_wire_memory.CASE: case_wire_memory,
+    case_wire_groups.CASE: case_wire_groups,
 }
 DEFAULT_OUTPUT = Path("benchmarks/results/latest.json")
 SPARK_MASTER = "local[2]"

@@ -148,6 +148,8 @@ def _librdkafka() -> ctypes.CDLL:
     lib.rd_kafka_mock_cluster_bootstraps.restype = ctypes.c_char_p
     lib.rd_kafka_mock_topic_create.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
     lib.rd_kafka_mock_topic_create.restype = ctypes.c_int
+    lib.rd_kafka_mock_group_initial_rebalance_delay_ms.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+    lib.rd_kafka_mock_group_initial_rebalance_delay_ms.restype = None
     lib.rd_kafka_destroy.argtypes = [ctypes.c_void_p]
     lib.rd_kafka_destroy.restype = None
     return lib
@@ -171,12 +173,20 @@ class MockCluster:
         if not mcluster:
             self.close()
             raise RuntimeError("librdkafka started no mock cluster for test.mock.num.brokers=1")
+        self._mcluster = mcluster
         self.bootstrap_servers = self._lib.rd_kafka_mock_cluster_bootstraps(mcluster).decode()
         code = self._lib.rd_kafka_mock_topic_create(mcluster, topic.encode(), partitions, 1)
         if code != 0:
             self.close()
             raise RuntimeError(f"rd_kafka_mock_topic_create({topic}, {partitions}) failed: error {code}")
         self.topic = topic
+
+    def set_group_initial_rebalance_delay_ms(self, delay_ms: int) -> None:
+        """The mock's ``group.initial.rebalance.delay.ms`` (librdkafka's default for it: 3000):
+        ``rd_kafka_mock_group_initial_rebalance_delay_ms``, for groups created afterwards too."""
+        if not self._handle:
+            raise RuntimeError("the mock cluster is closed")
+        self._lib.rd_kafka_mock_group_initial_rebalance_delay_ms(self._mcluster, delay_ms)
 
     def high_watermarks(self) -> dict[int, int]:
         return {p: high for p, (_low, high) in self.log_ranges().items()}
