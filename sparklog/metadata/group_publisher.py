@@ -80,7 +80,7 @@ class GroupPublisher:
         self.registry = GroupRegistry(zk)
         self._leader_data = json.dumps({"member_id": f"{COORDINATOR_PREFIX}{broker_id}"}).encode()
 
-    def claim(self, group_id: str, live_brokers: Sequence[int]) -> None:
+    def claim(self, group_id: str) -> None:
         """Make this broker the group's membership owner; ``InconsistentGroupProtocolError``
         when sparklog's ZooKeeper members hold it."""
         client = self.zk.client

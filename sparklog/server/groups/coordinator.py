@@ -42,7 +42,6 @@ from sparklog.errors import (
 )
 from sparklog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from sparklog.group.ids import validate_instance_id
-from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.group_publisher import GroupPublisher
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
 from sparklog.server.groups.consumer_protocol import decode_assignment, decode_subscription
@@ -139,7 +138,9 @@ class BrokerGroups:
         low, high = self.config.group_min_session_timeout_ms, self.config.group_max_session_timeout_ms
         if not low <= request.session_timeout_ms <= high:
             return JoinResult(ErrorCode.invalid_session_timeout, request.member_id)
-        entry = self._entry(group_id)
+        # A MEMBER_ID_REQUIRED round adds no member: the group is claimed when one joins.
+        claim = bool(request.member_id or request.instance_id is not None or not request.require_known_member_id)
+        entry = self._entry(group_id, claim=claim)
         delay_ms = self.config.group_initial_rebalance_delay_ms
         gone = JoinResult(ErrorCode.not_coordinator, request.member_id)
         return self._wait(entry, lambda now: entry.group.join(now, request, delay_ms), gone)
@@ -242,13 +243,14 @@ class BrokerGroups:
         with self._lock:
             return self._entries.get(group_id)
 
-    def _entry(self, group_id: str) -> _Entry:
+    def _entry(self, group_id: str, *, claim: bool) -> _Entry:
         entry = self._existing(group_id)
-        if entry is not None and entry.group.members:
+        if entry is not None and (entry.group.members or not claim):
             return entry
-        # One membership system: an empty group is claimed again (its znodes were withdrawn);
-        # refused (InconsistentGroupProtocolError) while ZooKeeper members hold it.
-        self.publisher.claim(group_id, live_broker_ids(self.replicas.zk))
+        if claim:
+            # One membership system: an empty group is claimed again (its znodes were withdrawn);
+            # refused (InconsistentGroupProtocolError) while ZooKeeper members hold it.
+            self.publisher.claim(group_id)
         if entry is not None:
             return entry
         record, _ = self.library.registry.state_record(group_id)

@@ -25,7 +25,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from sparklog.admin.topics import create_topic
-from sparklog.errors import InvalidTopicError, TopicExistsError
+from sparklog.errors import InvalidTopicError, TopicExistsError, TopicNotFoundError
 from sparklog.metadata.broker_registration import live_brokers
 from sparklog.metadata.controller_election import current_controller
 from sparklog.model.topic import is_internal, validate_topic_name
@@ -154,7 +154,12 @@ def _topic(
         )
     assignment, _ = replicas.metadata.assignment(name)
     partitions = sorted(int(p) for p in assignment.partitions)
-    states = replicas.metadata.partition_states(name, partitions)
+    try:
+        # The watched cache (no ZooKeeper round trip per partition: a group leader's Metadata
+        # request sits on every rebalance); a topic still being created is read directly.
+        states = replicas.states(name, partitions)
+    except TopicNotFoundError:
+        states = replicas.metadata.partition_states(name, partitions)
     rows = []
     for p in partitions:
         state = states[p]
