@@ -2,7 +2,8 @@
 
 The served APIs and their version ranges are the :class:`~sparklog.server.kafka.context.Api`
 rows of the API modules (``metadata_api``, ``produce_api``, ``fetch_api``, ``offsets_api``,
-``producer_id_api``, ``topics_api``, ``delete_records_api``, ``configs_api``); ApiVersions
+``producer_id_api``, ``topics_api``, ``delete_records_api``, ``configs_api``, ``txn_api``,
+``txn_markers_api``, ``txn_offset_commit_api``); ApiVersions
 (18) v0..v3 advertises exactly them. An ApiVersions request of a
 version outside that range is answered with UNSUPPORTED_VERSION in a v0 response listing
 what is served (Kafka's rule, so a client can retry with a version both sides know). Any
@@ -37,6 +38,9 @@ from sparklog.server.kafka import (
     produce_api,
     producer_id_api,
     topics_api,
+    txn_api,
+    txn_markers_api,
+    txn_offset_commit_api,
 )
 from sparklog.server.kafka.context import NO_RESPONSE, NO_THROTTLE, Api, ApiRequest, BrokerContext, build
 
@@ -159,6 +163,9 @@ _APIS: dict[int, Api] = {
         *delete_records_api.APIS,
         *configs_api.APIS,
         *coordinator_api.APIS,
+        *txn_api.APIS,
+        *txn_markers_api.APIS,
+        *txn_offset_commit_api.APIS,
     )
 }
 # api key -> (min version, max version) served.
