@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
-from sparklog.config import CONSUMER_CONFIGS, with_defaults
+from sparklog.config import CONSUMER_CONFIGS, read_committed, with_defaults
 from sparklog.errors import (
     ConsumerClosedError,
     CoordinationError,
@@ -93,6 +93,8 @@ class Consumer:
         instance = self.configs["group.instance.id"]
         self.instance_id = validate_instance_id(instance) if instance else None
         self.client_id = str(self.configs["client.id"] or "consumer")
+        # read_committed (the default): stop at the last stable offset, skip aborted records.
+        self.read_committed = read_committed(self.configs["isolation.level"])
         self.coordinator = coordinator
         self._member: GroupMember | None = None
         self._zk: Any = None
@@ -300,7 +302,7 @@ class Consumer:
         return result
 
     def _bounds(self, tp: TopicPartition) -> tuple[int, int]:
-        offsets = self.replicas.offsets(tp[0])
+        offsets = self.replicas.offsets(tp[0], read_committed=self.read_committed)
         if tp[1] not in offsets:
             raise UnknownPartitionError(f"Topic {tp[0]} has no partition {tp[1]}")
         return offsets[tp[1]]
@@ -381,20 +383,23 @@ class Consumer:
             if view is None:
                 continue  # no leader right now (its brokers are down): read it once one is elected
             table, dt, high = view.table, view.snapshot, view.high_watermark
+            stop = view.end_for(self.read_committed)
             position = self._positions[tp]
             if position > high:
                 self._reset_position(tp, f"offset {position} is above the high watermark {high}")
                 position = self._positions[tp]
-            if position >= high:
+            if position >= stop:
                 continue
-            window_end = min(high, position + budget)
-            piece = read_ranges(table, dt, {partition: (position, window_end)}, include_headers=True)
+            window_end = min(stop, position + budget)
+            piece = read_ranges(
+                table, dt, {partition: (position, window_end)}, include_headers=True, read_committed=self.read_committed
+            )
             if piece.num_rows == 0 or piece.column("offset")[0].as_py() != position:
                 start = table.log_start(dt, partition)
                 if position < start:
                     self._reset_position(tp, f"offset {position} is below the log-start offset {start}")
                     continue
-                if piece.num_rows == 0:  # the window is a gap left by compaction: step over it
+                if piece.num_rows == 0:  # a gap (compaction, transaction markers, aborted records): step over it
                     self._positions[tp] = window_end
                     continue
             if piece.num_rows:
