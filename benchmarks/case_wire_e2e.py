@@ -2,8 +2,8 @@
 
 What it measures, against one sparklog broker agent (a separate process, fresh cluster per
 run) and a 6-partition, replication-factor-1 topic: a ``confluent_kafka.Consumer`` in its
-own thread is assigned all 6 partitions at their end (``assign``: sparklog's broker does
-not coordinate groups yet, so no ``subscribe``) and loops on ``poll(0.05)`` (librdkafka's
+own thread is assigned all 6 partitions at their end (``assign``: no group join in the
+figure; group joins are case (r)) and loops on ``poll(0.05)`` (librdkafka's
 default ``fetch.wait.max.ms`` 500: its fetches long-poll the broker, which answers as soon
 as a commit made records visible); a
 ``confluent_kafka.Producer`` (``acks=all``, ``linger.ms=0``) in the main thread sends

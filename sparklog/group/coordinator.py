@@ -56,32 +56,19 @@ class GroupCoordinator:
     def __init__(self, replicas: ReplicaManager) -> None:
         self.replicas = replicas
         self.registry = GroupRegistry(replicas.zk)
-        self._table: TopicTable | None = None
+        self._ready: set[str] = set()  # leader table roots seen to exist
         self._num_partitions = 0
 
     # -- the internal topic ----------------------------------------------------------------
-    def offsets_table(self) -> TopicTable:
-        if self._table is None:
-            if OFFSETS_TOPIC not in self.replicas.metadata.list_topics():
-                try:
-                    # Kafka's offsets.topic.replication.factor, capped at the live agents (with
-                    # none, the client's own log dir is the one replica: nobody would copy more).
-                    replication = min(
-                        self.replicas.config.offsets_topic_replication_factor,
-                        max(1, len(live_broker_ids(self.replicas.zk))),
-                    )
-                    create_topic(
-                        self.replicas,
-                        OFFSETS_TOPIC,
-                        self.replicas.config.offsets_topic_num_partitions,
-                        replication,
-                        config={"cleanup.policy": "compact", "segment.bytes": 104_857_600},
-                    )
-                except TopicExistsError:
-                    pass  # another client created it first
-            self._num_partitions = len(self.replicas.partitions_of(OFFSETS_TOPIC))
-            table = self.replicas.leader_table(OFFSETS_TOPIC)
-            # Another client may be between creating the znodes and the table: give it time.
+    def offsets_table(self, group_id: str | None = None) -> TopicTable:
+        """The table of the leader of ``group_id``'s ``__consumer_offsets`` partition, looked up
+        on every call so a group's offsets follow leader changes (failover, reassignment); the
+        topic is created on first use. Without ``group_id``: partition 0's leader (creation)."""
+        self._ensure_topic()
+        partition = 0 if group_id is None else offsets_partition_for(group_id, self._num_partitions)
+        table = self.replicas.leader_table(OFFSETS_TOPIC, partition)
+        if table.root not in self._ready:
+            # Another client may be between creating the znodes and the tables: give it time.
             deadline = time.monotonic() + 30
             while not table.exists():
                 if time.monotonic() > deadline:
@@ -89,11 +76,33 @@ class GroupCoordinator:
                         f"The {OFFSETS_TOPIC} topic exists in ZooKeeper but has no table at {table.root}"
                     )
                 time.sleep(0.05)
-            self._table = table
-        return self._table
+            self._ready.add(table.root)
+        return table
+
+    def _ensure_topic(self) -> None:
+        if self._num_partitions:
+            return
+        if OFFSETS_TOPIC not in self.replicas.metadata.list_topics():
+            try:
+                # Kafka's offsets.topic.replication.factor, capped at the live agents (with
+                # none, the client's own log dir is the one replica: nobody would copy more).
+                replication = min(
+                    self.replicas.config.offsets_topic_replication_factor,
+                    max(1, len(live_broker_ids(self.replicas.zk))),
+                )
+                create_topic(
+                    self.replicas,
+                    OFFSETS_TOPIC,
+                    self.replicas.config.offsets_topic_num_partitions,
+                    replication,
+                    config={"cleanup.policy": "compact", "segment.bytes": 104_857_600},
+                )
+            except TopicExistsError:
+                pass  # another client created it first
+        self._num_partitions = len(self.replicas.partitions_of(OFFSETS_TOPIC))
 
     def log_partition(self, group_id: str) -> int:
-        self.offsets_table()
+        self._ensure_topic()
         return offsets_partition_for(group_id, self._num_partitions)
 
     # -- commits ---------------------------------------------------------------------------
@@ -119,7 +128,7 @@ class GroupCoordinator:
                 self.registry.ensure_group(group_id)
         else:
             self.registry.check_commit(group_id, generation, member_id, member_key or member_id)
-        table = self.offsets_table()
+        table = self.offsets_table(group_id)
         group_offsets.commit_offsets(
             table, self.log_partition(group_id), group_id, commits, generation=generation, member_id=member_id
         )
@@ -131,7 +140,9 @@ class GroupCoordinator:
         self._check_offsets(group_id, commits)
         self.registry.require_inactive(group_id, f"Resetting offsets of group {group_id}")
         self.registry.ensure_group(group_id)  # a group reset into being is listed like any other
-        group_offsets.commit_offsets(self.offsets_table(), self.log_partition(group_id), group_id, commits, reset=True)
+        group_offsets.commit_offsets(
+            self.offsets_table(group_id), self.log_partition(group_id), group_id, commits, reset=True
+        )
 
     def _check_offsets(self, group_id: str, commits: Mapping[TopicPartition, OffsetCommit]) -> None:
         for (topic, partition), commit in commits.items():
@@ -142,25 +153,25 @@ class GroupCoordinator:
 
     def generation(self, group_id: str) -> int:
         """The newest generation of ``group_id`` its offsets log has seen (-1: none)."""
-        return group_offsets.group_generation(self.offsets_table(), group_id)
+        return group_offsets.group_generation(self.offsets_table(group_id), group_id)
 
     def mark_generation(self, group_id: str, generation: int) -> None:
         """Fence commits of generations before ``generation`` (called by the group leader)."""
-        group_offsets.commit_generation(self.offsets_table(), group_id, generation)
+        group_offsets.commit_generation(self.offsets_table(group_id), group_id, generation)
 
     # -- reads -----------------------------------------------------------------------------
     def committed(self, group_id: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         validate_group_id(group_id)
         if OFFSETS_TOPIC not in self.replicas.metadata.list_topics():
             return {}
-        return group_offsets.committed_offsets(self.offsets_table(), group_id, sorted(set(partitions)))
+        return group_offsets.committed_offsets(self.offsets_table(group_id), group_id, sorted(set(partitions)))
 
     def committed_all(self, group_id: str) -> dict[TopicPartition, OffsetCommit]:
         """Every (topic, partition) the group has a live committed offset for, with metadata."""
         validate_group_id(group_id)
         if OFFSETS_TOPIC not in self.replicas.metadata.list_topics():
             return {}
-        table = self.offsets_table()
+        table = self.offsets_table(group_id)
         records = group_offsets.offset_records(table, self.log_partition(group_id), group_id)
         candidates = [(t, p) for (_g, t, p), v in records.items() if v is not None]
         offsets = group_offsets.committed_offsets(table, group_id, candidates)

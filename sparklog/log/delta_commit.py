@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 
 from deltalake import DeltaTable
 
+from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile, fsync_path
 
 __all__ = ["CHECKPOINT_INTERVAL", "commit_actions", "commit_file", "put_commit", "touched_app_ids"]
@@ -51,14 +52,17 @@ def commit_actions(
     metadata: Mapping[str, str],
     read_version: int,
     now_ms: int,
+    removes: Sequence[SegmentLike] = (),
 ) -> bytes:
-    """The newline-delimited JSON actions of one append commit."""
+    """The newline-delimited JSON actions of one append commit; ``removes``: live files it
+    replaces (a rewrite that keeps their surviving records, e.g. ``__consumer_offsets``
+    compacted as it is written), removed in the same commit."""
     info = {
         "timestamp": now_ms,
         "operation": "WRITE",
         "operationParameters": {"mode": "Append"},
         "readVersion": read_version,
-        "isBlindAppend": True,
+        "isBlindAppend": not removes,
         "clientVersion": "sparklog",
         **metadata,
     }
@@ -66,6 +70,21 @@ def commit_actions(
     lines += [
         json.dumps({"txn": {"appId": app_id, "version": version, "lastUpdated": now_ms}})
         for app_id, version in sorted(transactions.items())
+    ]
+    lines += [
+        json.dumps(
+            {
+                "remove": {
+                    "path": seg.path,
+                    "deletionTimestamp": now_ms,
+                    "dataChange": True,
+                    "extendedFileMetadata": True,
+                    "partitionValues": {"partition": str(seg.partition)},
+                    "size": seg.size_bytes,
+                }
+            }
+        )
+        for seg in removes
     ]
     lines += [
         json.dumps(

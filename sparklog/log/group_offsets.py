@@ -46,6 +46,7 @@ from sparklog.model.records import records_to_arrow
 from sparklog.model.schema import FILE_SCHEMA
 
 __all__ = [
+    "GROUP_APP_ID_PREFIXES",
     "NO_GENERATION",
     "OffsetCommit",
     "commit_generation",
@@ -54,19 +55,28 @@ __all__ = [
     "group_fence_app_id",
     "group_generation",
     "group_offset_app_id",
+    "offset_key",
     "offset_records",
+    "offset_value",
+    "rows_to_arrow",
 ]
 
 NO_GENERATION = -1  # commits from outside any generation (admin, standalone consumers)
 TopicPartition = tuple[str, int]
 
 
+_FENCE_PREFIX = "sparklog.group/"
+_OFFSET_PREFIX = "sparklog.offset/"
+# Every app id a group's offsets are read from (follower fetch copies them: replica_fetch.py).
+GROUP_APP_ID_PREFIXES = (_FENCE_PREFIX, _OFFSET_PREFIX)
+
+
 def group_fence_app_id(group_id: str) -> str:
-    return f"sparklog.group/{group_id}"
+    return f"{_FENCE_PREFIX}{group_id}"
 
 
 def group_offset_app_id(group_id: str, topic: str, partition: int) -> str:
-    return f"sparklog.offset/{group_id}/{topic}/{partition}"
+    return f"{_OFFSET_PREFIX}{group_id}/{topic}/{partition}"
 
 
 @dataclass(frozen=True)
@@ -75,9 +85,11 @@ class OffsetCommit:
 
     offset: int | None
     metadata: str = ""
+    leader_epoch: int = -1  # the committed leader epoch a Kafka client sent (-1: none)
 
 
-def _key(group_id: str, topic: str, partition: int) -> bytes:
+def offset_key(group_id: str, topic: str, partition: int) -> bytes:
+    """The record key of a group's committed offset of ``topic``-``partition``."""
     return json.dumps({"group": group_id, "partition": partition, "topic": topic}, sort_keys=True).encode()
 
 
@@ -113,7 +125,7 @@ def commit_offsets(
             )
         live = table.files(dt, {log_partition})
         retained = latest_per_key(read_files(table, live))
-        keys = {_key(group_id, t, p): tp for tp in offsets for t, p in [tp]}
+        keys = {offset_key(group_id, t, p): tp for tp in offsets for t, p in [tp]}
         transactions: dict[str, int] = {group_fence_app_id(group_id): max(fence, generation)}
         for topic, partition in keys.values():
             commit = offsets[(topic, partition)]
@@ -122,11 +134,11 @@ def commit_offsets(
             )
         now_ms = clock.now_ms()
         ordered = sorted(keys, key=lambda k: keys[k])
-        values = [_value(offsets[keys[k]], generation, member_id, now_ms) for k in ordered]
+        values = [offset_value(offsets[keys[k]], generation, member_id, now_ms) for k in ordered]
         base = table.log_end(dt, log_partition)
         kept = [row for key, row in sorted(retained.items(), key=lambda kv: kv[1]["offset"]) if key not in keys]
         fresh = records_to_arrow(ordered, values, [now_ms] * len(ordered))
-        records = pa.concat_tables([_rows_to_arrow(kept).cast(fresh.schema), fresh])
+        records = pa.concat_tables([rows_to_arrow(kept).cast(fresh.schema), fresh])
         positions = pa.array([row["offset"] for row in kept] + list(range(base, base + len(ordered))), pa.int64())
         segments: list[SegmentFile] = []
         try:
@@ -150,16 +162,19 @@ def commit_offsets(
     )
 
 
-def _value(commit: OffsetCommit, generation: int, member_id: str, now_ms: int) -> bytes | None:
+def offset_value(commit: OffsetCommit, generation: int, member_id: str, now_ms: int) -> bytes | None:
+    """The record value of ``commit`` (None: a tombstone)."""
     if commit.offset is None:
         return None
-    payload = {
+    payload: dict[str, object] = {
         "offset": commit.offset,
         "metadata": commit.metadata,
         "generation": generation,
         "member_id": member_id,
         "commit_timestamp": now_ms,
     }
+    if commit.leader_epoch >= 0:
+        payload["leader_epoch"] = commit.leader_epoch
     return json.dumps(payload, sort_keys=True).encode()
 
 
@@ -173,7 +188,7 @@ def latest_per_key(records: pa.Table) -> dict[bytes, dict[str, Any]]:
     return latest
 
 
-def _rows_to_arrow(rows: list[dict[str, Any]]) -> pa.Table:
+def rows_to_arrow(rows: list[dict[str, Any]]) -> pa.Table:
     columns = [f.name for f in FILE_SCHEMA if f.name != "offset"]
     schema = pa.schema([FILE_SCHEMA.field(c) for c in columns])
     return pa.Table.from_pylist([{c: row[c] for c in columns} for row in rows], schema=schema)

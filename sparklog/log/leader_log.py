@@ -21,20 +21,21 @@ One :class:`LeaderLog` per table and thread (the topic's committer).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sparklog import clock
 from sparklog.log.append import LogView
 from sparklog.log.delta_commit import commit_actions, put_commit, touched_app_ids
+from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile
 from sparklog.log.table import CommitConflict, TopicTable
 from sparklog.log.transactions import end_app_id, fence_app_id, leader_app_id, leader_fence_app_id
 from sparklog.log.txn_state import app_transactions, local_root
 
-__all__ = ["LeaderLog"]
+__all__ = ["LeaderLog", "StateView"]
 
 
-class _StateView:
+class StateView:
     def __init__(self, owner: LeaderLog, root: str, version: int, state: Mapping[str, int]) -> None:
         self.owner, self.root, self.version, self.state = owner, root, version, state
 
@@ -48,9 +49,14 @@ class _StateView:
         return self.state.get(end_app_id(partition), 0)
 
     def commit(
-        self, segments: list[SegmentFile], transactions: dict[str, int], metadata: dict[str, str], fsync: bool
+        self,
+        segments: list[SegmentFile],
+        transactions: dict[str, int],
+        metadata: dict[str, str],
+        fsync: bool,
+        removes: Sequence[SegmentLike] = (),
     ) -> None:
-        data = commit_actions(segments, transactions, metadata, self.version, clock.now_ms())
+        data = commit_actions(segments, transactions, metadata, self.version, clock.now_ms(), removes)
         version = self.version + 1
         ours = set(transactions)
         while not put_commit(self.root, version, data, fsync):
@@ -74,6 +80,10 @@ class LeaderLog:
 
     def view(self) -> LogView | None:
         """The log as of its newest commit, or None (then take a snapshot)."""
+        return self.state_view()
+
+    def state_view(self) -> StateView | None:
+        """:meth:`view` with its version and whole app-transaction map exposed."""
         if self.root is None:
             return None
         newest = None if self.known_version is None else self.table.newest_version(self.known_version)
@@ -85,4 +95,4 @@ class LeaderLog:
             self.known_version = None
             return None
         self.known_version = newest
-        return _StateView(self, self.root, newest, state)
+        return StateView(self, self.root, newest, state)

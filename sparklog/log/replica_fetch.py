@@ -32,10 +32,12 @@ from dataclasses import dataclass, replace
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from deltalake import DeltaTable
 
 from sparklog import clock
 from sparklog.errors import FencedError, StorageError
 from sparklog.log.append import COPIED_BATCHES_KEY
+from sparklog.log.group_offsets import GROUP_APP_ID_PREFIXES
 from sparklog.log.reader import read_files
 from sparklog.log.segment import (
     PRODUCER_KEY,
@@ -210,6 +212,7 @@ def copy_from_leader(
             # Kafka producers' sequences (a broker's group commits mix producers in one file):
             # copied from the leader's snapshot the copied files come from.
             transactions.update(transaction_versions(ldt, KAFKA_PRODUCERS_PREFIX, f".{partition}"))
+            transactions.update(_group_transactions(ldt, fdt))
             # Kafka transactions' open and aborted runs, as of the same snapshot (docs/transactions.md).
             transactions.update(transaction_app_ids(ldt, partition))
             if below:
@@ -242,6 +245,20 @@ def copy_from_leader(
         f"Copying {leader.topic}-{partition} from {leader.root} to {follower.root} kept conflicting with other "
         "commits; is another fetcher writing this replica?"
     )
+
+
+def _group_transactions(ldt: DeltaTable, fdt: DeltaTable) -> dict[str, int]:
+    """``__consumer_offsets``: the leader's committed group offsets and generation fences
+    (``sparklog.offset/...``, ``sparklog.group/...``: what every reader of a group's offsets
+    asks) where the follower's differ, so a follower elected leader answers with them. App
+    ids are table-wide while groups live in partitions: ids of groups of other partitions
+    ride along too, never older than the records the follower copies (the leader's snapshot
+    is at least as new), and the next copy from a new leader replaces them again."""
+    copied = {}
+    for prefix in GROUP_APP_ID_PREFIXES:
+        mine = transaction_versions(fdt, prefix)
+        copied.update({k: v for k, v in transaction_versions(ldt, prefix).items() if mine.get(k) != v})
+    return copied
 
 
 def _fresh_copy(path: str, size: int) -> bool:

@@ -49,6 +49,7 @@ from kazoo.protocol.states import KazooState
 from sparklog import clock
 from sparklog.errors import FencedInstanceIdError, SparklogError, ZooKeeperUnavailableError
 from sparklog.metadata import zkdata
+from sparklog.metadata.group_publisher import coordinator_of, refuse_if_coordinated
 from sparklog.metadata.group_registry import (
     COMPLETING,
     EMPTY,
@@ -135,6 +136,7 @@ class GroupMember:
         self._leader_thread: threading.Thread | None = None
         self._leader_version: int | None = None
         self._session_lost = False
+        self._coordinator: int | None = None  # a broker coordinating this group (we may not join)
 
     # -- identity ------------------------------------------------------------------------
     @property
@@ -156,6 +158,7 @@ class GroupMember:
     # -- member side ---------------------------------------------------------------------
     def join(self) -> None:
         self.registry.ensure_group(self.group_id)
+        self._refuse_if_coordinated()
         self.zk.client.add_listener(self._on_connection_state)
         self._register()
         self.status = "JOINED"
@@ -216,6 +219,8 @@ class GroupMember:
         self.changed.clear()
         if self.status in ("FENCED", "LEFT"):
             return SyncResult("none")
+        if self._coordinator is not None:
+            self._refuse_if_coordinated()
         try:
             with zk_errors(f"syncing with group {self.group_id}"):
                 stat = self.zk.client.exists(self.path, watch=self.wakeup)
@@ -343,7 +348,14 @@ class GroupMember:
                 return False
         mine = stat.ephemeralOwner == self.zk.session_id
         self._leader_version = stat.version if mine else None
+        self._coordinator = coordinator_of(_data)
+        if self._coordinator is not None:
+            self.wakeup()  # sync() raises: the group belongs to a broker's coordinator
         return mine
+
+    def _refuse_if_coordinated(self) -> None:
+        """One membership system per group: not through ZooKeeper when a broker coordinates it."""
+        refuse_if_coordinated(self.zk, self.group_id, self._coordinator)
 
     def _leader_wake_watch(self, *_args: object) -> None:
         self._leader_wake.set()

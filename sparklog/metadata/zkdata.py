@@ -326,6 +326,7 @@ class MemberRecord:
     rebalance_timeout_ms: int
     protocols: list[str]
     acked_generation: int = -1
+    coordinator: int = -1  # the broker publishing a Kafka-protocol member; -1: a ZooKeeper member
     version: int = 1
 
     @property
@@ -346,6 +347,7 @@ class MemberRecord:
             rebalance_timeout_ms=int(raw.get("rebalance_timeout_ms", 300_000)),
             protocols=[str(p) for p in raw.get("protocols", ["range"])],
             acked_generation=int(raw.get("acked_generation", -1)),
+            coordinator=int(raw.get("coordinator", -1)),
         )
 
 

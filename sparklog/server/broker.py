@@ -91,7 +91,7 @@ class BrokerAgent:
         self.appender = LeaderAppender(self.replicas, self.broker_id, config.writer_lease_ms)
         self.producer_states = ProducerStates()
         self.producer_ids = ProducerIdBlocks(self.replicas.zk)
-        self.groups = BrokerGroups(self.replicas, self.broker_id)
+        self.groups = BrokerGroups(self.replicas, self.broker_id, config)
         # Markers to other leaders go over the first listener (Kafka's inter.broker.listener.name).
         inter_broker = config.listeners[0].name if config.listeners else "PLAINTEXT"
         self.transactions = TransactionCoordinator(
@@ -149,6 +149,15 @@ class BrokerAgent:
             threading.Thread(target=self._probe_loop, name=f"broker-{self.broker_id}-probe", daemon=True),
             threading.Thread(
                 target=self._fetch_loop, args=(fetcher,), name=f"broker-{self.broker_id}-fetcher", daemon=True
+            ),
+            threading.Thread(
+                target=self.groups.run, args=(self._stop,), name=f"broker-{self.broker_id}-groups", daemon=True
+            ),
+            threading.Thread(
+                target=self.groups.run_publisher,
+                args=(self._stop,),
+                name=f"broker-{self.broker_id}-group-publisher",
+                daemon=True,
             ),
             threading.Thread(
                 target=log_manager.run, args=(self._stop,), name=f"broker-{self.broker_id}-log-manager", daemon=True

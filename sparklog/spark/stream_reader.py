@@ -130,7 +130,8 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
         self.fail_on_data_loss = option_flag(self.options, "failOnDataLoss", True)
         self.max_offsets = _positive_int(self.options.get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger")
-        self.group_id = self.options.get("groupId") or None
+        # Spark's Kafka source names a consumer group ``kafka.group.id``; sparklog's own name is groupId.
+        self.group_id = self.options.get("groupId") or self.options.get("kafka.group.id") or None
         self._replicas: ReplicaManager | None = None
         self._target: Offsets | None = None  # Trigger.AvailableNow: nothing beyond these ends
         self._group_committed: dict[tuple[str, int], int] = {}

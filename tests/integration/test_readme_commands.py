@@ -128,8 +128,19 @@ def test_kafka_clients_examples_run_as_written(embedded_env: tuple[dict[str, str
     ran = subprocess.run([sys.executable, "-c", python], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, f"{python}\nstdout: {ran.stdout}\nstderr: {ran.stderr}"
     lines = ran.stdout.splitlines()
-    assert len(lines) == 3 and {line.split(" ", 2)[2] for line in lines} == {
+    assert len(lines) == 4 and {line.split(" ", 2)[2] for line in lines[:3]} == {
         "b'k1' b'hello'",
         "b'k2' b'world'",
         "b'k3' b'hello again'",
     }, ran.stdout
+    assert lines[3] == "3", ran.stdout  # the group-less reader, too
+    described = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli.main", "groups", "describe", "--group", "greeters"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert described.returncode == 0 and "greetings" in described.stdout, described
+    assert sum(int(line.split()[3]) for line in described.stdout.splitlines()[2:]) == 3, described.stdout

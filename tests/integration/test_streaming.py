@@ -221,6 +221,13 @@ def test_group_id_records_the_processed_offsets(spark, cluster, cluster_options,
     send(cluster, "tracked", ["late"], partition=1)
     assert values_of(run_available_now(df, tmp_path / "ckpt")) == ["late"]
     assert cluster.committed_offsets("reporting") == {("tracked", 0): 6, ("tracked", 1): 7}
+    # Spark's Kafka-source option name works too, and lag tools see the query's group.
+    spark_named = stream(
+        spark, cluster_options, subscribe="tracked", startingOffsets="earliest", **{"kafka.group.id": "q"}
+    )
+    assert len(values_of(run_available_now(spark_named, tmp_path / "ckpt-q"))) == 13
+    assert cluster.committed_offsets("q") == {("tracked", 0): 6, ("tracked", 1): 7}
+    assert [row.lag for row in cluster.describe_group("q").partitions] == [0, 0]
 
 
 # -- writeStream ------------------------------------------------------------------------------

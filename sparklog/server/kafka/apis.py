@@ -2,8 +2,9 @@
 
 The served APIs and their version ranges are the :class:`~sparklog.server.kafka.context.Api`
 rows of the API modules (``metadata_api``, ``produce_api``, ``fetch_api``, ``offsets_api``,
-``producer_id_api``, ``topics_api``, ``delete_records_api``, ``configs_api``, ``txn_api``,
-``txn_markers_api``, ``txn_offset_commit_api``); ApiVersions
+``producer_id_api``, ``topics_api``, ``delete_records_api``, ``configs_api``,
+``coordinator_api``, ``offset_commit_api``, ``txn_api``, ``txn_markers_api``,
+``txn_offset_commit_api``); ApiVersions
 (18) v0..v3 advertises exactly them. An ApiVersions request of a
 version outside that range is answered with UNSUPPORTED_VERSION in a v0 response listing
 what is served (Kafka's rule, so a client can retry with a version both sides know). Any
@@ -33,7 +34,10 @@ from sparklog.server.kafka import (
     coordinator_api,
     delete_records_api,
     fetch_api,
+    group_admin_api,
+    group_api,
     metadata_api,
+    offset_commit_api,
     offsets_api,
     produce_api,
     producer_id_api,
@@ -163,6 +167,9 @@ _APIS: dict[int, Api] = {
         *delete_records_api.APIS,
         *configs_api.APIS,
         *coordinator_api.APIS,
+        *group_api.APIS,
+        *group_admin_api.APIS,
+        *offset_commit_api.APIS,
         *txn_api.APIS,
         *txn_markers_api.APIS,
         *txn_offset_commit_api.APIS,
