@@ -225,6 +225,15 @@ class TransactionStore:
             except (NoNodeError, NotEmptyError):
                 pass
 
+    def pending_groups(self, producer_id: int) -> list[str]:
+        """The groups ``producer_id``'s transaction holds pending offsets of."""
+        with zk_errors(f"listing pending offsets of producer {producer_id}"):
+            try:
+                names = self.zk.client.get_children(transaction_offsets_path(producer_id))
+            except NoNodeError:
+                return []
+        return sorted(unquote(n.removeprefix("id-")) for n in names if n.startswith("id-"))
+
     def producers_with_pending_offsets(self) -> list[int]:
         with zk_errors("listing pending transactional offsets"):
             try:

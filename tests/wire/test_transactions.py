@@ -33,7 +33,9 @@ TIMEOUT_S = 30
 
 
 def transactional(bootstrap: str, transactional_id: str, **config: Any) -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5, **config})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5, **config}
+    )
     producer.init_transactions(TIMEOUT_S)
     return producer
 
@@ -44,10 +46,17 @@ def send(producer: Producer, values: Iterable[str], topic: str = TOPIC) -> None:
     assert producer.flush(TIMEOUT_S) == 0
 
 
-def kafka_read(bootstrap: str, level: str, topic: str = TOPIC, expected: int | None = None) -> list[tuple[int, int, str]]:
+def kafka_read(
+    bootstrap: str, level: str, topic: str = TOPIC, expected: int | None = None
+) -> list[tuple[int, int, str]]:
     """Every record a confluent-kafka consumer at ``level`` gets, (partition, offset, value)."""
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"reader-{level}", "isolation.level": level, "enable.auto.commit": False}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{level}",
+            "isolation.level": level,
+            "enable.auto.commit": False,
+        }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     got: list[tuple[int, int, str]] = []
@@ -98,7 +107,10 @@ def test_commit_and_abort_interleaved_across_partitions(
             send(second, [f"second-{round_}-{i}-{p}" for p in range(PARTITIONS)])
             send(plain, [f"plain-{round_}-{i}-{p}" for p in range(PARTITIONS)])
         committed += [f"plain-{round_}-{i}-{p}" for i in range(6) for p in range(PARTITIONS)]
-        mine = {name: [f"{name}-{round_}-{i}-{p}" for i in range(6) for p in range(PARTITIONS)] for name in ("first", "second")}
+        mine = {
+            name: [f"{name}-{round_}-{i}-{p}" for i in range(6) for p in range(PARTITIONS)]
+            for name in ("first", "second")
+        }
         if round_ % 2 == 0:
             first.commit_transaction(TIMEOUT_S)
             second.abort_transaction(TIMEOUT_S)
@@ -238,7 +250,9 @@ def test_bad_input_gets_kafkas_error_and_changes_nothing(cluster: sparklog.Clust
     # EndTxn without a transaction.
     ended = raw.call(
         port,
-        end_txn_v3.EndTxnRequest(transactional_id="txn-bad", producer_id=producer_id, producer_epoch=epoch, committed=True),  # type: ignore[arg-type]
+        end_txn_v3.EndTxnRequest(
+            transactional_id="txn-bad", producer_id=producer_id, producer_epoch=epoch, committed=True
+        ),  # type: ignore[arg-type]
     )
     assert ended.error_code == ErrorCode.invalid_txn_state
     assert store.get("txn-bad") == before
@@ -269,10 +283,15 @@ def test_bad_input_gets_kafkas_error_and_changes_nothing(cluster: sparklog.Clust
     assert store.get("txn-bad") == before
 
     # A producer id that is not the transactional id's, and an old epoch.
-    for pid, old_epoch, code in ((producer_id + 999, epoch, ErrorCode.invalid_producer_id_mapping), (producer_id, epoch - 1, ErrorCode.producer_fenced)):
+    for pid, old_epoch, code in (
+        (producer_id + 999, epoch, ErrorCode.invalid_producer_id_mapping),
+        (producer_id, epoch - 1, ErrorCode.producer_fenced),
+    ):
         refused = raw.call(
             port,
-            end_txn_v3.EndTxnRequest(transactional_id="txn-bad", producer_id=pid, producer_epoch=old_epoch, committed=False),  # type: ignore[arg-type]
+            end_txn_v3.EndTxnRequest(
+                transactional_id="txn-bad", producer_id=pid, producer_epoch=old_epoch, committed=False
+            ),  # type: ignore[arg-type]
         )
         assert refused.error_code == code
     assert store.get("txn-bad") == before

@@ -289,10 +289,7 @@ class TransactionCoordinator:
             record, version = found
             commit = record.state == PREPARE_COMMIT
             marker = ControlRecord(record.producer_id, record.producer_epoch, commit, coordinator_epoch)
-            for group_id in record.groups:
-                complete_group_offsets(self.store, self.groups.offsets, record.producer_id, group_id, commit)
-            data = [tp for tp in record.topic_partitions if tp[0] != OFFSETS_TOPIC]
-            outcome = self.markers.write(marker, data, timeout_ms) if data else {}
+            outcome = self.markers.write(marker, record.topic_partitions, timeout_ms, self.offsets_marker)
             failed = {tp: e for tp, e in outcome.items() if e is not None}
             if failed:
                 log.info("transaction %r: markers not written yet to %s", transactional_id, failed)
@@ -300,6 +297,13 @@ class TransactionCoordinator:
             final = COMPLETE_COMMIT if commit else COMPLETE_ABORT
             self.store.update(record.evolve(state=final, partitions=[], groups=[], updated_ms=clock.now_ms()), version)
             return True
+
+    def offsets_marker(self, marker: ControlRecord, partition: int) -> None:
+        """A marker reached ``__consumer_offsets`` partition ``partition``, which this broker
+        leads: apply (commit) or drop (abort) the producer's pending offsets of its groups."""
+        for group_id in self.store.pending_groups(marker.producer_id):
+            if self.groups.partition_of(group_id) == partition:
+                complete_group_offsets(self.store, self.groups.offsets, marker.producer_id, group_id, marker.commit)
 
     def run(self, stop: threading.Event) -> None:
         """Every :data:`SWEEP_INTERVAL_MS`: abort transactions past their timeout and complete

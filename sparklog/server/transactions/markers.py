@@ -3,7 +3,10 @@
 A coordinator completing a transaction sends each partition's leader a marker, as Kafka's
 coordinator does: a partition this broker leads gets it through its own appender
 (:func:`append_markers`), any other over the wire with Kafka's WriteTxnMarkers (key 27,
-v1) to the leader named by the partition state, whose handler calls the same function.
+v1) to the leader named by the partition state, whose handler calls the same function. A
+``__consumer_offsets`` partition gets no control row: its leader (the group coordinator)
+applies or drops the transaction's pending group offsets instead
+(:mod:`sparklog.server.transactions.txn_offsets`), as Kafka's group coordinator does.
 Markers go through the leader's group commit, never around it: the leader is the only
 writer of a partition's transaction state (open transactions, aborted runs, its fetch
 tail), so nothing it keeps in memory can go stale.
@@ -20,7 +23,7 @@ import io
 import logging
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kio.index import load_response_schema
@@ -31,19 +34,21 @@ from kio.serial import entity_reader, entity_writer
 
 from sparklog import clock
 from sparklog.errors import LeaderNotAvailableError, NotLeaderError, SparklogError
+from sparklog.group.coordinator import OFFSETS_TOPIC
 from sparklog.log.txn_log import ControlRecord, control_record_rows
 from sparklog.metadata.broker_registration import live_brokers
 from sparklog.server.kafka.records import control_batch
 from sparklog.server.leader_appender import LeaderAppender, PendingAppend
 from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["WRITE_TXN_MARKERS_KEY", "MarkerWriter", "append_markers"]
+__all__ = ["WRITE_TXN_MARKERS_KEY", "MarkerWriter", "OffsetsMarker", "append_markers"]
 
 log = logging.getLogger(__name__)
 
 WRITE_TXN_MARKERS_KEY = 27
 _VERSION = 1
 TopicPartition = tuple[str, int]
+OffsetsMarker = Callable[[ControlRecord, int], None]
 
 
 class MarkerError(SparklogError):
@@ -61,9 +66,12 @@ def append_markers(
     marker: ControlRecord,
     partitions: Sequence[TopicPartition],
     timeout_ms: int,
+    offsets_marker: OffsetsMarker,
 ) -> dict[TopicPartition, BaseException | None]:
     """Append ``marker`` to each of ``partitions`` this broker leads (one control row each,
-    through the group commit) and wait for the commits; per partition None or the error."""
+    through the group commit) and wait for the commits; per partition None or the error.
+    ``offsets_marker(marker, partition)`` completes a ``__consumer_offsets`` partition's
+    pending group offsets instead."""
     outcome: dict[TopicPartition, BaseException | None] = {}
     queued: dict[TopicPartition, PendingAppend] = {}
     now_ms = clock.now_ms()
@@ -73,6 +81,10 @@ def append_markers(
             state = replicas.states(topic, [partition])[partition]
             if state.leader != broker_id:
                 raise NotLeaderError(f"broker {broker_id} does not lead {topic}-{partition} (leader {state.leader})")
+            if topic == OFFSETS_TOPIC:
+                offsets_marker(marker, partition)
+                outcome[(topic, partition)] = None
+                continue
         except SparklogError as exc:
             outcome[(topic, partition)] = exc
             continue
@@ -107,7 +119,11 @@ class MarkerWriter:
         self.listener_name = listener_name
 
     def write(
-        self, marker: ControlRecord, partitions: Sequence[TopicPartition], timeout_ms: int
+        self,
+        marker: ControlRecord,
+        partitions: Sequence[TopicPartition],
+        timeout_ms: int,
+        offsets_marker: OffsetsMarker,
     ) -> dict[TopicPartition, BaseException | None]:
         """One attempt for every partition; per partition None (written) or why not."""
         by_leader: dict[int, list[TopicPartition]] = {}
@@ -124,7 +140,11 @@ class MarkerWriter:
             by_leader.setdefault(leader, []).append((topic, partition))
         for leader, owned in by_leader.items():
             if leader == self.broker_id:
-                outcome.update(append_markers(self.appender, self.replicas, self.broker_id, marker, owned, timeout_ms))
+                outcome.update(
+                    append_markers(
+                        self.appender, self.replicas, self.broker_id, marker, owned, timeout_ms, offsets_marker
+                    )
+                )
                 continue
             try:
                 outcome.update(self._send(leader, marker, owned, timeout_ms))
