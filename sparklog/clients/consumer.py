@@ -3,20 +3,18 @@
 ``subscribe`` joins a consumer group (:mod:`sparklog.metadata.group_member`) and gets
 partitions from its leader; ``assign`` takes partitions by hand. ``poll`` reads committed
 records from each assigned partition's position up to its high watermark (never beyond:
-DESIGN §5.5), at most ``max.poll.records`` per call, fairly across partitions.
+DESIGN §5.5) — for ``isolation.level=read_committed`` (the default) up to the last stable
+offset, without aborted records —, at most ``max.poll.records`` per call, fairly.
 
-Group protocol as Kafka's classic consumer runs it: rebalance events are handled inside
-``poll`` (and ``commit``/``close``): on a revocation the consumer commits its positions
-(when ``enable.auto.commit``), drops the partitions and acknowledges; on a new generation it
-starts each partition from the committed offset, or per ``auto.offset.reset`` when there
-is none or it is out of range (``none`` raises :class:`OffsetOutOfRangeError`). A consumer
-is used by one thread (like Kafka's).
+Group protocol as Kafka's classic consumer runs it, inside ``poll`` (and ``commit``/``close``):
+on a revocation the consumer commits its positions (``enable.auto.commit``), drops the
+partitions and acknowledges; on a new generation it starts each partition from the committed
+offset, or per ``auto.offset.reset`` (``none`` raises :class:`OffsetOutOfRangeError`). One thread.
 
 A ZooKeeper failover within the session timeout is invisible: ``poll`` returns what it can
-(nothing, at worst) until ZooKeeper answers again, and ``commit`` and the acknowledgement of
-a rebalance are retried for up to ``session.timeout.ms`` after the first failure before
-:class:`~sparklog.errors.ZooKeeperUnavailableError` is raised. An auto-commit inside ``poll``
-is not retried (``poll`` must not block): the next interval commits.
+until ZooKeeper answers again; ``commit`` and a rebalance's acknowledgement are retried for up
+to ``session.timeout.ms``, then :class:`~sparklog.errors.ZooKeeperUnavailableError` is
+raised. An auto-commit inside ``poll`` is not retried: the next interval commits.
 """
 
 from __future__ import annotations
@@ -93,7 +91,6 @@ class Consumer:
         instance = self.configs["group.instance.id"]
         self.instance_id = validate_instance_id(instance) if instance else None
         self.client_id = str(self.configs["client.id"] or "consumer")
-        # read_committed (the default): stop at the last stable offset, skip aborted records.
         self.read_committed = read_committed(self.configs["isolation.level"])
         self.coordinator = coordinator
         self._member: GroupMember | None = None
@@ -391,9 +388,8 @@ class Consumer:
             if position >= stop:
                 continue
             window_end = min(stop, position + budget)
-            piece = read_ranges(
-                table, dt, {partition: (position, window_end)}, include_headers=True, read_committed=self.read_committed
-            )
+            window = {partition: (position, window_end)}
+            piece = read_ranges(table, dt, window, include_headers=True, read_committed=self.read_committed)
             if piece.num_rows == 0 or piece.column("offset")[0].as_py() != position:
                 start = table.log_start(dt, partition)
                 if position < start:

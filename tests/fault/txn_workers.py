@@ -29,9 +29,7 @@ def hanging_producer(bootstrap: str, transactional_id: str, topic: str, partitio
         time.sleep(1)
 
 
-def transform_app(
-    bootstrap: str, group_id: str, source: str, sink: str, transactional_id: str, batch: int
-) -> None:
+def transform_app(bootstrap: str, group_id: str, source: str, sink: str, transactional_id: str, batch: int) -> None:
     """Consume-transform-produce exactly once: read ``source`` (read_committed, in group
     ``group_id``), write ``out-<value>`` to ``sink`` and commit the input offsets in the same
     transaction, ``batch`` records at a time, forever."""
@@ -90,4 +88,3 @@ def _rewind(consumer: Consumer, records: list[Any]) -> None:
         first.setdefault((message.topic(), message.partition()), message.offset())
     for (topic, partition), offset in first.items():
         consumer.seek(TopicPartition(topic, partition, offset))
-

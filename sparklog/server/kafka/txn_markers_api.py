@@ -42,7 +42,13 @@ def write_txn_markers(request: ApiRequest, broker: BrokerContext) -> Any:
             )
         else:
             outcome = append_markers(
-                broker.appender, broker.replicas, broker.broker_id, control, wanted, _MARKER_TIMEOUT_MS
+                broker.appender,
+                broker.replicas,
+                broker.broker_id,
+                control,
+                wanted,
+                _MARKER_TIMEOUT_MS,
+                broker.transactions.offsets_marker,
             )
         topics: dict[str, list[Any]] = {}
         for topic, partition in wanted:
