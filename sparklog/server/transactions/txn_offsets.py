@@ -3,9 +3,10 @@
 The group's coordinator (leader of the group's ``__consumer_offsets`` partition) receives
 TxnOffsetCommit and stores the offsets as *pending*, durably, in ZooKeeper
 (``/transactions/offsets/<pid>/<group>``, :mod:`sparklog.metadata.transactions`), not in
-``__consumer_offsets``. When the transaction commits, the transaction coordinator applies
-them to ``__consumer_offsets`` (one offset commit, generation -1: the membership was checked
-when they were received) and drops the znode; when it aborts, it only drops the znode.
+``__consumer_offsets``. The transaction's commit marker reaches the group's offsets
+partition's leader (the group coordinator, through WriteTxnMarkers like any partition), which
+applies them to ``__consumer_offsets`` (one offset commit, generation -1: the membership was
+checked when they were received) and drops the znode; an abort marker only drops the znode.
 
 Invariants: a consumer never reads an offset of a transaction that did not commit; an
 offset commit made visible is exactly what the transaction sent last for that partition;
