@@ -56,6 +56,7 @@ from benchmarks import (
     case_wire_latency,
     case_wire_memory,
     case_wire_produce,
+    case_wire_txn,
 )
 from benchmarks.harness import BenchContext, CaseResult, format_table, machine_info, write_json
 
@@ -78,6 +79,7 @@ CASES: dict[str, ModuleType] = {
     case_wire_consume.CASE: case_wire_consume,
     case_wire_memory.CASE: case_wire_memory,
     case_wire_groups.CASE: case_wire_groups,
+    case_wire_txn.CASE: case_wire_txn,
 }
 DEFAULT_OUTPUT = Path("benchmarks/results/latest.json")
 SPARK_MASTER = "local[2]"

@@ -155,10 +155,15 @@ class Cluster:
         start_offset: int | None = None,
         end_offset: int | None = None,
         include_headers: bool = True,
+        isolation_level: str = "read_committed",
     ) -> pa.Table:
         """Committed records of ``topic`` (one partition or all) in ``[start, end)`` as Arrow,
-        by default log-start to the high watermark (:func:`sparklog.server.log_access.read`)."""
-        return log_access.read(self.replicas, topic, partition, start_offset, end_offset, include_headers)
+        by default log-start to the high watermark (:func:`sparklog.server.log_access.read`);
+        ``read_committed`` (the default) stops at the last stable offset and leaves out
+        aborted transactions' records."""
+        return log_access.read(
+            self.replicas, topic, partition, start_offset, end_offset, include_headers, isolation_level
+        )
 
     # -- clients -------------------------------------------------------------------------
     def producer(self, **config: Any) -> Producer:

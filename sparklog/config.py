@@ -102,6 +102,19 @@ def _long(name: str, default: int, minimum: int, allowed: str | None = None) -> 
     )
 
 
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+
+
+def read_committed(isolation_level: object) -> bool:
+    """Whether ``isolation.level`` (Kafka's values) is read_committed; anything else fails."""
+    value = str(isolation_level).strip().lower()
+    if value not in ISOLATION_LEVELS:
+        raise ConfigError(
+            f"Invalid isolation.level {isolation_level!r}: allowed values are read_committed, read_uncommitted"
+        )
+    return value == "read_committed"
+
+
 def _choice(name: str, default: str, choices: tuple[str, ...]) -> ConfigSpec:
     return ConfigSpec(name, default, str, "one of " + ", ".join(choices), lambda v: v in choices)
 
@@ -206,6 +219,9 @@ CONSUMER_CONFIGS: dict[str, ConfigSpec] = {
     for spec in (
         _choice("auto.offset.reset", "latest", ("earliest", "latest", "none")),
         _long("max.poll.records", 500, 1),
+        # Kafka transactions: read_committed (librdkafka's default, and sparklog's: aborted
+        # and open transactions' records are never shown) or read_uncommitted.
+        _choice("isolation.level", "read_committed", ISOLATION_LEVELS),
         ConfigSpec("client.id", "", str, "a string"),
         ConfigSpec("enable.auto.commit", True, _parse_bool, "true or false", lambda v: isinstance(v, bool)),
         _long("auto.commit.interval.ms", 5_000, 0),

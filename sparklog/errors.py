@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "BrokerNotAvailableError",
+    "ConcurrentTransactionsError",
     "ConfigError",
     "ConsumerClosedError",
     "CoordinationError",
@@ -28,9 +29,12 @@ __all__ = [
     "InvalidOffsetSpecError",
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
     "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
     "InvalidTopicError",
+    "InvalidTransactionTimeoutError",
+    "InvalidTxnStateError",
     "LeaderNotAvailableError",
     "LeaseTimeoutError",
     "NotCoordinatorError",
@@ -42,6 +46,7 @@ __all__ = [
     "OutOfOrderSequenceError",
     "PolicyError",
     "ProducerClosedError",
+    "ProducerFencedError",
     "ProducerSequenceError",
     "RebalanceInProgressError",
     "RecordTooLargeError",
@@ -51,8 +56,11 @@ __all__ = [
     "StorageError",
     "TopicExistsError",
     "TopicNotFoundError",
+    "TransactionCoordinatorFencedError",
+    "TransactionError",
     "UnknownMemberError",
     "UnknownPartitionError",
+    "UnstableOffsetCommitError",
     "ZooKeeperUnavailableError",
 ]
 
@@ -259,3 +267,43 @@ class ConsumerClosedError(SparklogError):
 
 class DeleteRecordsOffsetError(OffsetOutOfRangeError, ValueError):
     """A DeleteRecords offset is negative or beyond the partition's log end."""
+
+
+class TransactionError(SparklogError):
+    """A Kafka transaction request the coordinator or a partition leader refuses (DESIGN §14,
+    docs/transactions.md)."""
+
+
+class ProducerFencedError(TransactionError):
+    """A newer instance of this transactional id has a newer producer epoch (Kafka:
+    PRODUCER_FENCED, INVALID_PRODUCER_EPOCH for old request versions); this one must stop."""
+
+
+class InvalidTxnStateError(TransactionError):
+    """The request does not fit the transaction's state (EndTxn without a transaction, a
+    transactional batch for a partition not in the transaction; Kafka: INVALID_TXN_STATE)."""
+
+
+class ConcurrentTransactionsError(TransactionError):
+    """The previous transaction of this id is still being completed, or another request
+    changed its state meanwhile; retry (Kafka: CONCURRENT_TRANSACTIONS, retriable)."""
+
+
+class InvalidTransactionTimeoutError(TransactionError, ValueError):
+    """``transaction.timeout.ms`` above the broker's ``transaction.max.timeout.ms`` or not
+    positive (Kafka: INVALID_TRANSACTION_TIMEOUT)."""
+
+
+class InvalidProducerIdMappingError(TransactionError):
+    """The producer id does not belong to the transactional id, or the transactional id is
+    unknown (Kafka: INVALID_PRODUCER_ID_MAPPING)."""
+
+
+class TransactionCoordinatorFencedError(TransactionError):
+    """A marker from a coordinator older than one this partition already heard from (Kafka:
+    TRANSACTION_COORDINATOR_FENCED)."""
+
+
+class UnstableOffsetCommitError(GroupError):
+    """A transaction holds offsets of this group that are not committed or aborted yet
+    (Kafka: UNSTABLE_OFFSET_COMMIT, answered to OffsetFetch with require_stable)."""

@@ -4,20 +4,18 @@
 (:mod:`sparklog.clients.membership`: through the brokers' group coordinator with
 ``bootstrap.servers``, else through ZooKeeper); ``assign`` takes partitions by hand. ``poll`` reads committed
 records from each assigned partition's position up to its high watermark (never beyond:
-DESIGN §5.5), at most ``max.poll.records`` per call, fairly across partitions.
+DESIGN §5.5) — for ``isolation.level=read_committed`` (the default) up to the last stable
+offset, without aborted records —, at most ``max.poll.records`` per call, fairly.
 
-Group protocol as Kafka's classic consumer runs it: rebalance events are handled inside
-``poll`` (and ``commit``/``close``): on a revocation the consumer commits its positions
-(when ``enable.auto.commit``), drops the partitions and acknowledges; on a new generation it
-starts each partition from the committed offset, or per ``auto.offset.reset`` when there
-is none or it is out of range (``none`` raises :class:`OffsetOutOfRangeError`). A consumer
-is used by one thread (like Kafka's).
+Group protocol as Kafka's classic consumer runs it, inside ``poll`` (and ``commit``/``close``):
+on a revocation the consumer commits its positions (``enable.auto.commit``), drops the
+partitions and acknowledges; on a new generation it starts each partition from the committed
+offset, or per ``auto.offset.reset`` (``none`` raises :class:`OffsetOutOfRangeError`). One thread.
 
 A ZooKeeper failover within the session timeout is invisible: ``poll`` returns what it can
-(nothing, at worst) until ZooKeeper answers again, and ``commit`` and the acknowledgement of
-a rebalance are retried for up to ``session.timeout.ms`` after the first failure before
-:class:`~sparklog.errors.ZooKeeperUnavailableError` is raised. An auto-commit inside ``poll``
-is not retried (``poll`` must not block): the next interval commits.
+until ZooKeeper answers again; ``commit`` and a rebalance's acknowledgement are retried for up
+to ``session.timeout.ms``, then :class:`~sparklog.errors.ZooKeeperUnavailableError` is
+raised. An auto-commit inside ``poll`` is not retried: the next interval commits.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ import pyarrow as pa
 
 from sparklog.clients.protocol_member import ProtocolMember
 from sparklog.clients.records import ConsumerRecord, GroupMetadata, to_records
-from sparklog.config import CONSUMER_CONFIGS, with_defaults
+from sparklog.config import CONSUMER_CONFIGS, read_committed, with_defaults
 from sparklog.errors import (
     ConfigError,
     ConsumerClosedError,
@@ -79,6 +77,7 @@ class Consumer:
             and self.configs["heartbeat.interval.ms"] >= self.configs["session.timeout.ms"]
         ):
             raise ConfigError("heartbeat.interval.ms must be lower than session.timeout.ms (Kafka's rule)")
+        self.read_committed = read_committed(self.configs["isolation.level"])
         self.coordinator = coordinator
         self._member: GroupMember | ProtocolMember | None = None
         self._zk: Any = None
@@ -266,7 +265,7 @@ class Consumer:
         return result
 
     def _bounds(self, tp: TopicPartition) -> tuple[int, int]:
-        offsets = self.replicas.offsets(tp[0])
+        offsets = self.replicas.offsets(tp[0], read_committed=self.read_committed)
         if tp[1] not in offsets:
             raise UnknownPartitionError(f"Topic {tp[0]} has no partition {tp[1]}")
         return offsets[tp[1]]
@@ -347,20 +346,22 @@ class Consumer:
             if view is None:
                 continue  # no leader right now (its brokers are down): read it once one is elected
             table, dt, high = view.table, view.snapshot, view.high_watermark
+            stop = view.end_for(self.read_committed)
             position = self._positions[tp]
             if position > high:
                 self._reset_position(tp, f"offset {position} is above the high watermark {high}")
                 position = self._positions[tp]
-            if position >= high:
+            if position >= stop:
                 continue
-            window_end = min(high, position + budget)
-            piece = read_ranges(table, dt, {partition: (position, window_end)}, include_headers=True)
+            window_end = min(stop, position + budget)
+            window = {partition: (position, window_end)}
+            piece = read_ranges(table, dt, window, include_headers=True, read_committed=self.read_committed)
             if piece.num_rows == 0 or piece.column("offset")[0].as_py() != position:
                 start = table.log_start(dt, partition)
                 if position < start:
                     self._reset_position(tp, f"offset {position} is below the log-start offset {start}")
                     continue
-                if piece.num_rows == 0:  # the window is a gap left by compaction: step over it
+                if piece.num_rows == 0:  # a gap (compaction, transaction markers, aborted records): step over it
                     self._positions[tp] = window_end
                     continue
             if piece.num_rows:

@@ -76,6 +76,9 @@ class KafkaProducerBatches:
     last_sequences: Mapping[str, int]  # app id (producer_app_id) -> last sequence
     # partition -> (producer id, epoch, first sequence, last sequence, row index in the partition's records)
     batches: Mapping[int, Sequence[tuple[int, int, int, int, int]]]
+    # More app transactions of the commit that depend on where it lands (partition -> base
+    # offset): Kafka transactions' open and aborted runs (sparklog/log/txn_log.py).
+    transactions_for: Callable[[Mapping[int, int]], Mapping[str, int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,8 @@ def append(
                     )
                     next_offset += piece.num_rows
             versions = dict(kafka_producers.last_sequences if kafka_producers else {})
+            if kafka_producers is not None and kafka_producers.transactions_for is not None:
+                versions.update(kafka_producers.transactions_for(base_offsets))
             versions.update({fence_app_id(p): epochs[p] for p in pending})
             versions.update({end_app_id(p): base_offsets[p] + pending[p].num_rows for p in pending})
             if leader_epochs is not None:

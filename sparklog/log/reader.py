@@ -1,8 +1,10 @@
 """Reading a topic table: offset ranges and timestamp lookups over committed snapshots.
 
 Readers only ever see committed Delta versions, and every range is clamped by the caller
-to ``[log-start, high watermark)``, so no reader sees uncommitted or unreplicated records
-(invariant 5). Files are chosen by their offset/timestamp stats before any is opened.
+to ``[log-start, high watermark)`` (``[log-start, last stable offset)`` for read_committed),
+so no reader sees uncommitted or unreplicated records (invariant 5). Transactions' control
+rows are never returned as data, and read_committed reads drop aborted runs
+(:mod:`sparklog.log.txn_log`). Files are chosen by their offset/timestamp stats before any is opened.
 Safe in any process: the Spark source calls :func:`read_segment_range` on executors.
 """
 
@@ -18,6 +20,7 @@ from deltalake import DeltaTable
 from sparklog.errors import StorageError
 from sparklog.log.plans import SegmentLike
 from sparklog.log.table import FileEntry, TopicTable, start_app_id
+from sparklog.log.txn_log import aborted_ranges, visible
 from sparklog.model.schema import FILE_SCHEMA, read_schema
 
 __all__ = [
@@ -44,9 +47,19 @@ def empty_read_table(include_headers: bool) -> pa.Table:
     return read_schema(include_headers).empty_table()
 
 
-def read_segment_range(path: str, partition: int, topic: str, start: int, end: int, include_headers: bool) -> pa.Table:
-    """Rows of one segment file with ``start <= offset < end``, in the read schema."""
-    columns = [f.name for f in FILE_SCHEMA if include_headers or f.name != "headers"]
+def read_segment_range(
+    path: str,
+    partition: int,
+    topic: str,
+    start: int,
+    end: int,
+    include_headers: bool,
+    aborted: Sequence[tuple[int, int]] = (),
+    keep_control: bool = False,
+) -> pa.Table:
+    """Rows of one segment file with ``start <= offset < end``, in the read schema, without
+    control rows (unless ``keep_control``) and without the records of the ``aborted`` runs."""
+    columns = [f.name for f in FILE_SCHEMA if include_headers or keep_control or f.name != "headers"]
     try:
         # schema=: files rewritten by delta-rs (DeleteRecords) store binary_view/string_view.
         data = pq.read_table(
@@ -57,6 +70,7 @@ def read_segment_range(path: str, partition: int, topic: str, start: int, end: i
             f"Cannot read segment {path} of topic {topic} partition {partition} (offsets {start}..{end - 1}): {exc}. "
             "If the file was removed by retention, restart the read from the current log-start offset."
         ) from exc
+    data = visible(data, {partition: aborted}, keep_control)
     n = data.num_rows
     arrays = {
         "key": data.column("key"),
@@ -67,26 +81,45 @@ def read_segment_range(path: str, partition: int, topic: str, start: int, end: i
         "timestamp": data.column("timestamp"),
         "timestampType": data.column("timestampType"),
     }
-    if include_headers:
+    headers = include_headers or keep_control
+    if headers:
         arrays["headers"] = data.column("headers").cast(read_schema(True).field("headers").type)
-    return pa.Table.from_pydict(arrays, schema=read_schema(include_headers))
+    return pa.Table.from_pydict(arrays, schema=read_schema(headers))
 
 
 def read_ranges(
-    table: TopicTable, dt: DeltaTable, ranges: Mapping[int, tuple[int, int]], include_headers: bool = True
+    table: TopicTable,
+    dt: DeltaTable,
+    ranges: Mapping[int, tuple[int, int]],
+    include_headers: bool = True,
+    *,
+    read_committed: bool = False,
+    keep_control: bool = False,
 ) -> pa.Table:
     """All records in ``partition -> [start, end)`` as one table ordered by partition, offset.
 
     Never returns records below a partition's explicit log-start (DeleteRecords, retention),
-    even when a live file straddles it: the range is clamped first."""
+    even when a live file straddles it: the range is clamped first. Control rows are left
+    out unless ``keep_control`` (Fetch encodes them as control batches; they carry headers
+    then); ``read_committed`` also leaves out aborted records (the caller clamps the range to
+    the last stable offset)."""
     ranges = {p: (max(lo, table.app_version(dt, start_app_id(p)) or 0), hi) for p, (lo, hi) in ranges.items()}
     ranges = {p: r for p, r in ranges.items() if r[0] < r[1]}
+    aborted = {p: aborted_ranges(dt, p) if read_committed else [] for p in ranges}
     pieces = [
-        read_segment_range(table.full_path(e.path), e.partition, table.topic, *ranges[e.partition], include_headers)
+        read_segment_range(
+            table.full_path(e.path),
+            e.partition,
+            table.topic,
+            *ranges[e.partition],
+            include_headers,
+            aborted[e.partition],
+            keep_control,
+        )
         for e in files_for_ranges(table, dt, ranges)
     ]
     if not pieces:
-        return empty_read_table(include_headers)
+        return empty_read_table(include_headers or keep_control)
     return pa.concat_tables(pieces)
 
 

@@ -14,7 +14,8 @@ The Delta side of docs/replication.md. A follower replica of partition ``p`` is 
   offsets, same stats), a straddling one sliced; the leader's log-start is copied (files
   wholly below removed, ``sparklog.start.<p>`` raised); producer sequences found in the
   copied files' metadata raise ``sparklog.producer.<id>.<p>``, so the follower deduplicates
-  a producer's retry once it leads. ``sparklog.leader.<p>`` is set to the followed epoch, so
+  a producer's retry once it leads; Kafka transactions' open and aborted runs are copied
+  too (``sparklog.txnopen.<p>.*``, ``sparklog.aborted.<p>.*``). ``sparklog.leader.<p>`` is set to the followed epoch, so
   a zombie writer of an older epoch is fenced here too.
 
 Invariants: every commit is checked against the snapshot it was planned on (max commit
@@ -60,6 +61,7 @@ from sparklog.log.table import (
     start_app_id,
 )
 from sparklog.log.transactions import KAFKA_PRODUCERS_PREFIX, transaction_versions
+from sparklog.log.txn_log import transaction_app_ids
 
 __all__ = [
     "MAX_ROUNDS",
@@ -211,6 +213,8 @@ def copy_from_leader(
             # copied from the leader's snapshot the copied files come from.
             transactions.update(transaction_versions(ldt, KAFKA_PRODUCERS_PREFIX, f".{partition}"))
             transactions.update(_group_transactions(ldt, fdt))
+            # Kafka transactions' open and aborted runs, as of the same snapshot (docs/transactions.md).
+            transactions.update(transaction_app_ids(ldt, partition))
             if below:
                 transactions[start_app_id(partition)] = leader_start
             metadata = {

@@ -19,12 +19,14 @@ from sparklog.log.txn_state import app_transactions, local_root
 
 __all__ = [
     "KAFKA_PRODUCERS_PREFIX",
+    "aborted_app_id",
     "cleaned_app_id",
     "end_app_id",
     "fence_app_id",
     "kafka_producer_id",
     "leader_app_id",
     "leader_fence_app_id",
+    "open_txn_app_id",
     "producer_app_id",
     "rewrite_app_id",
     "start_app_id",
@@ -77,6 +79,19 @@ def kafka_producer_id(producer_id: int) -> str:
     """A Kafka producer id (InitProducerId) as app transactions name it, apart from the light
     producers' ids."""
     return f"kafka-{producer_id}"
+
+
+def open_txn_app_id(partition: int, producer_id: int) -> str:
+    """A Kafka producer's open transaction in ``partition``: version = its first offset + 1
+    (0: none open). Partition first, so one partition's ids share a prefix."""
+    return f"sparklog.txnopen.{partition}.{producer_id}"
+
+
+def aborted_app_id(partition: int, start: int) -> str:
+    """A run of aborted records of ``partition`` starting at ``start``: version = the run's
+    end (exclusive). Only the aborted producer's batches: other producers' records inside a
+    transaction's span are runs' boundaries."""
+    return f"sparklog.aborted.{partition}.{start}"
 
 
 KAFKA_PRODUCERS_PREFIX = producer_app_id(kafka_producer_id(0), 0).removesuffix("0.0")

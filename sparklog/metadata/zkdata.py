@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from sparklog.errors import CoordinationError
 from sparklog.group.ids import validate_group_id, validate_instance_id
@@ -28,6 +29,7 @@ __all__ = [
     "CONTROLLER",
     "CONTROLLER_EPOCH",
     "TOPICS",
+    "TRANSACTIONS",
     "BrokerRecord",
     "ClusterIdRecord",
     "ControllerRecord",
@@ -54,6 +56,9 @@ __all__ = [
     "partitions_path",
     "topic_config_path",
     "topic_path",
+    "transaction_offsets_path",
+    "transaction_producer_path",
+    "transaction_state_path",
     "writer_path",
 ]
 
@@ -70,6 +75,9 @@ ADMIN_REASSIGN = "/admin/reassign_partitions"
 ADMIN_PREFERRED_ELECTION = "/admin/preferred_replica_election"
 # Kafka's name: the last block of producer ids handed to a broker ({"block_end": <exclusive>}).
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+# Kafka transactions' coordinator state (sparklog/metadata/transactions.py; Kafka keeps it in
+# its __transaction_state topic).
+TRANSACTIONS = "/transactions"
 
 
 def topic_path(topic: str) -> str:
@@ -128,6 +136,27 @@ def group_leader_path(group_id: str) -> str:
 
 def group_static_path(group_id: str, instance_id: str) -> str:
     return f"{group_path(group_id)}/static/{validate_instance_id(instance_id)}"
+
+
+def _name(value: str) -> str:
+    """Any transactional or group id as one znode name (percent-encoded, never . or ..)."""
+    return "id-" + quote(value, safe="")
+
+
+def transaction_state_path(transactional_id: str) -> str:
+    """The state of one transactional id (its producer id, epoch, partitions, state)."""
+    return f"{TRANSACTIONS}/ids/{_name(transactional_id)}"
+
+
+def transaction_producer_path(producer_id: int) -> str:
+    """Which transactional id a producer id belongs to (partition leaders verify batches)."""
+    return f"{TRANSACTIONS}/producers/{int(producer_id)}"
+
+
+def transaction_offsets_path(producer_id: int, group_id: str | None = None) -> str:
+    """A transaction's pending group offsets (TxnOffsetCommit), per producer id and group."""
+    base = f"{TRANSACTIONS}/offsets/{int(producer_id)}"
+    return base if group_id is None else f"{base}/{_name(group_id)}"
 
 
 def encode(record: Any) -> bytes:

@@ -12,6 +12,9 @@ A broker is a storage root; its agent is the process that vouches for it (DESIGN
 * **log manager** (:class:`sparklog.server.log_manager.LogManager`): every
   ``log.retention.check.interval.ms``, retention and the Delta log step for the partitions
   the broker leads;
+* **transaction coordinator** (:class:`~sparklog.server.transactions.coordinator.TransactionCoordinator`):
+  every second, aborts transactions past their ``transaction.timeout.ms`` and completes
+  decided ones, for the transactional ids this broker coordinates;
 * **controller candidacy** (:class:`~sparklog.metadata.controller_election.ControllerElection`);
   when elected, :class:`~sparklog.server.controller.controller.Controller` runs here.
 
@@ -45,6 +48,8 @@ from sparklog.server.log_manager import LogManager
 from sparklog.server.producer_state import ProducerStates
 from sparklog.server.replica_fetcher import ReplicaFetcher
 from sparklog.server.replica_manager import ReplicaManager
+from sparklog.server.transactions.coordinator import TransactionCoordinator
+from sparklog.server.transactions.markers import MarkerWriter
 
 __all__ = ["BrokerAgent", "BrokerSettings", "ControllerSettings", "advertised_endpoints", "probe_storage"]
 
@@ -87,6 +92,14 @@ class BrokerAgent:
         self.producer_states = ProducerStates()
         self.producer_ids = ProducerIdBlocks(self.replicas.zk)
         self.groups = BrokerGroups(self.replicas, self.broker_id, config)
+        # Markers to other leaders go over the first listener (Kafka's inter.broker.listener.name).
+        inter_broker = config.listeners[0].name if config.listeners else "PLAINTEXT"
+        self.transactions = TransactionCoordinator(
+            self.groups,
+            self.producer_ids,
+            MarkerWriter(self.replicas, self.broker_id, self.appender, inter_broker),
+            config.transaction_max_timeout_ms,
+        )
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._registration: BrokerRegistration | None = None
@@ -112,6 +125,7 @@ class BrokerAgent:
                     self.producer_states,
                     self.producer_ids,
                     groups=self.groups,
+                    transactions=self.transactions,
                 ),
                 self.config.socket_request_max_bytes,
             )
@@ -147,6 +161,9 @@ class BrokerAgent:
             ),
             threading.Thread(
                 target=log_manager.run, args=(self._stop,), name=f"broker-{self.broker_id}-log-manager", daemon=True
+            ),
+            threading.Thread(
+                target=self.transactions.run, args=(self._stop,), name=f"broker-{self.broker_id}-txn-sweep", daemon=True
             ),
         ]
         for thread in self._threads:

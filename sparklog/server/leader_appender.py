@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -41,6 +41,7 @@ from sparklog.log.append import KafkaProducerBatches
 from sparklog.log.leader_log import LeaderLog
 from sparklog.log.table import TopicTable
 from sparklog.log.transactions import kafka_producer_id, producer_app_id
+from sparklog.log.txn_log import ControlRecord
 from sparklog.metadata.lease import WriterLease
 from sparklog.server.log_tail import LogTails
 from sparklog.server.produce_request import (
@@ -54,6 +55,7 @@ from sparklog.server.produce_request import (
 )
 from sparklog.server.producer_state import ProducerBatch
 from sparklog.server.replica_manager import METADATA_MAX_AGE_MS, ReplicaManager
+from sparklog.server.transactions.partition_txns import PartitionTransactions
 
 __all__ = ["LeaderAppender", "PendingAppend"]
 
@@ -74,6 +76,10 @@ class PendingAppend:
     compression: str = "none"  # the producer's codec (for compression.type=producer)
     # An idempotent producer's batch: its sequence is committed with the records.
     producer: ProducerBatch | None = None
+    # A batch of a Kafka transaction (``producer`` says whose), or a transaction's marker
+    # (one control row): planned by :class:`PartitionTransactions` before the commit.
+    transactional: bool = False
+    marker: ControlRecord | None = None
     # The batch as the producer sent it: kept in the partition's in-memory tail once stored.
     wire: bytes | None = None
     # Called with the base offset as soon as the commit returned (before any acks=all wait).
@@ -107,6 +113,7 @@ class LeaderAppender:
         self._threads: dict[str, threading.Thread] = {}
         self._leases: dict[tuple[str, int], WriterLease] = {}
         self.tails = LogTails()
+        self.txns = PartitionTransactions()
         self._logs: dict[str, LeaderLog] = {}
         self._closed = False
 
@@ -186,6 +193,11 @@ class LeaderAppender:
         items = [i for i in items if i.partition in led and not i.done.is_set()]
         if not items:
             return
+        table = replicas.replica_table(topic, self.broker_id)
+        plan = self.txns.plan(table, {p: states[p].leader_epoch for p in led}, items)
+        items = plan.items
+        if not items:
+            return
         acks: Acks = "all" if items[0].acks == "all" else "1"
         settings = topic_write_settings(replicas, topic, items[0].compression, METADATA_MAX_AGE_MS)
         if acks == "all":
@@ -195,7 +207,6 @@ class LeaderAppender:
             for p in led
             if any(i.partition == p for i in items)
         }
-        table = replicas.replica_table(topic, self.broker_id)
         followers = sorted({b for p in merged for b in states[p].isr} - {self.broker_id})
         stage_roots = [replicas.replica_table(topic, b).root for b in followers] if acks == "all" else []
         request = RequestSettings(
@@ -206,7 +217,7 @@ class LeaderAppender:
             sequence=None,
             compression_type=items[0].compression,
         )
-        producers = _kafka_producers(items)
+        producers = _kafka_producers(items, plan.transactions)
         result = append_to_leader(
             table,
             merged,
@@ -222,6 +233,7 @@ class LeaderAppender:
             keep_lease=lambda lease: not lease.wanted(),
             let_go=lambda: self._release_held(topic),
         )
+        plan.apply(result.base_offsets)
         next_offset = dict(result.base_offsets)
         bases = []
         for item in items:
@@ -291,8 +303,11 @@ class LeaderAppender:
                 item.finish(error=error)
 
 
-def _kafka_producers(items: Sequence[PendingAppend]) -> KafkaProducerBatches | None:
-    """The idempotent batches among ``items`` (in commit order) for the append."""
+def _kafka_producers(
+    items: Sequence[PendingAppend], transactions_for: Callable[[Mapping[int, int]], Mapping[str, int]]
+) -> KafkaProducerBatches:
+    """The idempotent batches among ``items`` (in commit order) for the append, and the
+    round's transaction app ids."""
     rows: dict[int, int] = {}
     last_sequences: dict[str, int] = {}
     batches: dict[int, list[tuple[int, int, int, int, int]]] = {}
@@ -306,4 +321,4 @@ def _kafka_producers(items: Sequence[PendingAppend]) -> KafkaProducerBatches | N
         batches.setdefault(item.partition, []).append(
             (batch.producer_id, batch.producer_epoch, batch.first_sequence, batch.last_sequence, row)
         )
-    return KafkaProducerBatches(last_sequences, batches) if batches else None
+    return KafkaProducerBatches(last_sequences, batches, transactions_for)

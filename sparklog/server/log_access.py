@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
+from sparklog.config import read_committed
 from sparklog.errors import OffsetOutOfRangeError
 from sparklog.log.reader import offset_for_timestamp, read_ranges
 from sparklog.model.offsets import OffsetSpec, parse_offset_spec
@@ -86,18 +87,23 @@ def read(
     start_offset: int | None = None,
     end_offset: int | None = None,
     include_headers: bool = True,
+    isolation_level: str = "read_committed",
 ) -> pa.Table:
     """Committed records of ``topic`` (one partition or all) in ``[start, end)`` as Arrow.
 
-    Defaults: from log-start to the high watermark. An explicit start outside
+    Defaults: from log-start to the high watermark — to the last stable offset, without
+    aborted records, for ``isolation_level="read_committed"`` (the default; Kafka
+    transactions, docs/transactions.md). An explicit start outside
     ``[log_start, high_watermark]`` raises ``OffsetOutOfRangeError``.
     """
+    committed = read_committed(isolation_level)
     validate_topic_name(topic)
     partitions = replicas.partitions_of(topic)
     if partition is not None:
         replicas.check_partition(topic, partition, partitions)
         partitions = [partition]
     ranges: dict[int, tuple[int, int]] = {}
+    stable = replicas.offsets(topic, partitions, read_committed=committed)
     for p, (start, end) in replicas.offsets(topic, partitions).items():
         lo = start if start_offset is None else start_offset
         if lo < start or lo > end:
@@ -105,10 +111,11 @@ def read(
                 f"Offset {lo} is out of range for {topic}-{p}: valid offsets are {start}..{end} "
                 "(log-start..high watermark); seek to one of them"
             )
-        hi = end if end_offset is None else max(lo, min(end_offset, end))
-        ranges[p] = (lo, hi)
+        stop = stable[p].high_watermark
+        hi = stop if end_offset is None else min(end_offset, stop)
+        ranges[p] = (lo, max(lo, hi))
     pieces = [
-        read_ranges(table, table.snapshot(), {p: ranges[p] for p in parts}, include_headers)
+        read_ranges(table, table.snapshot(), {p: ranges[p] for p in parts}, include_headers, read_committed=committed)
         for table, parts in replicas.leader_tables(topic, partitions)
     ]
     if len(pieces) == 1:

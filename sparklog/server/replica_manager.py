@@ -29,6 +29,7 @@ from typing import Any
 from sparklog.config import TOPIC_CONFIGS, ClusterConfig, validate_configs, with_defaults
 from sparklog.errors import LeaderNotAvailableError, SparklogError, UnknownPartitionError
 from sparklog.log.table import TopicTable
+from sparklog.log.txn_log import last_stable_offset
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.partition_states import PartitionStateCache
 from sparklog.metadata.session import ZkSession
@@ -68,6 +69,13 @@ class LeaderSnapshot:
     snapshot: Any  # deltalake.DeltaTable (only log/ imports deltalake)
     high_watermark: int
     log_end: int  # the leader's: above the high watermark until the ISR has copied it
+    # The first offset of the oldest open transaction, else the high watermark: what
+    # read_committed readers read up to (docs/transactions.md).
+    last_stable_offset: int = -1
+
+    def end_for(self, read_committed: bool) -> int:
+        """Where a reader of that isolation level stops (exclusive)."""
+        return self.last_stable_offset if read_committed else self.high_watermark
 
 
 class ReplicaManager:
@@ -267,27 +275,35 @@ class ReplicaManager:
             # Followers' log ends only: read without refreshing their snapshots.
             ends = {b: self.replica_table(topic, b).current_log_end(p) for b in state.isr if b != state.leader}
             ends[state.leader] = end
-            result[p] = LeaderSnapshot(table, dt, high_watermark([state.leader, *state.isr], ends), end)
+            high = high_watermark([state.leader, *state.isr], ends)
+            result[p] = LeaderSnapshot(table, dt, high, end, last_stable_offset(dt, p, high))
         return result
 
     def offsets(
-        self, topic: str, partitions: Iterable[int] | None = None, *, with_log_start: bool = True
+        self,
+        topic: str,
+        partitions: Iterable[int] | None = None,
+        *,
+        with_log_start: bool = True,
+        read_committed: bool = False,
     ) -> dict[int, PartitionOffsets]:
         """``partition -> (log_start, high_watermark)``: log-start of the leader, high watermark =
         minimum log end over the ISR, from one snapshot per replica table. Without
-        ``with_log_start`` the first item is -1 (saves the file statistics)."""
+        ``with_log_start`` the first item is -1 (saves the file statistics). With
+        ``read_committed`` the second item is the last stable offset instead."""
         selected = self.partitions_of(topic) if partitions is None else partitions
         positions = self.fetch_positions(topic, selected)
         starts: dict[int, dict[int, int]] = {}
         result: dict[int, PartitionOffsets] = {}
         for p, at in positions.items():
+            end = at.end_for(read_committed)
             if not with_log_start:
-                result[p] = PartitionOffsets((-1, at.high_watermark))
+                result[p] = PartitionOffsets((-1, end))
                 continue
             if id(at.table) not in starts:
                 starts[id(at.table)] = at.table.log_starts(at.snapshot)
             start = starts[id(at.table)].get(p, at.log_end)
-            result[p] = PartitionOffsets((min(start, at.high_watermark), at.high_watermark))
+            result[p] = PartitionOffsets((min(start, end), end))
         return result
 
     def current_high_watermark(self, topic: str, partition: int, state: PartitionState) -> int:
@@ -297,6 +313,10 @@ class ReplicaManager:
         ends = {b: self.replica_table(topic, b).current_log_end(partition) for b in set(isr)}
         return high_watermark(isr, ends)
 
-    def high_watermarks(self, topic: str, partitions: Iterable[int] | None = None) -> dict[int, int]:
-        """``partition -> high watermark`` only: no file listing, cheap enough to poll."""
-        return {p: o.high_watermark for p, o in self.offsets(topic, partitions, with_log_start=False).items()}
+    def high_watermarks(
+        self, topic: str, partitions: Iterable[int] | None = None, *, read_committed: bool = False
+    ) -> dict[int, int]:
+        """``partition -> high watermark`` (the last stable offset with ``read_committed``)
+        only: no file listing, cheap enough to poll."""
+        offsets = self.offsets(topic, partitions, with_log_start=False, read_committed=read_committed)
+        return {p: o.high_watermark for p, o in offsets.items()}

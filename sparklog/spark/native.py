@@ -5,6 +5,9 @@ clamping, one committed snapshot per topic); then the chosen segment files are h
 ``spark.read.parquet`` with the table root as ``basePath`` (so ``partition`` comes from the
 ``partition=N`` directories) and filtered to the offset ranges, which Parquet row-group
 stats prune. The result has the Kafka source's columns. Runs where the SparkSession is.
+As the data source: transactions' control rows are filtered out (``timestampType`` -1), and
+read_committed (the default; ``kafka.isolation.level``/``isolation.level``) ends at the last
+stable offset and filters the aborted runs out (docs/transactions.md).
 
 :func:`lag_frame` is the ``consumer_lag`` view's DataFrame: the Arrow table of
 :func:`sparklog.admin.groups.consumer_lag` handed to ``createDataFrame``, i.e. a snapshot of
@@ -50,6 +53,18 @@ def _range_predicate(ranges: Mapping[int, tuple[int, int]], files: list[FileEntr
     return " OR ".join(terms)
 
 
+def _transaction_predicate(aborted: Mapping[int, list[tuple[int, int]]]) -> str:
+    """SQL filter leaving out control rows and the aborted runs (partition -> runs)."""
+    from sparklog.log.txn_log import CONTROL_TIMESTAMP_TYPE
+
+    terms = [f"`timestampType` <> {CONTROL_TIMESTAMP_TYPE}"]
+    for partition, runs in sorted(aborted.items()):
+        terms += [
+            f"NOT (`partition` = {partition} AND `offset` >= {start} AND `offset` < {end})" for start, end in runs
+        ]
+    return " AND ".join(terms)
+
+
 def read_topics(spark: SparkSession, options: Mapping[str, str], replicas: ReplicaManager | None = None) -> DataFrame:
     """Like ``spark.read.format("sparklog").options(**options).load()``, natively.
 
@@ -58,12 +73,14 @@ def read_topics(spark: SparkSession, options: Mapping[str, str], replicas: Repli
     from pyspark.sql.datasource import CaseInsensitiveDict
 
     from sparklog.log.reader import files_for_ranges
+    from sparklog.log.txn_log import aborted_ranges
     from sparklog.model.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
-    from sparklog.spark.options import connect_replicas, option_flag
+    from sparklog.spark.options import connect_replicas, option_flag, option_read_committed
     from sparklog.spark.reader import resolve_read_ranges
 
     opts = CaseInsensitiveDict(dict(options))
     include_headers = option_flag(opts, "includeHeaders", False)
+    committed = option_read_committed(opts)
     output_ddl = SPARK_READ_DDL_WITH_HEADERS if include_headers else SPARK_READ_DDL
     frames: list[DataFrame] = []
     own = replicas is None
@@ -73,7 +90,8 @@ def read_topics(spark: SparkSession, options: Mapping[str, str], replicas: Repli
         for topic, all_ranges in resolve_read_ranges(replicas, opts).items():
             for table, parts in replicas.leader_tables(topic, all_ranges):
                 ranges = {p: all_ranges[p] for p in parts}
-                files = files_for_ranges(table, table.snapshot(), ranges)
+                dt = table.snapshot()
+                files = files_for_ranges(table, dt, ranges)
                 if not files:
                     continue
                 df = (
@@ -84,6 +102,7 @@ def read_topics(spark: SparkSession, options: Mapping[str, str], replicas: Repli
                 predicate = _range_predicate(ranges, files)
                 if predicate is not None:
                     df = df.where(predicate)  # one SQL string: a py4j call per Column op adds up
+                df = df.where(_transaction_predicate({p: aborted_ranges(dt, p) for p in ranges} if committed else {}))
                 # Topic names are validated ([a-zA-Z0-9._-]), so they are safe in a SQL literal.
                 selected = ["key", "value", f"'{topic}' AS topic", "partition", "offset", "timestamp", "timestampType"]
                 frames.append(df.selectExpr(*selected, *(["headers"] if include_headers else [])))

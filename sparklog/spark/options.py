@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from sparklog.config import CLUSTER_KEYS, ClusterConfig, resolve_cluster_config
+from sparklog.config import CLUSTER_KEYS, ClusterConfig, read_committed, resolve_cluster_config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,6 +28,7 @@ __all__ = [
     "cluster_options_from_conf",
     "connect_replicas",
     "option_flag",
+    "option_read_committed",
     "session_options",
 ]
 
@@ -75,6 +76,17 @@ def option_flag(options: Mapping[str, Any], key: str, default: bool) -> bool:
     if lowered not in ("true", "false"):
         raise ConfigError(f"Option {key} must be true or false, got {raw!r}")
     return lowered == "true"
+
+
+def option_read_committed(options: Mapping[str, Any]) -> bool:
+    """The ``kafka.isolation.level`` (Spark's Kafka source name) or ``isolation.level`` option:
+    True for read_committed, sparklog's default (docs/transactions.md: views and reads never
+    show aborted or open transactions' records; Spark's Kafka source defaults to
+    read_uncommitted, which is accepted too)."""
+    given = [options.get(k) for k in ("kafka.isolation.level", "isolation.level") if options.get(k) is not None]
+    if len({str(v).strip().lower() for v in given}) > 1:
+        raise ConfigError(f"kafka.isolation.level and isolation.level disagree: {given}")
+    return read_committed(given[0]) if given else True
 
 
 def connect_replicas(options: Mapping[str, str]) -> ReplicaManager:

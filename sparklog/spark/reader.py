@@ -5,6 +5,11 @@ per-partition offset ranges against one committed Delta snapshot per topic, clam
 to ``[log-start, high watermark)`` and picks the files whose stats overlap; each input
 partition is one file (or one offset slice of a file, for ``minPartitions``). Tasks only
 open the files they were given: they need no ZooKeeper and no driver state.
+
+Isolation (``kafka.isolation.level`` or ``isolation.level``; docs/transactions.md):
+read_committed, the default, ends every range at the partition's last stable offset and
+gives each slice the partition's aborted runs to leave out; read_uncommitted reads to the
+high watermark. Transactions' control rows are never returned.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from pyspark.sql.datasource import CaseInsensitiveDict, DataSourceReader, InputP
 from sparklog.errors import ConfigError, InvalidOffsetSpecError, OffsetOutOfRangeError, TopicNotFoundError
 from sparklog.model.offsets import EARLIEST, LATEST, parse_assign_json, parse_offsets_json
 from sparklog.model.topic import is_internal
-from sparklog.spark.options import connect_replicas, option_flag
+from sparklog.spark.options import connect_replicas, option_flag, option_read_committed
 
 if TYPE_CHECKING:
     from sparklog.server.replica_manager import ReplicaManager
@@ -38,14 +43,25 @@ class SegmentSlice(InputPartition):
     start: int
     end: int
     include_headers: bool
+    aborted: tuple[tuple[int, int], ...]
 
-    def __init__(self, path: str, topic: str, partition: int, start: int, end: int, include_headers: bool) -> None:
+    def __init__(
+        self,
+        path: str,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        include_headers: bool,
+        aborted: tuple[tuple[int, int], ...] = (),
+    ) -> None:
         object.__setattr__(self, "path", path)
         object.__setattr__(self, "topic", topic)
         object.__setattr__(self, "partition", partition)
         object.__setattr__(self, "start", start)
         object.__setattr__(self, "end", end)
         object.__setattr__(self, "include_headers", include_headers)
+        object.__setattr__(self, "aborted", aborted)
         object.__setattr__(self, "value", None)
 
 
@@ -139,11 +155,13 @@ def _bound(
 
 
 def resolve_read_ranges(replicas: ReplicaManager, options: Mapping[str, str]) -> dict[str, dict[int, tuple[int, int]]]:
-    """topic -> partition -> [start, end) clamped to log-start and the high watermark."""
+    """topic -> partition -> [start, end) clamped to log-start and the high watermark (the
+    last stable offset for read_committed)."""
     fail_on_data_loss = option_flag(options, "failOnDataLoss", True)
+    committed = option_read_committed(options)
     result: dict[str, dict[int, tuple[int, int]]] = {}
     for topic, assigned in subscribed_topics(replicas, options).items():
-        offsets = replicas.offsets(topic)
+        offsets = replicas.offsets(topic, read_committed=committed)
         partitions = assigned if assigned is not None else sorted(offsets)
         unknown = [p for p in partitions if p not in offsets]
         if unknown:
@@ -178,20 +196,30 @@ class SparklogBatchReader(DataSourceReader):
 
     def partitions(self) -> list[SegmentSlice]:
         from sparklog.log.reader import files_for_ranges
+        from sparklog.log.txn_log import aborted_ranges
 
+        committed = option_read_committed(self.options)
         with connect_replicas(self.options) as replicas:
             slices: list[SegmentSlice] = []
             for topic, ranges in resolve_read_ranges(replicas, self.options).items():
                 for table, parts in replicas.leader_tables(topic, ranges):
                     led = {p: ranges[p] for p in parts}
-                    for entry in files_for_ranges(table, table.snapshot(), led):
+                    dt = table.snapshot()
+                    aborted = {p: tuple(aborted_ranges(dt, p)) if committed else () for p in led}
+                    for entry in files_for_ranges(table, dt, led):
                         lo, hi = (
                             max(led[entry.partition][0], entry.base_offset),
                             min(led[entry.partition][1], entry.last_offset + 1),
                         )
                         slices.append(
                             SegmentSlice(
-                                table.full_path(entry.path), topic, entry.partition, lo, hi, self.include_headers
+                                table.full_path(entry.path),
+                                topic,
+                                entry.partition,
+                                lo,
+                                hi,
+                                self.include_headers,
+                                aborted[entry.partition],
                             )
                         )
         return _split_for_min_partitions(slices, int(self.options.get("minPartitions", "0") or 0))
@@ -208,6 +236,7 @@ class SparklogBatchReader(DataSourceReader):
             partition.start,
             partition.end,
             partition.include_headers,
+            partition.aborted,
         )
         yield from table.to_batches(max_chunksize=65536)
 
@@ -224,8 +253,12 @@ def _split_for_min_partitions(slices: list[SegmentSlice], min_partitions: int) -
             break
         mid = (widest.start + widest.end) // 2
         result[-1:] = [
-            SegmentSlice(widest.path, widest.topic, widest.partition, widest.start, mid, widest.include_headers),
-            SegmentSlice(widest.path, widest.topic, widest.partition, mid, widest.end, widest.include_headers),
+            SegmentSlice(
+                widest.path, widest.topic, widest.partition, widest.start, mid, widest.include_headers, widest.aborted
+            ),
+            SegmentSlice(
+                widest.path, widest.topic, widest.partition, mid, widest.end, widest.include_headers, widest.aborted
+            ),
         ]
     result.sort(key=lambda s: (s.topic, s.partition, s.start))
     return result

@@ -39,7 +39,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from sparklog.errors import ConfigError, OffsetOutOfRangeError
 from sparklog.model.offsets import EARLIEST, LATEST, parse_offsets_json
-from sparklog.spark.options import connect_replicas, option_flag
+from sparklog.spark.options import connect_replicas, option_flag, option_read_committed
 
 # ``subscribed_topics`` (subscribe/subscribePattern/assign -> topics) is the batch reader's; reused,
 # not copied, so both sources resolve a subscription alike.
@@ -200,7 +200,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         replicas = self._connect()
         result: Offsets = {}
         for topic, assigned in subscribed_topics(replicas, self.options).items():
-            hws = replicas.high_watermarks(topic)
+            hws = replicas.high_watermarks(topic, read_committed=option_read_committed(self.options))
             if assigned is not None:
                 unknown = sorted(set(assigned) - set(hws))
                 if unknown:

@@ -3,7 +3,8 @@
 The served APIs and their version ranges are the :class:`~sparklog.server.kafka.context.Api`
 rows of the API modules (``metadata_api``, ``produce_api``, ``fetch_api``, ``offsets_api``,
 ``producer_id_api``, ``topics_api``, ``delete_records_api``, ``configs_api``,
-``coordinator_api``, ``offset_commit_api``); ApiVersions
+``coordinator_api``, ``offset_commit_api``, ``txn_api``, ``txn_markers_api``,
+``txn_offset_commit_api``); ApiVersions
 (18) v0..v3 advertises exactly them. An ApiVersions request of a
 version outside that range is answered with UNSUPPORTED_VERSION in a v0 response listing
 what is served (Kafka's rule, so a client can retry with a version both sides know). Any
@@ -41,6 +42,9 @@ from sparklog.server.kafka import (
     produce_api,
     producer_id_api,
     topics_api,
+    txn_api,
+    txn_markers_api,
+    txn_offset_commit_api,
 )
 from sparklog.server.kafka.context import NO_RESPONSE, NO_THROTTLE, Api, ApiRequest, BrokerContext, build
 
@@ -166,6 +170,9 @@ _APIS: dict[int, Api] = {
         *group_api.APIS,
         *group_admin_api.APIS,
         *offset_commit_api.APIS,
+        *txn_api.APIS,
+        *txn_markers_api.APIS,
+        *txn_offset_commit_api.APIS,
     )
 }
 # api key -> (min version, max version) served.

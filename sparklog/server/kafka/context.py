@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from sparklog.server.leader_appender import LeaderAppender
     from sparklog.server.producer_state import ProducerStates
     from sparklog.server.replica_manager import ReplicaManager
+    from sparklog.server.transactions.coordinator import TransactionCoordinator
 
 __all__ = [
     "METADATA_MAX_AGE_MS",
@@ -84,6 +85,7 @@ class BrokerContext:
     producer_ids: ProducerIdBlocks | None = None
     cluster_id: str | None = None
     groups: BrokerGroups | None = None
+    transactions: TransactionCoordinator | None = None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,10 @@ Validation, as Kafka's classic group coordinator does it:
 * storage errors are answered as Kafka's coordinator maps its append errors: leadership
   moved → NOT_COORDINATOR, too few in-sync replicas or a timeout → COORDINATOR_NOT_AVAILABLE.
 
+OffsetFetch with ``require_stable`` (v7+, KIP-447; librdkafka's read_committed consumers set
+it) answers UNSTABLE_OFFSET_COMMIT for partitions an open transaction holds offsets of
+(TxnOffsetCommit, :func:`sparklog.server.transactions.txn_offsets.unstable_partitions`), so
+an exactly-once application resumes only from offsets whose transaction ended.
 OffsetFetch answers -1 (and no error) for partitions without a committed offset; v2+ with no
 topics means every partition the group has an offset for; v8+ fetches several groups, each
 answered on its own (a group this broker does not coordinate: NOT_COORDINATOR for that group).
@@ -67,6 +71,7 @@ from sparklog.server.kafka.context import (
     response_module,
 )
 from sparklog.server.kafka.error_codes import error_code
+from sparklog.server.transactions.txn_offsets import unstable_partitions
 
 __all__ = ["APIS", "MAX_METADATA_BYTES"]
 
@@ -198,10 +203,16 @@ def _check_partition(broker: BrokerContext, tp: TopicPartition, part: Any) -> tu
 def offset_fetch(request: ApiRequest, broker: BrokerContext) -> Any:
     module = response_module(OFFSET_FETCH_KEY, request.api_version)
     body = request.body
+    stable = bool(getattr(body, "require_stable", False))
     if request.api_version >= 8:
-        answers = [_fetch_group(broker, str(g.group_id), _wanted(g.topics), module, grouped=True) for g in body.groups]
+        answers = [
+            _fetch_group(broker, str(g.group_id), _wanted(g.topics), module, grouped=True, require_stable=stable)
+            for g in body.groups
+        ]
         return build(module.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(answers))
-    code, topics = _fetch_group(broker, str(body.group_id), _wanted(body.topics), module, grouped=False)
+    code, topics = _fetch_group(
+        broker, str(body.group_id), _wanted(body.topics), module, grouped=False, require_stable=stable
+    )
     if request.api_version < 2 and code is not ErrorCode.none:
         # v0/v1 have no group-level error: every requested partition carries it.
         topics = tuple(
@@ -231,16 +242,25 @@ def _wanted(topics: Any) -> list[tuple[str, list[int]]] | None:
 
 
 def _fetch_group(
-    broker: BrokerContext, group_id: str, wanted: list[tuple[str, list[int]]] | None, module: Any, *, grouped: bool
+    broker: BrokerContext,
+    group_id: str,
+    wanted: list[tuple[str, list[int]]] | None,
+    module: Any,
+    *,
+    grouped: bool,
+    require_stable: bool = False,
 ) -> Any:
     topic_type = module.OffsetFetchResponseTopics if grouped else module.OffsetFetchResponseTopic
     partition_type = module.OffsetFetchResponsePartitions if grouped else module.OffsetFetchResponsePartition
     code = ErrorCode.none
     committed: dict[TopicPartition, OffsetCommit] = {}
+    unstable: set[TopicPartition] = set()
     try:
         validate_group_id(group_id)
         groups = _groups(broker)
         groups.check_coordinator(group_id)
+        if require_stable:
+            unstable = unstable_partitions(broker.replicas.zk, group_id)
         if wanted is None:
             committed = groups.offsets.committed_all(group_id)
         else:
@@ -262,10 +282,10 @@ def _fetch_group(
                 build(
                     partition_type,
                     partition_index=p,
-                    committed_offset=_offset(committed.get((topic, p))),
+                    committed_offset=_NO_OFFSET if (topic, p) in unstable else _offset(committed.get((topic, p))),
                     committed_leader_epoch=_epoch(committed.get((topic, p))),
                     metadata=_metadata(committed.get((topic, p))),
-                    error_code=ErrorCode.none,
+                    error_code=ErrorCode.unstable_offset_commit if (topic, p) in unstable else ErrorCode.none,
                 )
                 for p in partitions
             ),

@@ -3,8 +3,9 @@
 Per partition, answered by its leader only (NOT_LEADER_OR_FOLLOWER elsewhere), from the
 same offsets every sparklog reader uses (:class:`~sparklog.server.replica_manager.ReplicaManager`):
 
-* ``-2`` earliest → log-start; ``-1`` latest → the high watermark (also the last stable
-  offset for ``read_committed`` while transactions are not served);
+* ``-2`` earliest → log-start; ``-1`` latest → the high watermark, or for ``read_committed``
+  (isolation level 1, v2+) the last stable offset (first offset of the oldest open
+  transaction), as Kafka answers it;
 * ``-3`` max timestamp (v7) → the offset and timestamp of the record with the largest
   timestamp below the high watermark (the first such record on ties, as Kafka);
 * a timestamp ≥ 0 → the first offset whose timestamp is at least it, with that record's
@@ -40,12 +41,15 @@ EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 def list_offsets(request: ApiRequest, broker: BrokerContext) -> Any:
     module = response_module(LIST_OFFSETS_KEY, request.api_version)
+    read_committed = int(getattr(request.body, "isolation_level", 0)) == 1
     topics = []
     for topic in request.body.topics:
         partitions = []
         for wanted in topic.partitions:
             try:
-                offset, timestamp_ms = _resolve(broker, topic.name, int(wanted.partition_index), int(wanted.timestamp))
+                offset, timestamp_ms = _resolve(
+                    broker, topic.name, int(wanted.partition_index), int(wanted.timestamp), read_committed
+                )
                 code = ErrorCode.none
             except Exception as exc:  # noqa: BLE001 - answered as this partition's error code
                 offset, timestamp_ms, code = -1, -1, error_code(exc)
@@ -63,14 +67,16 @@ def list_offsets(request: ApiRequest, broker: BrokerContext) -> Any:
     return build(module.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-def _resolve(broker: BrokerContext, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+def _resolve(
+    broker: BrokerContext, topic: str, partition: int, timestamp: int, read_committed: bool
+) -> tuple[int, int]:
     replicas = broker.replicas
     led_partition(broker, topic, partition)
     at = replicas.fetch_positions(topic, [partition])[partition]
     high_watermark = at.high_watermark
     log_start = min(at.table.log_start(at.snapshot, partition), high_watermark)
     if timestamp == LATEST:
-        return high_watermark, -1
+        return at.end_for(read_committed), -1
     if timestamp == EARLIEST:
         return log_start, -1
     if timestamp == MAX_TIMESTAMP:

@@ -6,8 +6,11 @@ Per partition of a request, before anything is queued:
   (NOT_LEADER_OR_FOLLOWER; the appender checks again under the commit's leader epoch);
 * every batch is magic 2 with a valid CRC (CORRUPT_MESSAGE) and at most the topic's
   ``max.message.bytes`` on the wire (MESSAGE_TOO_LARGE), as Kafka's broker checks a batch;
-* transactional batches are refused (INVALID_TXN_STATE: transactions are not served yet);
-  idempotent batches go through :class:`~sparklog.server.kafka.producer_state.ProducerStates`
+* a transactional batch that starts its producer's transaction in this partition is
+  verified against the transaction's state in ZooKeeper (Kafka's KIP-890 check: the
+  transaction is ongoing under this producer epoch and holds the partition;
+  INVALID_TXN_STATE / INVALID_PRODUCER_EPOCH otherwise), so a zombie or a late batch cannot
+  open a transaction no coordinator will end; idempotent batches go through :class:`~sparklog.server.kafka.producer_state.ProducerStates`
   (sequence checks; a duplicate is answered with the offsets it got the first time).
 
 A partition that fails a check gets its error code and nothing of it is appended; the
@@ -135,16 +138,36 @@ def _prepare(
                 f"max.message.bytes={max_message_bytes}; nothing of it was appended"
             )
         if batch.transactional:
-            raise TransactionalBatchError(f"transactional produce to {topic}-{partition} is not served yet")
+            _verify_transactional(broker, topic, partition, state.leader_epoch, batch)
     items = []
     for batch in batches:
         if not batch.count:
             continue
-        item = PendingAppend(partition, batch.records, acks, timeout_ms, batch.compression, wire=batch.raw)
+        item = PendingAppend(
+            partition,
+            batch.records,
+            acks,
+            timeout_ms,
+            batch.compression,
+            wire=batch.raw,
+            transactional=batch.transactional,
+        )
         if batch.idempotent and broker.producer_states is not None:
             _check_sequence(broker, broker.producer_states, topic, partition, state.leader_epoch, batch, item)
         items.append(item)
     return items
+
+
+def _verify_transactional(
+    broker: BrokerContext, topic: str, partition: int, leader_epoch: int, batch: WireBatch
+) -> None:
+    """A transaction's first batch in this partition must belong to an ongoing transaction
+    holding the partition; later ones continue the transaction the leader already tracks."""
+    if broker.transactions is None or broker.appender is None:
+        raise TransactionalBatchError(f"this listener serves no transactions ({topic}-{partition})")
+    if broker.appender.txns.is_open(topic, partition, leader_epoch, batch.producer_id):
+        return
+    broker.transactions.verify_batch(batch.producer_id, batch.producer_epoch, topic, partition)
 
 
 def _check_sequence(

@@ -13,6 +13,8 @@ sparklog's column layout (DESIGN §3) and checks what a broker must check before
 Fetch responses are built by :func:`encode_batches`: whole batches, each holding a run of
 records (offset deltas carry compaction gaps), the base offset and partition leader epoch
 written into the header, and the LogAppendTime attribute set where the table says so.
+A transaction's control row (:mod:`sparklog.log.txn_log`) becomes a control batch of its
+own (:func:`control_batch`), as Kafka's log holds it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import crc32c
 import pyarrow as pa
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from sparklog.errors import SparklogError
+from sparklog.errors import InvalidTxnStateError, SparklogError
+from sparklog.log.txn_log import CONTROL_TIMESTAMP_TYPE, ControlRecord, control_records
 from sparklog.model.schema import FILE_SCHEMA
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "TransactionalBatchError",
     "UnsupportedMagicError",
     "WireBatch",
+    "control_batch",
     "decode_batches",
     "encode_batches",
 ]
@@ -43,6 +47,7 @@ __all__ = [
 # Kafka's attribute bits (DefaultRecordBatch.java).
 CODECS = {"none": 0, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _TIMESTAMP_TYPE_BIT = 0x08
+_CONTROL_BIT = 0x20
 BATCH_OVERHEAD_BYTES = 61  # a v2 batch header
 _CODEC_NAMES = {code: name for name, code in CODECS.items() if name != "uncompressed"}
 _LENGTH_OFFSET = 8  # baseOffset int64, then batchLength int32
@@ -58,8 +63,9 @@ class CorruptBatchError(SparklogError):
     """A record batch that fails its CRC or length checks (Kafka: CORRUPT_MESSAGE)."""
 
 
-class TransactionalBatchError(SparklogError):
-    """A transactional batch (Kafka: INVALID_TXN_STATE): transactions are not served yet."""
+class TransactionalBatchError(InvalidTxnStateError):
+    """A transactional batch its producer may not write here: the partition is not in an
+    ongoing transaction of that producer id and epoch (Kafka: INVALID_TXN_STATE)."""
 
 
 class UnsupportedMagicError(SparklogError):
@@ -175,10 +181,15 @@ def encode_batches(
     values = records.column("value").to_pylist()
     headers = records.column("headers").to_pylist() if "headers" in records.column_names else [None] * n
     codec = CODECS[compression]
+    markers = control_records(records) if CONTROL_TIMESTAMP_TYPE in kinds else {}
     start = 0
     while start < n:
+        if kinds[start] == CONTROL_TIMESTAMP_TYPE:
+            out += control_batch(markers[offsets[start]], offsets[start], timestamps[start] // 1000, leader_epoch)
+            start += 1
+            continue
         end = min(n, start + max_records_per_batch)
-        # One batch has one timestamp type: cut where the table's changes.
+        # One batch has one timestamp type: cut where the table's changes (or a control row).
         for i in range(start + 1, end):
             if kinds[i] != kinds[start]:
                 end = i
@@ -211,3 +222,26 @@ def encode_batches(
         out += batch
         start = end
     return bytes(out)
+
+
+def control_batch(marker: ControlRecord, offset: int, timestamp_ms: int, leader_epoch: int) -> bytes:
+    """The control batch of one commit/abort marker at ``offset`` (Kafka's
+    EndTransactionMarker: transactional and control attributes, the producer's id and
+    epoch, one record whose key is the control type and value the coordinator epoch)."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=True,
+        producer_id=marker.producer_id,
+        producer_epoch=marker.producer_epoch,
+        base_sequence=-1,
+        batch_size=1 << 62,
+    )
+    builder.append(0, timestamp=timestamp_ms, key=marker.key, value=marker.value, headers=[])
+    batch = builder.build()
+    attributes = struct.unpack_from(">h", batch, _ATTRIBUTES_OFFSET)[0] | _CONTROL_BIT
+    struct.pack_into(">h", batch, _ATTRIBUTES_OFFSET, attributes)
+    struct.pack_into(">q", batch, 0, offset)
+    struct.pack_into(">i", batch, 12, leader_epoch)
+    struct.pack_into(">I", batch, _CRC_OFFSET, crc32c.crc32c(bytes(batch[_ATTRIBUTES_OFFSET:])))
+    return bytes(batch)

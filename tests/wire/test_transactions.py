@@ -1,0 +1,304 @@
+"""Kafka transactions on the wire (docs/transactions.md): confluent-kafka transactional
+producers against a real broker agent; what read_committed and read_uncommitted readers
+(confluent-kafka, the light consumer, Cluster.read, Spark) see; fencing; bad input."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from kio.schema.add_partitions_to_txn.v3 import request as add_partitions_v3
+from kio.schema.end_txn.v3 import request as end_txn_v3
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4 import request as find_coordinator_v4
+from kio.schema.init_producer_id.v4 import request as init_producer_id_v4
+from kio.static.primitive import i32Timedelta
+from pyspark.sql import SparkSession
+
+import sparklog
+from sparklog.log.txn_log import CONTROL_TIMESTAMP_TYPE
+from sparklog.metadata.transactions import EMPTY, TransactionStore
+from sparklog.testing import BrokerAgents
+from tests.helpers import wait_until
+from tests.wire import raw
+from tests.wire.conftest import create_led_topic
+
+TOPIC = "txn-orders"
+PARTITIONS = 3
+TIMEOUT_S = 30
+
+
+def transactional(bootstrap: str, transactional_id: str, **config: Any) -> Producer:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5, **config}
+    )
+    producer.init_transactions(TIMEOUT_S)
+    return producer
+
+
+def send(producer: Producer, values: Iterable[str], topic: str = TOPIC) -> None:
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value.encode(), key=value.encode(), partition=i % PARTITIONS)
+    assert producer.flush(TIMEOUT_S) == 0
+
+
+def kafka_read(
+    bootstrap: str, level: str, topic: str = TOPIC, expected: int | None = None
+) -> list[tuple[int, int, str]]:
+    """Every record a confluent-kafka consumer at ``level`` gets, (partition, offset, value)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{level}",
+            "isolation.level": level,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got: list[tuple[int, int, str]] = []
+    idle = 0
+    try:
+        while idle < 3 and (expected is None or len(got) < expected):
+            batch = consumer.consume(500, 0.5)
+            idle = 0 if batch else idle + 1
+            for msg in batch:
+                assert msg.error() is None, msg.error()
+                got.append((msg.partition(), msg.offset(), msg.value().decode()))
+    finally:
+        consumer.close()
+    return sorted(got)
+
+
+def values(rows: Iterable[tuple[int, int, str]]) -> list[str]:
+    return sorted(r[2] for r in rows)
+
+
+def light_read(cluster: sparklog.Cluster, level: str) -> list[str]:
+    consumer = cluster.consumer(auto_offset_reset="earliest", isolation_level=level)
+    consumer.assign([(TOPIC, p) for p in range(PARTITIONS)])
+    got: list[str] = []
+    try:
+        while batch := consumer.poll(timeout_ms=500):
+            got += [r.value.decode() for r in batch]
+    finally:
+        consumer.close()
+    return sorted(got)
+
+
+def test_commit_and_abort_interleaved_across_partitions(
+    cluster: sparklog.Cluster, one_broker: BrokerAgents, spark: SparkSession, cluster_options: dict[str, str]
+) -> None:
+    create_led_topic(cluster, one_broker, TOPIC, partitions=PARTITIONS)
+    bootstrap = one_broker.bootstrap_servers
+    first, second = transactional(bootstrap, "txn-first"), transactional(bootstrap, "txn-second")
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    committed: list[str] = []
+    aborted: list[str] = []
+    for round_ in range(3):
+        first.begin_transaction()
+        second.begin_transaction()
+        # Interleaved in every partition: first's, second's and plain records alternate.
+        for i in range(6):
+            send(first, [f"first-{round_}-{i}-{p}" for p in range(PARTITIONS)])
+            send(second, [f"second-{round_}-{i}-{p}" for p in range(PARTITIONS)])
+            send(plain, [f"plain-{round_}-{i}-{p}" for p in range(PARTITIONS)])
+        committed += [f"plain-{round_}-{i}-{p}" for i in range(6) for p in range(PARTITIONS)]
+        mine = {
+            name: [f"{name}-{round_}-{i}-{p}" for i in range(6) for p in range(PARTITIONS)]
+            for name in ("first", "second")
+        }
+        if round_ % 2 == 0:
+            first.commit_transaction(TIMEOUT_S)
+            second.abort_transaction(TIMEOUT_S)
+            committed += mine["first"]
+            aborted += mine["second"]
+        else:
+            second.commit_transaction(TIMEOUT_S)
+            first.abort_transaction(TIMEOUT_S)
+            committed += mine["second"]
+            aborted += mine["first"]
+    everything = sorted(committed + aborted)
+
+    # Kafka clients: read_committed never sees an aborted record; read_uncommitted sees what
+    # Kafka's log holds (aborted included), and neither ever gets a marker as a record.
+    assert values(kafka_read(bootstrap, "read_committed", expected=len(committed))) == sorted(committed)
+    uncommitted = kafka_read(bootstrap, "read_uncommitted", expected=len(everything))
+    assert values(uncommitted) == everything
+    # Offsets are contiguous in the table: each marker took one (6 per round: 2 per partition).
+    stored = cluster.read(TOPIC, isolation_level="read_uncommitted")
+    assert stored.num_rows == len(everything)
+    assert CONTROL_TIMESTAMP_TYPE not in stored.column("timestampType").to_pylist()
+    ends = cluster.list_offsets(TOPIC, "latest")
+    assert sum(ends.values()) == len(everything) + 3 * 2 * PARTITIONS
+
+    # sparklog's own readers: read_committed by default.
+    assert sorted(v.decode() for v in cluster.read(TOPIC).column("value").to_pylist()) == sorted(committed)
+    assert light_read(cluster, "read_committed") == sorted(committed)
+    assert light_read(cluster, "read_uncommitted") == everything
+    source = spark.read.format("sparklog").options(subscribe=TOPIC, **cluster_options)
+    assert sorted(r.value.decode() for r in source.load().collect()) == sorted(committed)
+    loose = source.option("kafka.isolation.level", "read_uncommitted").load()
+    assert sorted(r.value.decode() for r in loose.collect()) == everything
+    from sparklog.spark import read, register_topics
+
+    assert sorted(r.value.decode() for r in read(spark, TOPIC, **cluster_options).collect()) == sorted(committed)
+    native_loose = read(spark, TOPIC, **{"isolation.level": "read_uncommitted"}, **cluster_options)
+    assert sorted(r.value.decode() for r in native_loose.collect()) == everything
+    assert TOPIC in register_topics(spark, **cluster_options)
+    assert spark.sql(f"SELECT count(*) AS n FROM `{TOPIC}`").collect()[0].n == len(committed)
+    for producer in (first, second, plain):
+        producer.flush(TIMEOUT_S)
+
+
+def test_open_transaction_holds_read_committed_readers_at_its_first_offset(
+    cluster: sparklog.Cluster, one_broker: BrokerAgents
+) -> None:
+    create_led_topic(cluster, one_broker, TOPIC, partitions=PARTITIONS)
+    bootstrap = one_broker.bootstrap_servers
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    send(plain, ["before-0", "before-1", "before-2"])
+    producer = transactional(bootstrap, "txn-open")
+    producer.begin_transaction()
+    send(producer, ["open-0", "open-1", "open-2"])
+    send(plain, ["after-0", "after-1", "after-2"])  # committed, but behind the open transaction
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+
+    def latest(level: IsolationLevel) -> dict[int, int]:
+        futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in partitions}, isolation_level=level)
+        return {tp.partition: f.result().offset for tp, f in futures.items()}
+
+    # The last stable offset is the open transaction's first offset (1 in each partition).
+    assert latest(IsolationLevel.READ_COMMITTED) == dict.fromkeys(range(PARTITIONS), 1)
+    assert latest(IsolationLevel.READ_UNCOMMITTED) == dict.fromkeys(range(PARTITIONS), 3)
+    assert values(kafka_read(bootstrap, "read_committed")) == ["before-0", "before-1", "before-2"]
+    assert light_read(cluster, "read_committed") == ["before-0", "before-1", "before-2"]
+    assert cluster.read(TOPIC).num_rows == 3
+    producer.commit_transaction(TIMEOUT_S)
+    everything = sorted(f"{w}-{p}" for w in ("before", "open", "after") for p in range(PARTITIONS))
+    assert values(kafka_read(bootstrap, "read_committed", expected=9)) == everything
+    assert latest(IsolationLevel.READ_COMMITTED) == dict.fromkeys(range(PARTITIONS), 4)
+
+
+def test_a_zombie_with_an_old_epoch_is_fenced(cluster: sparklog.Cluster, one_broker: BrokerAgents) -> None:
+    create_led_topic(cluster, one_broker, TOPIC, partitions=PARTITIONS)
+    bootstrap = one_broker.bootstrap_servers
+    zombie = transactional(bootstrap, "txn-zombie")
+    zombie.begin_transaction()
+    send(zombie, ["zombie-0", "zombie-1", "zombie-2"])
+    # A new instance of the same transactional id: the zombie's open transaction is aborted.
+    successor = transactional(bootstrap, "txn-zombie")
+    successor.begin_transaction()
+    send(successor, ["successor-0", "successor-1", "successor-2"])
+    successor.commit_transaction(TIMEOUT_S)
+    with pytest.raises(KafkaException) as raised:
+        zombie.commit_transaction(TIMEOUT_S)
+    assert raised.value.args[0].fatal(), raised.value.args[0]
+    assert raised.value.args[0].code() in (
+        ErrorCode.producer_fenced.value,
+        ErrorCode.invalid_producer_epoch.value,
+        -144,  # librdkafka's _FENCED
+    ), raised.value.args[0]
+    assert values(kafka_read(bootstrap, "read_committed", expected=3)) == ["successor-0", "successor-1", "successor-2"]
+    assert values(kafka_read(bootstrap, "read_uncommitted", expected=6)) == sorted(
+        ["successor-0", "successor-1", "successor-2", "zombie-0", "zombie-1", "zombie-2"]
+    )
+
+
+def _coordinator_port(agents: BrokerAgents, transactional_id: str) -> int:
+    def found() -> Any:
+        answer = raw.call(
+            agents.port(1),
+            find_coordinator_v4.FindCoordinatorRequest(key_type=1, coordinator_keys=(transactional_id,)),  # type: ignore[arg-type]
+        )
+        coordinator = answer.coordinators[0]
+        return coordinator.port if coordinator.error_code == ErrorCode.none else None
+
+    return int(wait_until(found, f"a coordinator for {transactional_id}"))
+
+
+def test_bad_input_gets_kafkas_error_and_changes_nothing(cluster: sparklog.Cluster, one_broker: BrokerAgents) -> None:
+    create_led_topic(cluster, one_broker, TOPIC, partitions=PARTITIONS)
+    port = _coordinator_port(one_broker, "txn-bad")
+    store = TransactionStore(cluster.replicas.zk)
+
+    def init(timeout_ms: int) -> Any:
+        return raw.call(
+            port,
+            init_producer_id_v4.InitProducerIdRequest(
+                transactional_id="txn-bad",
+                transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=timeout_ms)),
+                producer_id=-1,  # type: ignore[arg-type]
+                producer_epoch=-1,  # type: ignore[arg-type]
+            ),
+        )
+
+    # A timeout above transaction.max.timeout.ms (900000): refused, no transactional id created.
+    answer = init(900_001)
+    assert answer.error_code == ErrorCode.invalid_transaction_timeout
+    assert store.get("txn-bad") is None
+    answer = init(60_000)
+    assert answer.error_code == ErrorCode.none
+    producer_id, epoch = int(answer.producer_id), int(answer.producer_epoch)
+    before = store.get("txn-bad")
+    assert before is not None and before[0].state == EMPTY
+
+    # EndTxn without a transaction.
+    ended = raw.call(
+        port,
+        end_txn_v3.EndTxnRequest(
+            transactional_id="txn-bad", producer_id=producer_id, producer_epoch=epoch, committed=True
+        ),  # type: ignore[arg-type]
+    )
+    assert ended.error_code == ErrorCode.invalid_txn_state
+    assert store.get("txn-bad") == before
+
+    # AddPartitions naming an unknown topic: that one UNKNOWN_TOPIC_OR_PARTITION, the others not attempted.
+    added = raw.call(
+        port,
+        add_partitions_v3.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="txn-bad",
+            v3_and_below_producer_id=producer_id,  # type: ignore[arg-type]
+            v3_and_below_producer_epoch=epoch,  # type: ignore[arg-type]
+            v3_and_below_topics=(
+                add_partitions_v3.AddPartitionsToTxnTopic(name="no-such-topic", partitions=(0,)),  # type: ignore[arg-type]
+                add_partitions_v3.AddPartitionsToTxnTopic(name=TOPIC, partitions=(0, 1)),  # type: ignore[arg-type]
+            ),
+        ),
+    )
+    codes = {
+        (t.name, int(p.partition_index)): p.partition_error_code
+        for t in added.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+    }
+    assert codes == {
+        ("no-such-topic", 0): ErrorCode.unknown_topic_or_partition,
+        (TOPIC, 0): ErrorCode.operation_not_attempted,
+        (TOPIC, 1): ErrorCode.operation_not_attempted,
+    }
+    assert store.get("txn-bad") == before
+
+    # A producer id that is not the transactional id's, and an old epoch.
+    for pid, old_epoch, code in (
+        (producer_id + 999, epoch, ErrorCode.invalid_producer_id_mapping),
+        (producer_id, epoch - 1, ErrorCode.producer_fenced),
+    ):
+        refused = raw.call(
+            port,
+            end_txn_v3.EndTxnRequest(
+                transactional_id="txn-bad", producer_id=pid, producer_epoch=old_epoch, committed=False
+            ),  # type: ignore[arg-type]
+        )
+        assert refused.error_code == code
+    assert store.get("txn-bad") == before
+    assert cluster.list_offsets(TOPIC, "latest") == dict.fromkeys(range(PARTITIONS), 0)
+
+    # A confluent-kafka producer asking for a timeout above the maximum fails init_transactions.
+    with pytest.raises(KafkaException) as raised:
+        transactional(one_broker.bootstrap_servers, "txn-too-long", **{"transaction.timeout.ms": 1_000_000})
+    assert raised.value.args[0].code() == ErrorCode.invalid_transaction_timeout.value
+    assert store.get("txn-too-long") is None
