@@ -43,6 +43,8 @@ ZooKeeper members' subscriptions (explicit topics and patterns) are checked as w
 from __future__ import annotations
 
 import re
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +63,8 @@ from sparklog.errors import (
 )
 from sparklog.group.ids import validate_group_id
 from sparklog.log.group_offsets import OffsetCommit
+from sparklog.metadata.group_activity import GroupActivity
+from sparklog.metadata.session import ZkSession
 from sparklog.server.kafka.context import (
     METADATA_MAX_AGE_MS,
     NO_THROTTLE,
@@ -116,14 +120,29 @@ def _check_standalone(broker: BrokerContext, group_id: str) -> None:
             "commit as a member of the group, or stop its members first"
         )
     registry = groups.library.registry
-    snap = registry.snapshot(group_id)
-    if snap.active:
+    activity = _activity(registry.zk)
+    presence = activity.presence(group_id)
+    if presence.active:
         raise UnknownMemberError(
-            f"Group {group_id} has {len(snap.members) + len(snap.departed)} live member(s) (state {snap.state}): "
-            "a commit with generation -1 and no member id is refused; stop its consumers first"
+            f"Group {group_id} has {presence.members} live member(s) in sparklog's membership: a commit with "
+            "generation -1 and no member id is refused; stop its consumers first"
         )
-    if snap.record is None:
+    if not presence.recorded:
         registry.ensure_group(group_id)
+        activity.forget(group_id)
+
+
+_ACTIVITY: weakref.WeakKeyDictionary[ZkSession, GroupActivity] = weakref.WeakKeyDictionary()
+_ACTIVITY_LOCK = threading.Lock()
+
+
+def _activity(zk: ZkSession) -> GroupActivity:
+    """The watched group-activity cache of this broker's ZooKeeper session (one per session)."""
+    with _ACTIVITY_LOCK:
+        activity = _ACTIVITY.get(zk)
+        if activity is None:
+            activity = _ACTIVITY[zk] = GroupActivity(zk)
+        return activity
 
 
 def _check_member(
