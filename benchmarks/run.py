@@ -50,6 +50,7 @@ from benchmarks import (
     case_spark_consume,
     case_spark_produce,
     case_sql_scan,
+    case_wire_commit,
     case_wire_consume,
     case_wire_e2e,
     case_wire_groups,
@@ -80,6 +81,7 @@ CASES: dict[str, ModuleType] = {
     case_wire_memory.CASE: case_wire_memory,
     case_wire_groups.CASE: case_wire_groups,
     case_wire_txn.CASE: case_wire_txn,
+    case_wire_commit.CASE: case_wire_commit,
 }
 DEFAULT_OUTPUT = Path("benchmarks/results/latest.json")
 SPARK_MASTER = "local[2]"

@@ -15,8 +15,10 @@ The Delta side of docs/replication.md. A follower replica of partition ``p`` is 
   wholly below removed, ``sparklog.start.<p>`` raised); producer sequences found in the
   copied files' metadata raise ``sparklog.producer.<id>.<p>``, so the follower deduplicates
   a producer's retry once it leads; Kafka transactions' open and aborted runs are copied
-  too (``sparklog.txnopen.<p>.*``, ``sparklog.aborted.<p>.*``). ``sparklog.leader.<p>`` is set to the followed epoch, so
-  a zombie writer of an older epoch is fenced here too.
+  too (``sparklog.txnopen.<p>.*``, ``sparklog.aborted.<p>.*``), and in ``__consumer_offsets``
+  the leader's group offsets and generation fences (app transactions), so a follower elected
+  leader answers with them. ``sparklog.leader.<p>`` is set to the followed epoch, so a zombie
+  writer of an older epoch is fenced here too.
 
 Invariants: every commit is checked against the snapshot it was planned on (max commit
 retries 0): a concurrent commit (another fetcher, maintenance) fails it and the round is

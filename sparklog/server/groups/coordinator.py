@@ -42,6 +42,7 @@ from sparklog.errors import (
 )
 from sparklog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from sparklog.group.ids import validate_instance_id
+from sparklog.metadata.group_activity import GroupActivity
 from sparklog.metadata.group_publisher import GroupPublisher
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
 from sparklog.server.groups.consumer_protocol import decode_assignment, decode_subscription
@@ -94,6 +95,7 @@ class BrokerGroups:
         self.config = config or replicas.config
         self.library = GroupCoordinator(replicas)
         self.publisher = GroupPublisher(replicas.zk, broker_id)
+        self.activity = GroupActivity(replicas.zk)
         self._lock = threading.Lock()
         self._offsets: OffsetLog | None = None
         self._entries: dict[str, _Entry] = {}
@@ -199,13 +201,20 @@ class BrokerGroups:
         raise error(f"Commit of member {member_id} (generation {generation}) in group {group_id}: {code.name}")
 
     def active(self, group_id: str) -> bool:
-        """Whether the group has members, through the protocol or sparklog's ZooKeeper membership."""
+        """Whether the group has members, through the protocol or sparklog's ZooKeeper
+        membership (a watched cache: no ZooKeeper round trip per standalone commit)."""
         entry = self._existing(group_id)
         if entry is not None:
             with entry.cond:
                 if entry.group.members:
                     return True  # claimed by us: no ZooKeeper member can be in it meanwhile
-        return self.library.registry.snapshot(group_id).active
+        return self.activity.presence(group_id).active
+
+    def record_group(self, group_id: str) -> None:
+        """Make a group that only has offsets known to ``sparklog groups list`` (its znodes)."""
+        if not self.activity.presence(group_id).recorded:
+            self.library.registry.ensure_group(group_id)
+            self.activity.forget(group_id)
 
     def subscribed_topics(self, group_id: str) -> set[str]:
         """Topics the group's current members subscribe to (consumer protocol)."""

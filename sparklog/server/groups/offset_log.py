@@ -211,7 +211,9 @@ class OffsetLog:
             result = partition_log.commit_round(
                 [i.commit for i in items],
                 state.leader_epoch,
-                fsync=True,  # as a producer's acks=all (DESIGN §6): on disk, not only in the page cache
+                # Kafka's coordinator does not flush offsets either: an answered commit is durable by
+                # being on every in-sync replica (below), not by fsync (DESIGN §8).
+                fsync=False,
                 stage_roots=stage_roots,
                 hard_links=self.replicas.config.replica_hard_links_enable,
             )

@@ -115,9 +115,7 @@ def _check_standalone(broker: BrokerContext, group_id: str) -> None:
             f"Group {group_id} has live members: a commit with generation -1 and no member id is refused; "
             "commit as a member of the group, or stop its members first"
         )
-    registry = groups.library.registry
-    if not registry.exists(group_id):
-        registry.ensure_group(group_id)
+    groups.record_group(group_id)
 
 
 def _check_member(
