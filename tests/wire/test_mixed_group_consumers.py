@@ -3,9 +3,10 @@
 
 A Kafka client (confluent-kafka) consumes part of a topic through the brokers' coordinator
 and commits; Spark (``sparklog.spark.consume``) continues exactly where it committed and
-commits; the light consumer with ``bootstrap.servers`` continues where Spark committed. At
-each step ``Cluster.describe_group`` shows the truth (state, members, committed offsets,
-lag), and every record is consumed exactly once across the three.
+commits; a Kafka client continues where Spark committed (the ``consumer_lag`` view shows it);
+the light consumer with ``bootstrap.servers`` continues from there. At each step
+``Cluster.describe_group`` shows the truth (state, members, committed offsets, lag), and
+every record is consumed exactly once across them.
 """
 
 from __future__ import annotations
@@ -21,13 +22,21 @@ from confluent_kafka import TopicPartition
 
 import sparklog
 from sparklog.admin.groups import GroupDescription
-from sparklog.spark import consume
+from sparklog.spark import consume, consumer_lag
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
 from tests.wire.conftest import create_led_topic
 from tests.wire.test_consumer_groups import GROUP_PROPERTIES, produce
 
 TOPIC, PARTITIONS, GROUP = "orders", 3, "pipeline"
+KAFKA_CONFIG = {
+    "group.id": GROUP,
+    "client.id": "kafka-reader",
+    "auto.offset.reset": "earliest",
+    "enable.auto.commit": False,
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 200,
+}
 
 
 @pytest.fixture
@@ -63,20 +72,10 @@ def test_kafka_client_then_spark_then_light_consumer_share_one_group(
 ) -> None:
     create_led_topic(cluster, group_broker, TOPIC, PARTITIONS)
     produce(group_broker, 150, topic=TOPIC)
-    seen: dict[str, list[bytes]] = {"kafka": [], "spark": [], "light": []}
+    seen: dict[str, list[bytes]] = {"kafka": [], "spark": [], "kafka again": [], "light": []}
 
     # 1. A Kafka client reads part of the topic and commits exactly what it read.
-    kafka = KafkaConsumer(
-        {
-            "bootstrap.servers": group_broker.bootstrap_servers,
-            "group.id": GROUP,
-            "client.id": "kafka-reader",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 200,
-        }
-    )
+    kafka = KafkaConsumer({**KAFKA_CONFIG, "bootstrap.servers": group_broker.bootstrap_servers})
     kafka.subscribe([TOPIC])
     positions: dict[int, int] = {}
     deadline = time.monotonic() + 60
@@ -105,7 +104,34 @@ def test_kafka_client_then_spark_then_light_consumer_share_one_group(
     after_spark = {tp: end for tp, (_start, end) in batch.ranges.items()}
     assert_truth(cluster, after_spark, "Empty", [])
 
-    # 3. The light consumer, a member through the coordinator, continues where Spark committed.
+    # 3. A Kafka client again: it continues exactly where Spark committed, reads 20, commits;
+    # the consumer_lag SQL view shows it as a member while it is one.
+    again = KafkaConsumer({**KAFKA_CONFIG, "bootstrap.servers": group_broker.bootstrap_servers})
+    again.subscribe([TOPIC])
+    resumed: dict[int, int] = {}
+    moved: dict[int, int] = {}
+    deadline = time.monotonic() + 60
+    while len(seen["kafka again"]) < 20:
+        assert time.monotonic() < deadline, f"the Kafka client read only {len(seen['kafka again'])} records"
+        message = again.poll(0.1)
+        if message is None:
+            continue
+        assert message.error() is None, message.error()
+        resumed.setdefault(message.partition(), message.offset())
+        seen["kafka again"].append(message.value())
+        moved[message.partition()] = message.offset() + 1
+    assert all(resumed[p] == after_spark[(TOPIC, p)] for p in resumed), (resumed, after_spark)
+    again.commit(offsets=[TopicPartition(TOPIC, p, o) for p, o in moved.items()], asynchronous=False)
+    after_again = {**after_spark, **{(TOPIC, p): o for p, o in moved.items()}}
+    assert_truth(cluster, after_again, "Stable", ["kafka-reader"])
+    lag = consumer_lag(spark, **cluster_options).where(f"`group` = '{GROUP}'").collect()
+    assert {(r.partition, r.current_offset, r.client_id, r.state) for r in lag} == {
+        (p, after_again[(TOPIC, p)], "kafka-reader", "Stable") for p in range(PARTITIONS)
+    }
+    again.close()
+    after_spark = after_again
+
+    # 4. The light consumer, a member through the coordinator, continues where they committed.
     produce(group_broker, 50, start=150, topic=TOPIC)
     light = cluster.consumer(
         GROUP,
@@ -120,7 +146,7 @@ def test_kafka_client_then_spark_then_light_consumer_share_one_group(
         light.subscribe([TOPIC])
         starts: dict[int, int] = {}
         deadline = time.monotonic() + 60
-        while len(seen["light"]) < 200 - 50 - 60:
+        while len(seen["light"]) < 200 - 50 - 60 - 20:
             assert time.monotonic() < deadline, f"the light consumer read only {len(seen['light'])} records"
             for record in light.poll(timeout_ms=100):
                 starts.setdefault(record.partition, record.offset)
@@ -137,4 +163,4 @@ def test_kafka_client_then_spark_then_light_consumer_share_one_group(
 
     everything = [v for values in seen.values() for v in values]
     assert sorted(everything) == sorted(f"v{i}".encode() for i in range(200)), "a record was lost or read twice"
-    assert [len(seen[k]) for k in ("kafka", "spark", "light")] == [50, 60, 90]
+    assert [len(seen[k]) for k in ("kafka", "spark", "kafka again", "light")] == [50, 60, 20, 70]

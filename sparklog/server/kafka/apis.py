@@ -46,7 +46,7 @@ from sparklog.server.kafka import (
     txn_markers_api,
     txn_offset_commit_api,
 )
-from sparklog.server.kafka.context import NO_RESPONSE, NO_THROTTLE, Api, ApiRequest, BrokerContext, build
+from sparklog.server.kafka.context import NO_RESPONSE, NO_THROTTLE, Api, ApiRequest, BrokerContext, Partitions, build
 
 __all__ = ["API_VERSIONS", "PendingResponse", "ProtocolError", "handle_request", "start_request"]
 
@@ -63,10 +63,11 @@ class ProtocolError(SparklogError):
 @dataclass(frozen=True)
 class PendingResponse:
     """A started request: ``respond`` blocks until its response frame payload is ready (None
-    when Kafka sends none); ``ordered``: read nothing more from the connection until then."""
+    when Kafka sends none); ``ordered``: a later request of the connection touching one of
+    these partitions is started only after this one is answered."""
 
     respond: Callable[[], bytes | None]
-    ordered: bool = False
+    ordered: Partitions = frozenset()
 
 
 def handle_request(payload: bytes, cluster: BrokerContext, peer: str) -> bytes | None:
@@ -75,9 +76,13 @@ def handle_request(payload: bytes, cluster: BrokerContext, peer: str) -> bytes |
     return start_request(payload, cluster, peer).respond()
 
 
-def start_request(payload: bytes, cluster: BrokerContext, peer: str) -> PendingResponse:
+def start_request(
+    payload: bytes, cluster: BrokerContext, peer: str, before_start: Callable[[Partitions], None] | None = None
+) -> PendingResponse:
     """Parse and start one request (in the connection's request order); its response may
-    be waited for later (:class:`PendingResponse`), so a listener can read on meanwhile."""
+    be waited for later (:class:`PendingResponse`), so a listener can read on meanwhile.
+    ``before_start`` gets the partitions the request touches (APIs that declare them) and
+    returns when the request may start."""
     if len(payload) < _PREFIX.size:
         raise ProtocolError(f"request of {len(payload)} bytes from {peer} is shorter than a request header")
     api_key, api_version, correlation_id = _PREFIX.unpack_from(payload)
@@ -97,6 +102,8 @@ def start_request(payload: bytes, cluster: BrokerContext, peer: str) -> PendingR
     if api.start is None:
         answer = _frame(api_key, api_version, correlation_id, api.handle(request, cluster))
         return PendingResponse(lambda: answer)
+    if before_start is not None and api.partitions is not None:
+        before_start(api.partitions(request))
     deferred = api.start(request, cluster)
     return PendingResponse(
         lambda: _frame(api_key, api_version, correlation_id, deferred.finish()), ordered=deferred.ordered

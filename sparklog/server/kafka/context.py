@@ -36,6 +36,7 @@ __all__ = [
     "ApiRequest",
     "BrokerContext",
     "Deferred",
+    "Partitions",
     "build",
     "led_partition",
     "response_module",
@@ -88,15 +89,19 @@ class BrokerContext:
     transactions: TransactionCoordinator | None = None
 
 
+Partitions = frozenset[tuple[str, int]]
+
+
 @dataclass(frozen=True)
 class Deferred:
     """A request that was started and is answered later: ``finish`` blocks until the response
-    entity is ready (a produce waiting for its commit). The listener reads the connection's
-    next requests meanwhile, unless ``ordered``: then nothing more is read from the connection
-    until this one is answered (batches whose checks depend on the outcome of this one)."""
+    entity is ready (a produce waiting for its commit). The listener reads and starts the
+    connection's next requests meanwhile, except a request touching one of the ``ordered``
+    partitions: that one is started only once this one is answered (its idempotent batches'
+    sequences depend on the outcome of these)."""
 
     finish: Callable[[], Any]
-    ordered: bool = False
+    ordered: Partitions = frozenset()
 
 
 def led_partition(
@@ -129,3 +134,5 @@ class Api:
     max_version: int
     handle: Callable[[ApiRequest, BrokerContext], Any]
     start: Callable[[ApiRequest, BrokerContext], Deferred] | None = None
+    # The partitions a request touches, known before it starts (see Deferred.ordered).
+    partitions: Callable[[ApiRequest], Partitions] | None = None

@@ -8,8 +8,11 @@ requests in flight (librdkafka pipelines without bound unless idempotent) gets t
 the leader's next group commit together, instead of one commit per request. Without it a
 client sending requests faster than one per commit, or a stall (a Spark job holding the
 write leases), builds a backlog that drains one commit per request, and its requests
-exceed the client's ``request.timeout.ms``. Requests carrying idempotent batches are read
-one at a time (:class:`~sparklog.server.kafka.context.Deferred` ``ordered``), as before.
+exceed the client's ``request.timeout.ms``. A request carrying idempotent batches holds back
+only the connection's later requests to the same partitions
+(:class:`~sparklog.server.kafka.context.Deferred` ``ordered``): a sequence continuing a batch
+whose outcome is unknown could leave a gap; other partitions' requests (a transaction's
+partitions, librdkafka sends one request per partition) share the next commit round.
 
 Whatever goes wrong with one connection — an oversized or truncated frame, an unknown api
 key or version, an unreadable request, a handler failure — closes that connection only
@@ -105,15 +108,25 @@ class KafkaListener:
             target=self._write_answers, args=(sock, answers, peer), name=f"kafka-answers-{peer}", daemon=True
         )
         writer.start()
+        ordered: list[_Answer] = []  # unanswered requests that carried idempotent batches
+
+        def wait_for(partitions: frozenset[tuple[str, int]]) -> None:
+            """A request may start once no unanswered one of this connection carried idempotent
+            batches for its partitions (their sequences depend on those outcomes)."""
+            for earlier in ordered:
+                if earlier.pending.ordered & partitions:
+                    earlier.written.wait()
+            ordered[:] = [a for a in ordered if not a.written.is_set()]
+
         try:
             while True:
                 payload = read_frame(sock, self.max_bytes, peer)
                 if payload is None:
                     return
-                answer = _Answer(start_request(payload, self.cluster, peer))
+                answer = _Answer(start_request(payload, self.cluster, peer, wait_for))
                 answers.put(answer)
                 if answer.pending.ordered:
-                    answer.written.wait()
+                    ordered.append(answer)
         except (FrameError, ProtocolError) as exc:
             log.warning("closing the connection from %s: %s", peer, exc)
         except OSError as exc:

@@ -37,6 +37,7 @@ from sparklog.server.kafka.context import (
     ApiRequest,
     BrokerContext,
     Deferred,
+    Partitions,
     build,
     led_partition,
     response_module,
@@ -59,8 +60,10 @@ def produce(request: ApiRequest, broker: BrokerContext) -> Any:
 def start_produce(request: ApiRequest, broker: BrokerContext) -> Deferred:
     """Check and queue the request's batches (in the connection's order); the returned
     :class:`Deferred` waits for their commits and builds the response. Requests carrying
-    idempotent batches are ``ordered``: their sequences were checked against the batches
-    still pending, so the connection's next request is read only once they are answered."""
+    idempotent batches are ``ordered`` by partition: their sequences were checked against the
+    batches still pending, so a later request of the connection to one of those partitions
+    starts only once this one is answered (requests to other partitions go on meanwhile, and
+    share commit rounds)."""
     body = request.body
     module = response_module(PRODUCE_KEY, request.api_version)
     acks = _ACKS.get(int(body.acks))
@@ -82,8 +85,13 @@ def start_produce(request: ApiRequest, broker: BrokerContext) -> Deferred:
     for (topic, _p), items in queued.items():
         assert appender is not None
         appender.append(topic, [i for i in items if not i.done.is_set()])  # duplicates are answered
-    ordered = any(i.producer is not None for items in queued.values() for i in items)
+    ordered = frozenset(key for key, items in queued.items() if any(i.producer is not None for i in items))
     return Deferred(lambda: _respond(request, module, acks, timeout_ms, results, queued), ordered)
+
+
+def produce_partitions(request: ApiRequest) -> Partitions:
+    """The partitions a Produce request writes (known before it starts)."""
+    return frozenset((str(t.name), int(p.index)) for t in request.body.topic_data for p in t.partition_data)
 
 
 def _respond(
@@ -207,4 +215,4 @@ def _outcome(items: list[PendingAppend], timeout_ms: int) -> tuple[ErrorCode, in
     return ErrorCode.none, items[0].base_offset, items[0].log_append_time_ms, None
 
 
-APIS = (Api(PRODUCE_KEY, 3, 9, produce, start_produce),)
+APIS = (Api(PRODUCE_KEY, 3, 9, produce, start_produce, produce_partitions),)
