@@ -19,8 +19,8 @@ import pytest
 import sparklog
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
-from tests.wire.conftest import create_led_topic
-from tests.wire.test_consumer_groups import GROUP_PROPERTIES, Tracked, consumer, poll_until, produce
+from tests.wire.conftest import GROUP_PROPERTIES, create_led_topic
+from tests.wire.test_consumer_groups import Tracked, consumer, poll_until, produce
 
 TOPIC = "events"
 

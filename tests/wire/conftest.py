@@ -13,6 +13,13 @@ from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
 
 _TIMEOUT_S = 30.0
+# Brokers for consumer-group tests: no initial rebalance delay (Kafka's 3 s would dominate every
+# test; Kafka's own test configs use 0), short sessions allowed, a small offsets topic.
+GROUP_PROPERTIES = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "500",
+    "offsets.topic.num.partitions": "3",
+}
 
 
 @pytest.fixture
@@ -22,6 +29,15 @@ def one_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator
         running.start(1)
         running.wait_controller()
         yield running
+
+
+@pytest.fixture
+def group_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
+    """One broker agent (id 1) set up for consumer-group tests (:data:`GROUP_PROPERTIES`)."""
+    with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers", properties=GROUP_PROPERTIES) as agents:
+        agents.start(1)
+        agents.wait_controller()
+        yield agents
 
 
 def create_led_topic(

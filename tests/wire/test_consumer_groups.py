@@ -8,7 +8,6 @@ static membership, cooperative-sticky incremental rebalances, and what sparklog'
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +20,7 @@ from tests.helpers import wait_until
 from tests.integration.test_cli import Cli
 from tests.wire.conftest import create_led_topic
 
-GROUP_PROPERTIES = {
-    "group.initial.rebalance.delay.ms": "0",
-    "group.min.session.timeout.ms": "500",
-    "offsets.topic.num.partitions": "3",
-}
 TOPIC, PARTITIONS = "events", 6
-
-
-@pytest.fixture
-def group_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
-    with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers", properties=GROUP_PROPERTIES) as agents:
-        agents.start(1)
-        agents.wait_controller()
-        yield agents
 
 
 @pytest.fixture

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import datetime
 import importlib
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
@@ -21,15 +18,6 @@ from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
 from tests.wire.conftest import create_led_topic
 from tests.wire.raw import call
-from tests.wire.test_consumer_groups import GROUP_PROPERTIES
-
-
-@pytest.fixture
-def broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
-    with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers", properties=GROUP_PROPERTIES) as agents:
-        agents.start(1)
-        agents.wait_controller()
-        yield agents
 
 
 def request(api: str, version: int, **values: Any) -> Any:
@@ -76,9 +64,9 @@ def join(
     )
 
 
-def test_every_version_of_join_sync_heartbeat_leave(broker: BrokerAgents, cluster: sparklog.Cluster) -> None:
-    port = broker.port(1)
-    create_led_topic(cluster, broker, "t", 2)
+def test_every_version_of_join_sync_heartbeat_leave(group_broker: BrokerAgents, cluster: sparklog.Cluster) -> None:
+    port = group_broker.port(1)
+    create_led_topic(cluster, group_broker, "t", 2)
     assert API_VERSIONS[11] == (0, 9) and API_VERSIONS[14] == (0, 5)
     for version in range(10):
         group = f"raw-{version}"
@@ -154,8 +142,8 @@ def test_every_version_of_join_sync_heartbeat_leave(broker: BrokerAgents, cluste
         wait_until(lambda: cluster.describe_group(group).state == "Empty", f"{group} empty after the leave")
 
 
-def test_protocol_errors(broker: BrokerAgents, cluster: sparklog.Cluster) -> None:
-    port = broker.port(1)
+def test_protocol_errors(group_broker: BrokerAgents, cluster: sparklog.Cluster) -> None:
+    port = group_broker.port(1)
     assert join(port, 9, "errs", member_id="never-issued").error_code == ErrorCode.unknown_member_id
     first = join(port, 9, "errs")
     member = join(port, 9, "errs", first.member_id)

@@ -9,8 +9,6 @@ partitions move when one leaves, and sparklog's own tools show both members.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,18 +21,10 @@ from sparklog.errors import ConfigError, InconsistentGroupProtocolError
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
 from tests.wire.conftest import create_led_topic
-from tests.wire.test_consumer_groups import GROUP_PROPERTIES, produce
+from tests.wire.test_consumer_groups import produce
 
 TOPIC, PARTITIONS = "events", 6
 Seen = dict[tuple[int, int], bytes]
-
-
-@pytest.fixture
-def group_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
-    with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers", properties=GROUP_PROPERTIES) as agents:
-        agents.start(1)
-        agents.wait_controller()
-        yield agents
 
 
 def light_consumer(cluster: sparklog.Cluster, agents: BrokerAgents, group: str, **overrides: Any) -> LightConsumer:

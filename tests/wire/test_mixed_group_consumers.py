@@ -12,11 +12,8 @@ every record is consumed exactly once across them.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import TopicPartition
 
@@ -26,7 +23,7 @@ from sparklog.spark import consume, consumer_lag
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
 from tests.wire.conftest import create_led_topic
-from tests.wire.test_consumer_groups import GROUP_PROPERTIES, produce
+from tests.wire.test_consumer_groups import produce
 
 TOPIC, PARTITIONS, GROUP = "orders", 3, "pipeline"
 KAFKA_CONFIG = {
@@ -37,14 +34,6 @@ KAFKA_CONFIG = {
     "session.timeout.ms": 6000,
     "heartbeat.interval.ms": 200,
 }
-
-
-@pytest.fixture
-def group_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
-    with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers", properties=GROUP_PROPERTIES) as agents:
-        agents.start(1)
-        agents.wait_controller()
-        yield agents
 
 
 def assert_truth(
