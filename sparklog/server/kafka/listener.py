@@ -103,6 +103,10 @@ class KafkaListener:
 
     def serve_connection(self, sock: socket.socket, address: tuple[str, int]) -> None:
         peer = f"{address[0]}:{address[1]}"
+        # As Kafka's broker: no Nagle. Responses are small and pipelined; with Nagle a response
+        # written while the previous one is unacknowledged waits for the client's delayed ACK
+        # (~40 ms on Linux), measured as 55 ms produce round trips of a transactional producer.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         answers: queue.Queue[_Answer | None] = queue.Queue(maxsize=_MAX_PIPELINED)
         writer = threading.Thread(
             target=self._write_answers, args=(sock, answers, peer), name=f"kafka-answers-{peer}", daemon=True

@@ -19,20 +19,15 @@ sends it again (a second marker for a closed transaction is a no-op at the leade
 
 from __future__ import annotations
 
-import io
 import logging
-import socket
-import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.write_txn_markers.v1 import request as markers_v1
-from kio.serial import entity_reader, entity_writer
 
 from sparklog import clock
+from sparklog.clients.kafka_wire import KafkaConnection
 from sparklog.errors import LeaderNotAvailableError, NotLeaderError, SparklogError
 from sparklog.group.coordinator import OFFSETS_TOPIC
 from sparklog.log.txn_log import ControlRecord, control_record_rows
@@ -192,33 +187,8 @@ class MarkerWriter:
 
 def _call(host: str, port: int, body: Any, timeout_s: float) -> Any:
     """One request on a new connection to another broker; the decoded response body."""
-    buffer = io.BytesIO()
-    entity_writer(RequestHeader)(
-        buffer,
-        RequestHeader(
-            request_api_key=WRITE_TXN_MARKERS_KEY,  # type: ignore[arg-type]
-            request_api_version=_VERSION,  # type: ignore[arg-type]
-            correlation_id=1,  # type: ignore[arg-type]
-            client_id="sparklog-txn-coordinator",
-        ),
-    )
-    entity_writer(type(body))(buffer, body)
-    payload = buffer.getvalue()
-    with socket.create_connection((host, port), timeout=timeout_s) as sock:
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        (size,) = struct.unpack(">i", _recv(sock, 4))
-        frame = _recv(sock, size)
-    response_type = load_response_schema(WRITE_TXN_MARKERS_KEY, _VERSION)
-    _header, offset = entity_reader(response_type.__header_schema__)(frame, 0)
-    response, _ = entity_reader(response_type)(frame, offset)
-    return response
-
-
-def _recv(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(data)} of {size} bytes")
-        data += chunk
-    return bytes(data)
+    connection = KafkaConnection("leader", host, port, "sparklog-txn-coordinator", timeout_s)
+    try:
+        return connection.call(body)
+    finally:
+        connection.close()
