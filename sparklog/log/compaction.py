@@ -63,6 +63,7 @@ from sparklog.log.segment import (
     write_segment,
 )
 from sparklog.log.table import CommitConflict, FileEntry, TopicTable, cleaned_app_id
+from sparklog.log.txn_log import aborted_ranges, last_stable_offset, visible
 
 __all__ = [
     "OPERATION",
@@ -101,6 +102,7 @@ class CompactionTask:
     segment_bytes: int
     compression: str
     write: bool = True  # False: count survivors only (dry run)
+    aborted: tuple[tuple[int, int], ...] = ()  # aborted transaction runs [start, end) in the range
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,10 @@ def plan_partition(
     dt = table.snapshot()
     end = table.log_end(dt, partition)
     start = table.log_starts(dt).get(partition, end)
-    files = [f for f in table.files(dt, {partition}) if f.last_offset >= start]
+    # Kafka's cleaner stops at the last stable offset: an open transaction's records (and
+    # what follows them) may still be aborted, so they are not compacted yet.
+    stable = last_stable_offset(dt, partition, end)
+    files = [f for f in table.files(dt, {partition}) if f.last_offset >= start and f.last_offset < stable]
     cleaned = table.app_version(dt, cleaned_app_id(partition))
     ask: dict[str, Any] = dict(
         partition=partition,
@@ -208,6 +213,11 @@ def plan_partition(
         segment_bytes=int(configs["segment.bytes"]),
         compression=rewrite_compression(str(configs["compression.type"])),
         write=not dry_run,
+        aborted=tuple(
+            (a, b)
+            for a, b in aborted_ranges(dt, partition)
+            if b > rewrite[0].base_offset and a <= rewrite[-1].last_offset
+        ),
     )
     return PartitionPlan(task, plan, cleaned)
 
@@ -234,6 +244,10 @@ def compact_task(task: CompactionTask) -> TaskOutput:
     read = records.num_rows
     if min(f.base_offset for f in task.files) < task.log_start:  # a straddling file (the filter copies every column)
         records = records.filter(pc.greater_equal(records.column("offset"), task.log_start))
+    if task.aborted:
+        # Aborted records go first (Kafka's cleaner too): an aborted value must never be the
+        # one a key keeps while an older committed value is dropped.
+        records = visible(records, {task.partition: task.aborted}, keep_control=True)
     survivors = compact_records(
         records,
         now_ms=task.now_ms,

@@ -52,6 +52,7 @@ from sparklog.log.plans import SegmentLike, optimize_plan
 from sparklog.log.reader import read_files
 from sparklog.log.segment import SegmentFile, discard_segments, resolve_compression, write_placeholder, write_segment
 from sparklog.log.table import CommitConflict, TopicTable, rewrite_app_id, start_app_id
+from sparklog.log.txn_log import last_stable_offset
 from sparklog.retries import MAINTENANCE_PLAN
 
 __all__ = [
@@ -141,7 +142,10 @@ def optimize_partition(
         dt = table.snapshot()
         live = table.files(dt, {partition})
         log_start = table.app_version(dt, start_app_id(partition)) or 0
-        candidates = [f for f in live if f.last_offset >= log_start]  # the rest is retention's
+        # Below log-start is retention's; at or after the last stable offset an open
+        # transaction's files keep their batch metadata (an abort after a failover reads it).
+        stable = last_stable_offset(dt, partition, table.log_end(dt, partition))
+        candidates = [f for f in live if log_start <= f.last_offset < stable]
         try:
             groups = optimize_plan(candidates, partition=partition, segment_bytes=segment_bytes)
         except ValueError as exc:  # overlapping files: a broken table, or segment.bytes <= 0

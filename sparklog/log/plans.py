@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparklog.errors import DeleteRecordsOffsetError, PolicyError
+from sparklog.model.schema import CONTROL_TIMESTAMP_TYPE
 
 __all__ = [
     "CompactionPlan",
@@ -283,15 +284,18 @@ def compact_records(
     ``now - delete.retention.ms``, then it goes too (Kafka keeps it for that long so slow
     consumers see the delete; here the record's timestamp dates it). Records without a
     key are kept as they are: Kafka rejects them on compacted topics, sparklog accepts them
-    and never merges them. Raises ``ValueError`` for offsets out of order or at/after
-    ``first_uncleanable_offset``.
+    and never merges them. Transaction marker rows (``timestampType``
+    ``CONTROL_TIMESTAMP_TYPE``) are kept and never compete with data keys (their key is
+    Kafka's control key, which a data record may happen to carry too). Raises ``ValueError``
+    for offsets out of order or at/after ``first_uncleanable_offset``.
     """
     offsets = records.column("offset")
     _check_offsets(offsets, first_uncleanable_offset)
     if records.num_rows == 0:
         return records
-    keys = records.column("key")
-    keyed = records.select(["key", "offset"]).filter(pc.is_valid(keys))
+    control = pc.equal(records.column("timestampType"), CONTROL_TIMESTAMP_TYPE)
+    keys = pc.if_else(control, pa.scalar(None, records.schema.field("key").type), records.column("key"))
+    keyed = pa.table({"key": keys, "offset": offsets}).filter(pc.is_valid(keys))
     newest = keyed.group_by("key").aggregate([("offset", "max")]).column("offset_max").combine_chunks()
     is_newest = pc.is_in(offsets, value_set=newest)
     horizon_us = (now_ms - delete_retention_ms) * 1000

@@ -35,7 +35,7 @@ from deltalake import DeltaTable
 from sparklog.log.segment import KAFKA_BATCHES_KEY
 from sparklog.log.table import TopicTable
 from sparklog.log.transactions import aborted_app_id, open_txn_app_id, transaction_versions
-from sparklog.model.schema import FILE_SCHEMA
+from sparklog.model.schema import CONTROL_TIMESTAMP_TYPE, FILE_SCHEMA
 
 __all__ = [
     "CONTROL_TIMESTAMP_TYPE",
@@ -50,7 +50,6 @@ __all__ = [
     "visible",
 ]
 
-CONTROL_TIMESTAMP_TYPE = -1
 ABORT, COMMIT = 0, 1  # Kafka's ControlRecordType
 _PRODUCER_ID_HEADER = "sparklog.control.producer_id"
 _PRODUCER_EPOCH_HEADER = "sparklog.control.producer_epoch"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 __all__ = [
+    "CONTROL_TIMESTAMP_TYPE",
     "FILE_SCHEMA",
     "HEADERS_TYPE",
     "READ_SCHEMA",
@@ -22,6 +23,8 @@ __all__ = [
 
 HEADERS_TYPE = pa.list_(pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+# ``timestampType`` of a transaction marker row (Kafka's NO_TIMESTAMP_TYPE; never a data record's).
+CONTROL_TIMESTAMP_TYPE = -1
 
 # Delta table schema; ``partition`` is the Delta partition column (not stored in files).
 TABLE_SCHEMA = pa.schema(

@@ -47,7 +47,7 @@ def send(producer: Producer, values: Iterable[str], topic: str = TOPIC) -> None:
 
 
 def kafka_read(
-    bootstrap: str, level: str, topic: str = TOPIC, expected: int | None = None
+    bootstrap: str, level: str, topic: str = TOPIC, expected: int | None = None, partitions: int = PARTITIONS
 ) -> list[tuple[int, int, str]]:
     """Every record a confluent-kafka consumer at ``level`` gets, (partition, offset, value)."""
     consumer = Consumer(
@@ -58,7 +58,7 @@ def kafka_read(
             "enable.auto.commit": False,
         }
     )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got: list[tuple[int, int, str]] = []
     idle = 0
     try:
@@ -302,3 +302,42 @@ def test_bad_input_gets_kafkas_error_and_changes_nothing(cluster: sparklog.Clust
         transactional(one_broker.bootstrap_servers, "txn-too-long", **{"transaction.timeout.ms": 1_000_000})
     assert raised.value.args[0].code() == ErrorCode.invalid_transaction_timeout.value
     assert store.get("txn-too-long") is None
+
+
+def test_compaction_drops_aborted_records_first_and_keeps_markers_apart(
+    cluster: sparklog.Cluster, one_broker: BrokerAgents, spark: SparkSession
+) -> None:
+    from sparklog.maintenance.runner import run_compaction
+
+    topic = "txn-compacted"
+    cluster.create_topic(topic, 1, config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+    wait_until(lambda: cluster.describe_topic(topic).partitions[0].leader == 1, f"{topic} led by broker 1")
+    producer = transactional(one_broker.bootstrap_servers, "compactor")
+    looks_like_a_commit_marker = b"\x00\x00\x00\x01"  # Kafka's control key of a commit marker
+
+    def transaction(records: list[tuple[bytes, bytes]], commit: bool) -> None:
+        producer.begin_transaction()
+        for key, value in records:
+            producer.produce(topic, key=key, value=value, partition=0)
+        assert producer.flush(TIMEOUT_S) == 0
+        (producer.commit_transaction if commit else producer.abort_transaction)(TIMEOUT_S)
+
+    transaction([(b"k", b"v1"), (looks_like_a_commit_marker, b"data")], commit=True)
+    transaction([(b"k", b"v2")], commit=False)  # newest value of k, but aborted
+    transaction([(b"other", b"x")], commit=True)  # later files: the earlier ones are not the head
+    before = cluster.read(topic)
+    [result] = run_compaction(cluster.replicas, spark, [topic])
+    assert result.status == "compacted", result
+    after = cluster.read(topic)
+    assert (
+        sorted(after.column("value").to_pylist())
+        == sorted(before.column("value").to_pylist())
+        == [b"data", b"v1", b"x"]
+    )
+    uncommitted = cluster.read(topic, isolation_level="read_uncommitted")
+    assert b"v2" not in uncommitted.column("value").to_pylist(), "the aborted record was compacted away"
+    assert values(kafka_read(one_broker.bootstrap_servers, "read_committed", topic, partitions=1)) == [
+        "data",
+        "v1",
+        "x",
+    ]
