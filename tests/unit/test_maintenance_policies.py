@@ -25,7 +25,7 @@ from sparklog.log.plans import (
     vacuum_candidates,
 )
 from sparklog.log.segment import SegmentFile
-from sparklog.model.schema import FILE_SCHEMA
+from sparklog.model.schema import CONTROL_TIMESTAMP_TYPE, FILE_SCHEMA
 
 NOW = 1_704_067_200_000  # 2024-01-01T00:00:00Z in ms
 US = 1000
@@ -350,6 +350,24 @@ def expected_survivors(rows, horizon_us: int) -> list[int]:
         elif newest[key] == offset and (value is not None or ts >= horizon_us):
             out.append(offset)
     return out
+
+
+def test_compact_records_keeps_transaction_markers_apart_from_data_keys():
+    marker_key = b"\x00\x00\x00\x01"  # Kafka's control key of a commit marker
+
+    def table(kinds: list[int]) -> pa.Table:
+        rows = records([(o, NOW * 1000, marker_key if o != 1 else b"k", b"v%d" % o) for o in range(len(kinds))])
+        return rows.set_column(2, FILE_SCHEMA.field("timestampType"), pa.array(kinds, pa.int32()))
+
+    # A data record carrying a marker's key survives the markers after it; markers all stay.
+    assert compact(table([0, 0, CONTROL_TIMESTAMP_TYPE, CONTROL_TIMESTAMP_TYPE])).column("offset").to_pylist() == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    # Between data records the key still decides: only the newest of them survives.
+    assert compact(table([0, 0, 0, CONTROL_TIMESTAMP_TYPE])).column("offset").to_pylist() == [1, 2, 3]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
