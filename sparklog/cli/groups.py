@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from sparklog.cli.offsets import parse_partitions
 from sparklog.cli.options import UsageError, add_command, connect
 from sparklog.cli.output import add_output_option, print_stderr, table_lines, write_json, write_lines
+from sparklog.model.topic import partitions_by_topic
 
 if TYPE_CHECKING:
     from sparklog.admin.groups import GroupDescription
@@ -210,10 +211,8 @@ def offsets_lines(d: GroupDescription) -> list[str]:
 
 
 def _assignment(partitions: Sequence[tuple[str, int]]) -> str:
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
-    text = ", ".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items()))
+    grouped = partitions_by_topic(partitions)
+    text = ", ".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(grouped.items()))
     return text or MISSING
 
 

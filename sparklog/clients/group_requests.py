@@ -14,6 +14,7 @@ from kio.static.primitive import i32Timedelta
 from sparklog import errors
 from sparklog.clients.kafka_wire import KafkaConnection, nested, raise_for, request
 from sparklog.group.coordinator import OffsetCommit
+from sparklog.model.topic import partitions_by_topic
 from sparklog.server.groups.consumer_protocol import CONSUMER, encode_assignment
 
 __all__ = [
@@ -168,9 +169,7 @@ def offset_commit(
 
 
 def offset_fetch(group_id: str, partitions: Iterable[TopicPartition]) -> Any:
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in sorted(set(partitions)):
-        by_topic.setdefault(topic, []).append(partition)
+    by_topic = partitions_by_topic(sorted(set(partitions)))
     return request(
         "offset_fetch",
         7,

@@ -8,6 +8,7 @@ unvalidated string.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sparklog.errors import InvalidTopicError
@@ -17,6 +18,7 @@ __all__ = [
     "PartitionDescription",
     "TopicDescription",
     "is_internal",
+    "partitions_by_topic",
     "validate_topic_name",
 ]
 
@@ -72,3 +74,12 @@ class TopicDescription:
     @property
     def replication_factor(self) -> int:
         return len(self.partitions[0].replicas) if self.partitions else 0
+
+
+def partitions_by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    """``(topic, partition)`` pairs grouped by topic, both in the order given (Kafka's
+    requests and responses nest partitions under their topic)."""
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        grouped.setdefault(topic, []).append(partition)
+    return grouped

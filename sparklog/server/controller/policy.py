@@ -24,6 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from sparklog.errors import PolicyError
+from sparklog.model.topic import partitions_by_topic
 from sparklog.server.controller.placement import RackAwareMode, assign_replicas
 
 __all__ = [
@@ -403,9 +404,7 @@ def generate_reassignment(
     """
     draw = rng if rng is not None else random.Random()
     brokers = sorted(set(broker_ids))
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in current:
-        by_topic.setdefault(topic, []).append(partition)
+    by_topic = partitions_by_topic(current)
     proposed: dict[TopicPartition, list[int]] = {}
     for topic in sorted(by_topic):
         partitions = sorted(by_topic[topic])

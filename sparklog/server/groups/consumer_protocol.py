@@ -8,10 +8,13 @@ type, a newer version) are shown as nothing rather than failing the group.
 from __future__ import annotations
 
 import importlib
+import io
 import struct
 from typing import Any
 
 from kio.serial import entity_reader, entity_writer
+
+from sparklog.model.topic import partitions_by_topic
 
 __all__ = ["CONSUMER", "decode_assignment", "decode_subscription", "encode_assignment", "encode_subscription"]
 
@@ -54,8 +57,6 @@ def decode_assignment(data: bytes | None) -> list[TopicPartition]:
 
 
 def _encode(kind: str, version: int, **values: Any) -> bytes:
-    import io
-
     entity_type = _type(kind, version)
     buffer = io.BytesIO()
     buffer.write(struct.pack(">h", version))
@@ -81,7 +82,5 @@ def encode_assignment(partitions: list[TopicPartition]) -> bytes:
 
 
 def _partitions(entity_type: Any, partitions: list[TopicPartition]) -> tuple[Any, ...]:
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in sorted(partitions):
-        by_topic.setdefault(topic, []).append(partition)
-    return tuple(entity_type(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+    grouped = partitions_by_topic(sorted(partitions))
+    return tuple(entity_type(topic=t, partitions=tuple(ps)) for t, ps in grouped.items())

@@ -61,6 +61,7 @@ from sparklog.errors import (
 )
 from sparklog.group.ids import validate_group_id
 from sparklog.log.group_offsets import OffsetCommit
+from sparklog.model.topic import partitions_by_topic
 from sparklog.server.kafka.context import (
     METADATA_MAX_AGE_MS,
     NO_THROTTLE,
@@ -162,23 +163,23 @@ def offset_commit(request: ApiRequest, broker: BrokerContext) -> Any:
 
 
 def _commit_response(module: Any, order: list[TopicPartition], codes: dict[TopicPartition, ErrorCode]) -> Any:
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in order:
-        by_topic.setdefault(topic, []).append(partition)
-    return build(
-        module.OffsetCommitResponse,
-        throttle_time=NO_THROTTLE,
-        topics=tuple(
-            build(
-                module.OffsetCommitResponseTopic,
-                name=topic,
-                partitions=tuple(
-                    build(module.OffsetCommitResponsePartition, partition_index=p, error_code=codes[(topic, p)])
-                    for p in partitions
-                ),
-            )
-            for topic, partitions in by_topic.items()
-        ),
+    topics = _topic_codes(module.OffsetCommitResponseTopic, module.OffsetCommitResponsePartition, order, codes)
+    return build(module.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics)
+
+
+def _topic_codes(
+    topic_type: type, partition_type: type, order: list[TopicPartition], codes: dict[TopicPartition, ErrorCode]
+) -> tuple[Any, ...]:
+    """Kafka's nested topic → partition → error code answer, in request order."""
+    return tuple(
+        build(
+            topic_type,
+            name=topic,
+            partitions=tuple(
+                build(partition_type, partition_index=p, error_code=codes[(topic, p)]) for p in partitions
+            ),
+        )
+        for topic, partitions in partitions_by_topic(order).items()
     )
 
 
@@ -266,10 +267,7 @@ def _fetch_group(
     except Exception as exc:  # noqa: BLE001 - answered as Kafka error codes
         code = _code(exc)
     if wanted is None:
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in sorted(committed):
-            by_topic.setdefault(topic, []).append(partition)
-        listing = list(by_topic.items())
+        listing = list(partitions_by_topic(sorted(committed)).items())
     else:
         listing = wanted
     topics = tuple(
@@ -339,25 +337,8 @@ def offset_delete(request: ApiRequest, broker: BrokerContext) -> Any:
     except Exception as exc:  # noqa: BLE001 - answered as Kafka error codes
         top = _code(exc)
         codes = dict.fromkeys(order, ErrorCode.none)
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in order:
-        by_topic.setdefault(topic, []).append(partition)
-    return build(
-        module.OffsetDeleteResponse,
-        error_code=top,
-        throttle_time=NO_THROTTLE,
-        topics=tuple(
-            build(
-                module.OffsetDeleteResponseTopic,
-                name=topic,
-                partitions=tuple(
-                    build(module.OffsetDeleteResponsePartition, partition_index=p, error_code=codes[(topic, p)])
-                    for p in partitions
-                ),
-            )
-            for topic, partitions in by_topic.items()
-        ),
-    )
+    topics = _topic_codes(module.OffsetDeleteResponseTopic, module.OffsetDeleteResponsePartition, order, codes)
+    return build(module.OffsetDeleteResponse, error_code=top, throttle_time=NO_THROTTLE, topics=topics)
 
 
 def _subscribed_topics(broker: BrokerContext, group_id: str) -> set[str]:

@@ -32,6 +32,7 @@ from sparklog.errors import LeaderNotAvailableError, NotLeaderError, SparklogErr
 from sparklog.group.coordinator import OFFSETS_TOPIC
 from sparklog.log.txn_log import ControlRecord, control_record_rows
 from sparklog.metadata.broker_registration import live_brokers
+from sparklog.model.topic import partitions_by_topic
 from sparklog.server.kafka.records import control_batch
 from sparklog.server.leader_appender import LeaderAppender, PendingAppend
 from sparklog.server.replica_manager import ReplicaManager
@@ -155,9 +156,7 @@ class MarkerWriter:
         endpoint = record.endpoint(self.listener_name) if record is not None else None
         if endpoint is None:
             raise LeaderNotAvailableError(f"broker {leader} is not live on listener {self.listener_name}")
-        topics: dict[str, list[int]] = {}
-        for topic, partition in partitions:
-            topics.setdefault(topic, []).append(partition)
+        topics = partitions_by_topic(partitions)
         request = markers_v1.WriteTxnMarkersRequest(
             markers=(
                 markers_v1.WritableTxnMarker(
