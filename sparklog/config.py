@@ -4,8 +4,9 @@ Cluster settings resolve in one fixed precedence order (highest first):
 
 1. explicit arguments to :func:`sparklog.connect` (or data-source options / ``spark.sparklog.*``),
 2. the environment (``SPARKLOG_HOME``, ``SPARKLOG_ZOOKEEPER``),
-3. a properties file (``SPARKLOG_CONF``, else ``conf/sparklog.properties`` in the working dir),
-4. the defaults below.
+3. a properties file (``SPARKLOG_CONF``, else the nearest enclosing ``conf/sparklog.properties``),
+4. the defaults below; the home's default is found by :mod:`sparklog.discovery` (the nearest
+   enclosing ``.sparklog``, the project's, else ``~/.sparklog``).
 
 Topic and client configs are validated against typed specs: an unknown key or a bad value
 raises :class:`~sparklog.errors.ConfigError` naming the key and what is allowed. Everything
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from sparklog.discovery import discover
 from sparklog.errors import ConfigError
 from sparklog.model.endpoints import Endpoint, parse_bootstrap_servers, parse_listeners
 
@@ -230,7 +232,7 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "zookeeper.connect": None,
     "zookeeper.session.timeout.ms": "18000",
     "zookeeper.connection.timeout.ms": "30000",
-    "sparklog.home": ".sparklog",
+    "sparklog.home": None,  # default: found by sparklog.discovery
     "log.dirs": None,  # default: <sparklog.home>/data
     "broker.id": "0",
     "broker.rack": None,
@@ -365,6 +367,8 @@ class ClusterConfig:
 
 
 CLUSTER_KEYS = frozenset(CLUSTER_DEFAULTS)
+# Settings that are paths: relative values in a properties file are relative to the file.
+_PATH_KEYS = frozenset({"sparklog.home", "log.dirs"})
 
 
 def resolve_cluster_config(
@@ -390,20 +394,20 @@ def resolve_cluster_config(
         from_env["sparklog.home"] = env["SPARKLOG_HOME"]
     if env.get("SPARKLOG_ZOOKEEPER"):
         from_env["zookeeper.connect"] = env["SPARKLOG_ZOOKEEPER"]
-    conf_path = env.get("SPARKLOG_CONF") or (
-        "conf/sparklog.properties" if Path("conf/sparklog.properties").is_file() else None
-    )
+    found = discover(Path.cwd().resolve(), env)
     from_file: dict[str, str] = {}
-    if conf_path:
+    if found.properties_file is not None:
+        conf_path = found.properties_file
         for key, value in load_properties(conf_path).items():
             if key not in CLUSTER_KEYS:
                 raise ConfigError(
                     f"Unknown sparklog configuration {key!r} in {conf_path}. Allowed keys: {', '.join(sorted(CLUSTER_KEYS))}"
                 )
             if value != "":
-                from_file[key] = value
+                # Relative to the file, so a project's file means the same from any directory.
+                from_file[key] = str(conf_path.parent / Path(value).expanduser()) if key in _PATH_KEYS else value
     merged: dict[str, Any] = {**CLUSTER_DEFAULTS, **from_file, **from_env, **explicit}
-    home = Path(str(merged["sparklog.home"])).expanduser().resolve()
+    home = Path(str(merged["sparklog.home"] or found.default_home)).expanduser().resolve()
     log_dir = merged["log.dirs"]
     log_dir_path = Path(str(log_dir)).expanduser().resolve() if log_dir else home / "data"
 

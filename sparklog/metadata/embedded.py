@@ -28,6 +28,7 @@ import importlib.util
 import os
 import shutil
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ __all__ = [
     "find_java",
     "find_zookeeper_jars",
     "four_letter_word",
+    "in_spark_worker",
     "server_command",
     "start",
     "status",
@@ -220,7 +222,9 @@ def start(home: str | os.PathLike[str], timeout_s: float = 60.0) -> EmbeddedZooK
             proc, offset = daemon.launch(cmd)
             if daemon.wait_ready(proc, functools.partial(_ruok, port, 0.5), deadline):
                 daemon.write_state(proc.pid, port=port)
-                return status(home)
+                started = status(home)
+                _announce(home, started)
+                return started
             if proc.poll() is None:
                 daemon.kill(proc.pid, 2.0)
                 reason = f"did not answer ruok on {_HOST}:{port} within {timeout_s:g}s"
@@ -236,6 +240,23 @@ def start(home: str | os.PathLike[str], timeout_s: float = 60.0) -> EmbeddedZooK
             )
         msg = f"embedded ZooKeeper failed to bind on {_HOST} {_BIND_ATTEMPTS} times; see {lay.daemon.log}"
         raise ZooKeeperUnavailableError(msg)
+
+
+def _announce(home: str | os.PathLike[str], started: EmbeddedZooKeeperStatus) -> None:
+    # A server that outlives its starter must never appear unannounced: a command run from an
+    # unexpected directory would otherwise start a second, empty cluster without a word.
+    print(
+        f"sparklog: started an embedded ZooKeeper at {started.connect} (pid {started.pid}) for home "
+        f"{Path(home).resolve()}; it keeps running (`sparklog zookeeper stop --home {Path(home).resolve()}` stops it)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def in_spark_worker() -> bool:
+    """Whether this process is one of Spark's Python workers (pyspark's worker asserts the same
+    variable): they plan and run data-source code, and must never start a server of their own."""
+    return os.environ.get("SPARK_PYTHON_RUNTIME") == "PYTHON_WORKER"
 
 
 def stop(home: str | os.PathLike[str], timeout_s: float = 15.0) -> bool:

@@ -39,6 +39,15 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (ConnectionLoss, OperationTi
 
 T = TypeVar("T")
 
+_NO_CLUSTER_IN_WORKER = (
+    "no ZooKeeper for the sparklog cluster of home {home}: no zookeeper.connect is set and no "
+    "embedded ZooKeeper runs there, and a Spark Python worker never starts one. Point the job "
+    'at its cluster: the options zookeeper.connect or sparklog.home of format("sparklog"), '
+    "spark.sparklog.* session conf (passed to the source when sparklog.spark is imported in the "
+    "driver), or SPARKLOG_ZOOKEEPER / SPARKLOG_HOME in the workers' environment "
+    "(spark.executorEnv.*); or start the embedded server: sparklog zookeeper start --home {home}"
+)
+
 logging.getLogger("kazoo").setLevel(logging.ERROR)
 
 
@@ -58,6 +67,11 @@ def resolve_connect(config: ClusterConfig) -> str:
         return hosts + chroot
     from sparklog.metadata import embedded
 
+    if embedded.in_spark_worker():
+        running = embedded.status(config.home).connect
+        if running is None:
+            raise ZooKeeperUnavailableError(_NO_CLUSTER_IN_WORKER.format(home=config.home))
+        return running + DEFAULT_CHROOT
     return embedded.ensure_started(config.home) + DEFAULT_CHROOT
 
 

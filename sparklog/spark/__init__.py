@@ -14,8 +14,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sparklog.spark.format_hooks import install as _install_format_hooks
 from sparklog.spark.options import cluster_config_from_options, connect_replicas, session_options
-from sparklog.spark.save_mode import install as _install_save_mode
 from sparklog.spark.session import get_or_create_session
 
 if TYPE_CHECKING:
@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from sparklog.spark.exactly_once import ConsumeIntoResult
     from sparklog.spark.group_batch import GroupBatch
 
-# `df.write.format("sparklog").save()` with no mode appends, as Kafka's sink does.
-_install_save_mode()
+# format("sparklog") gets the session's settings, the embedded ZooKeeper started in the driver,
+# and `df.write.format("sparklog").save()` with no mode appends, as Kafka's sink does.
+_install_format_hooks()
 
 __all__ = [
     "ConsumeIntoResult",

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_or_create_session", "log4j2_config_path", "register_source"]
+__all__ = ["get_or_create_session", "log4j2_config_path", "prepare_source", "register_session_source"]
+
+_BOUND = "_sparklog_source_settings"
 
 
 def log4j2_config_path() -> str:
@@ -28,10 +30,36 @@ def log4j2_config_path() -> str:
     return str(resources.files("sparklog.spark").joinpath("log4j2.properties"))
 
 
-def register_source(spark: SparkSession) -> None:
-    from sparklog.spark.source import SparklogDataSource
+def register_session_source(spark: SparkSession) -> dict[str, str]:
+    """Register ``format("sparklog")`` for ``spark`` with the session's cluster settings (its
+    ``spark.sparklog.*`` conf, and the home and ZooKeeper the driver resolves, so workers in
+    other directories or on other machines agree); returns them. Registers again only when
+    they changed (``spark.conf.set("spark.sparklog.…")`` between jobs)."""
+    from sparklog.spark.options import cluster_config_from_options, session_options
+    from sparklog.spark.source import with_settings
 
-    spark.dataSource.register(SparklogDataSource)
+    settings = session_options(spark)
+    config = cluster_config_from_options(settings)
+    settings["sparklog.home"] = config.home
+    if config.zookeeper_connect:
+        settings["zookeeper.connect"] = config.zookeeper_connect
+    key = tuple(sorted(settings.items()))
+    if getattr(spark, _BOUND, None) != key:
+        spark.dataSource.register(with_settings(settings))
+        setattr(spark, _BOUND, key)
+    return settings
+
+
+def prepare_source(spark: SparkSession, options: Mapping[str, object]) -> None:
+    """Before Spark plans a read or write of ``format("sparklog")`` with ``options``: register
+    the session's settings, and start the embedded ZooKeeper here in the driver when the job
+    names no ``zookeeper.connect`` (Spark workers never start one)."""
+    from sparklog.metadata.session import resolve_connect
+    from sparklog.spark.options import cluster_config_from_options
+
+    settings = register_session_source(spark)
+    chosen = {str(k): str(v) for k, v in options.items() if v is not None}
+    resolve_connect(cluster_config_from_options({**settings, **chosen}))
 
 
 def get_or_create_session(
@@ -63,20 +91,9 @@ def get_or_create_session(
         "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
         "spark.python.worker.reuse": "true",
     }
-    # Python workers inherit executorEnv, so session settings reach the data source there.
-    for key, value in settings.items():
-        if key.startswith("spark.sparklog."):
-            name = key[len("spark.sparklog.") :]
-            env = {
-                "zookeeper.connect": "SPARKLOG_ZOOKEEPER",
-                "home": "SPARKLOG_HOME",
-                "sparklog.home": "SPARKLOG_HOME",
-            }.get(name)
-            if env:
-                defaults[f"spark.executorEnv.{env}"] = value
     for key, value in {**defaults, **settings}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    register_source(spark)
+    register_session_source(spark)
     return spark

@@ -11,7 +11,10 @@ are documented in :mod:`sparklog.spark.reader`, :mod:`~sparklog.spark.writer`,
 
 from __future__ import annotations
 
+from collections.abc import Mapping, MutableMapping
+
 from pyspark.sql.datasource import (
+    CaseInsensitiveDict,
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
@@ -23,7 +26,7 @@ from pyspark.sql.types import StructType
 from sparklog.model.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
 from sparklog.spark.options import option_flag
 
-__all__ = ["SparklogDataSource"]
+__all__ = ["SparklogDataSource", "with_settings"]
 
 
 class SparklogDataSource(DataSource):
@@ -53,3 +56,19 @@ class SparklogDataSource(DataSource):
         from sparklog.spark.stream_writer import SparklogStreamWriter
 
         return SparklogStreamWriter(self.options, schema, overwrite)
+
+
+def with_settings(settings: Mapping[str, str]) -> type[SparklogDataSource]:
+    """The source with ``settings`` beneath every reader's and writer's own options: how a
+    session's cluster settings reach the Python workers that run it (registered per session
+    by :func:`sparklog.spark.session.register_session_source`). Defined here, not at module
+    level, so the class is pickled by value with its settings."""
+    frozen = dict(settings)
+
+    class SessionSparklogDataSource(SparklogDataSource):
+        def __init__(self, options: MutableMapping[str, str]) -> None:
+            merged = CaseInsensitiveDict(frozen)
+            merged.update(options)
+            super().__init__(merged)
+
+    return SessionSparklogDataSource

@@ -41,8 +41,8 @@ def props_file(tmp_path: Path) -> Path:
 
 
 def test_defaults(tmp_path: Path) -> None:
-    config = resolve_cluster_config(environ={})
-    assert config.home == str((tmp_path / "cwd" / ".sparklog").resolve())
+    config = resolve_cluster_config(environ={"HOME": str(tmp_path / "user")})
+    assert config.home == str((tmp_path / "user" / ".sparklog").resolve())  # nothing nearer: user-wide
     assert config.log_dir == str(Path(config.home) / "data")
     assert config.zookeeper_connect is None  # embedded server
     assert config.broker_id == 0

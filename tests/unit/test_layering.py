@@ -11,7 +11,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sparklog"
 PACKAGES = {"model", "log", "metadata", "server", "clients", "group", "admin", "maintenance", "spark", "cli", "testing"}
-ROOT_MODULES = {"__init__.py", "clock.py", "cluster.py", "config.py", "errors.py", "retries.py"}
+ROOT_MODULES = {"__init__.py", "clock.py", "cluster.py", "config.py", "discovery.py", "errors.py", "retries.py"}
 ENGINES = {"pyspark", "kazoo", "deltalake"}
 PURE_POLICIES = [
     "sparklog.model.records",
@@ -20,6 +20,7 @@ PURE_POLICIES = [
     "sparklog.model.batches",
     "sparklog.clock",
     "sparklog.config",
+    "sparklog.discovery",
     "sparklog.errors",
     "sparklog.retries",
     "sparklog.server.controller.placement",
@@ -37,6 +38,7 @@ CLI_ALLOWED = (
     "sparklog.cluster",
     "sparklog.clock",
     "sparklog.config",
+    "sparklog.discovery",
     "sparklog.errors",
     "sparklog.model",
     "sparklog.admin",
