@@ -34,6 +34,15 @@ def _load(text: str, option: str) -> object:
 
 def parse_offsets_json(text: str, option: str = "startingOffsets") -> dict[str, dict[int, int]]:
     """``{"t": {"0": 23}}`` -> ``{"t": {0: 23}}``; values are offsets, -2 or -1 (or timestamps)."""
+    if not str(text).strip().startswith("{"):
+        # A misspelt keyword ("earlist") is the usual cause: name the option and what it takes.
+        allowed = (
+            'a JSON object of timestamps in ms such as {"topic":{"0":1700000000000}}'
+            if option.endswith("ByTimestamp")
+            else 'earliest, latest, or a JSON object of offsets such as {"topic":{"0":23,"1":-2}} '
+            "(-2 earliest, -1 latest)"
+        )
+        raise InvalidOffsetSpecError(f"Option {option}: {text!r} is not allowed; use {allowed}")
     raw = _load(text, option)
     if not isinstance(raw, dict) or not raw:
         raise InvalidOffsetSpecError(f'{option}: expected a JSON object like {{"topic":{{"0":23}}}}, got {text!r}')

@@ -83,10 +83,12 @@ def read(spark: SparkSession, topic: str | None = None, **options: Any) -> DataF
     Python off the data path, so scans run at Parquet speed.
     """
     from sparklog.spark.native import read_topics
+    from sparklog.spark.option_names import warn_ignored
 
     opts = session_options(spark, **options)
     if topic is not None:
         opts["subscribe"] = topic
+    warn_ignored(opts, "batch read", opts, stacklevel=2)
     return read_topics(spark, opts)
 
 

@@ -35,6 +35,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from sparklog.spark.option_names import CHECKED_OPTION, SourceUse, warn_ignored
+
 __all__ = ["install"]
 
 _SOURCE = "_sparklog_source"
@@ -58,11 +60,11 @@ def install() -> None:
             continue
         _remember_choices(cls)
         setattr(cls, _INSTALLED, True)
-    _wrap_finish(DataFrameReader, "load", ("format", "schema"), _bind)
-    _wrap_finish(DataStreamReader, "load", ("format", "schema"), _bind)
-    _wrap_finish(DataFrameWriter, "save", ("format", "mode"), _bind_and_append)
-    _wrap_finish(DataStreamWriter, "start", ("format",), _bind)
-    _wrap_finish(DataStreamWriter, "toTable", ("format",), _bind)
+    _wrap_finish(DataFrameReader, "load", ("format", "schema"), "batch read", _keep_mode)
+    _wrap_finish(DataStreamReader, "load", ("format", "schema"), "stream read", _keep_mode)
+    _wrap_finish(DataFrameWriter, "save", ("format", "mode"), "batch write", _append_by_default)
+    _wrap_finish(DataStreamWriter, "start", ("format",), "stream write", _keep_mode)
+    _wrap_finish(DataStreamWriter, "toTable", ("format",), "stream write", _keep_mode)
 
 
 def _remember_choices(cls: type) -> None:
@@ -104,9 +106,12 @@ def _chosen_options(handle: Any) -> dict[str, Any]:
     return chosen
 
 
-def _wrap_finish(cls: type, name: str, applied: tuple[str, ...], before: Callable[[Any], None]) -> None:
-    """Wrap ``cls.name`` so ``before`` runs once the keyword arguments that set the format,
-    mode, schema and options have been applied, and just before Spark plans the job."""
+def _wrap_finish(
+    cls: type, name: str, applied: tuple[str, ...], use: SourceUse, choose_mode: Callable[[Any], None]
+) -> None:
+    """Wrap ``cls.name`` so that, once the keyword arguments that set the format, mode, schema
+    and options have been applied and just before Spark plans the job, a sparklog job gets its
+    settings (and its ignored options said) and ``choose_mode`` settles the save mode."""
     original = getattr(cls, name)
     if getattr(original, "_sparklog_wrapped", False):
         return
@@ -122,7 +127,8 @@ def _wrap_finish(cls: type, name: str, applied: tuple[str, ...], before: Callabl
             self.options(**options)
             kwargs = {k: v for k, v in kwargs.items() if k in _PASSED_THROUGH}
         if _is_sparklog(self):
-            before(self)
+            _prepare(self, use)
+            choose_mode(self)
         return original(self, *args, **kwargs)
 
     finish._sparklog_wrapped = True  # type: ignore[attr-defined]
@@ -138,14 +144,22 @@ def _is_sparklog(handle: Any) -> bool:
     return isinstance(source, str) and source.strip().lower() == "sparklog"
 
 
-def _bind(handle: Any) -> None:
+def _prepare(handle: Any, use: SourceUse) -> None:
     from sparklog.spark.session import prepare_source
 
-    prepare_source(handle._spark, _chosen_options(handle))
+    chosen = _chosen_options(handle)
+    if CHECKED_OPTION in chosen:  # a handle reused for a second load/save
+        return
+    settings = prepare_source(handle._spark, chosen)
+    warn_ignored(chosen, use, settings, stacklevel=3)  # this function, the wrapped method, the user's line
+    handle.option(CHECKED_OPTION, "true")
 
 
-def _bind_and_append(writer: Any) -> None:
-    _bind(writer)
+def _keep_mode(handle: Any) -> None:
+    return None
+
+
+def _append_by_default(writer: Any) -> None:
     chosen = getattr(writer, _MODE, None)
     if chosen is None or str(chosen).strip().lower() in _APPEND_MODES:
         writer.mode("append")

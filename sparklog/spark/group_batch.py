@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sparklog.config import CLUSTER_KEYS
 from sparklog.errors import ConfigError, GroupNotEmptyError, OffsetOutOfRangeError, TopicNotFoundError
 from sparklog.model.offsets import EARLIEST, LATEST, parse_offsets_json
+from sparklog.spark.option_names import positive_int_option
 from sparklog.spark.options import connect_replicas, option_flag, session_options
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ def _settings(options: Mapping[str, str]) -> _Settings:
                 f"Unknown option {key!r} for consume/consume_into; allowed: {', '.join(_OPTIONS.values())} "
                 f"and the cluster settings ({', '.join(sorted(CLUSTER_KEYS))})"
             )
+    named = {_OPTIONS[k]: v for k, v in lowered.items() if k in _OPTIONS}  # spelled as documented
     reset = lowered.get("auto.offset.reset", "earliest").strip().lower()
     if reset not in ("earliest", "latest", "none"):
         raise ConfigError(f"auto.offset.reset must be earliest, latest or none, got {reset!r}")
@@ -89,19 +91,10 @@ def _settings(options: Mapping[str, str]) -> _Settings:
         reset,
         explicit,
         option_flag(lowered, "failondataloss", True),
-        _positive(lowered, "maxoffsetspertrigger"),
-        _positive(lowered, "maxrecordsperpartition"),
+        positive_int_option(named, "maxOffsetsPerTrigger"),
+        positive_int_option(named, "maxRecordsPerPartition"),
         option_flag(lowered, "includeheaders", False),
     )
-
-
-def _positive(options: Mapping[str, str], key: str) -> int | None:
-    raw = options.get(key)
-    if raw is None:
-        return None
-    if not raw.strip().isdigit() or int(raw) < 1:
-        raise ConfigError(f"Option {_OPTIONS[key]} must be a positive integer, got {raw!r}")
-    return int(raw)
 
 
 def input_partitions(groups: GroupCoordinator, group_id: str, topics: str | Iterable[str]) -> list[TopicPartition]:

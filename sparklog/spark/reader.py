@@ -25,6 +25,7 @@ from pyspark.sql.datasource import CaseInsensitiveDict, DataSourceReader, InputP
 from sparklog.errors import ConfigError, InvalidOffsetSpecError, OffsetOutOfRangeError, TopicNotFoundError
 from sparklog.model.offsets import EARLIEST, LATEST, parse_assign_json, parse_offsets_json
 from sparklog.model.topic import is_internal
+from sparklog.spark.option_names import positive_int_option
 from sparklog.spark.options import connect_replicas, option_flag, option_read_committed
 
 if TYPE_CHECKING:
@@ -183,7 +184,14 @@ def resolve_read_ranges(replicas: ReplicaManager, options: Mapping[str, str]) ->
                     "%s-%d: offsets %d..%d were removed; reading from %d", topic, p, start, log_start - 1, log_start
                 )
                 start = log_start
-            ranges[p] = (min(start, hw), min(max(end, start), hw))
+            if start > min(end, hw):
+                # Spark's Kafka source fails here too: an empty answer would hide the mistake.
+                raise OffsetOutOfRangeError(
+                    f"{topic}-{p}: the starting offset {start} is after the ending offset {min(end, hw)} "
+                    f"(log-start {log_start}, end of the readable log {hw}); check startingOffsets / "
+                    "startingTimestamp and endingOffsets"
+                )
+            ranges[p] = (start, min(end, hw))
         result[topic] = ranges
     return result
 
@@ -222,7 +230,7 @@ class SparklogBatchReader(DataSourceReader):
                                 aborted[entry.partition],
                             )
                         )
-        return _split_for_min_partitions(slices, int(self.options.get("minPartitions", "0") or 0))
+        return _split_for_min_partitions(slices, positive_int_option(self.options, "minPartitions") or 0)
 
     def read(self, partition: InputPartition) -> Iterator[object]:
         from sparklog.log.reader import read_segment_range

@@ -50,16 +50,18 @@ def register_session_source(spark: SparkSession) -> dict[str, str]:
     return settings
 
 
-def prepare_source(spark: SparkSession, options: Mapping[str, object]) -> None:
+def prepare_source(spark: SparkSession, options: Mapping[str, object]) -> dict[str, str]:
     """Before Spark plans a read or write of ``format("sparklog")`` with ``options``: register
     the session's settings, and start the embedded ZooKeeper here in the driver when the job
-    names no ``zookeeper.connect`` (Spark workers never start one)."""
+    names no ``zookeeper.connect`` (Spark workers never start one). Returns the settings the
+    source will see: the session's beneath ``options``."""
     from sparklog.metadata.session import resolve_connect
     from sparklog.spark.options import cluster_config_from_options
 
     settings = register_session_source(spark)
-    chosen = {str(k): str(v) for k, v in options.items() if v is not None}
-    resolve_connect(cluster_config_from_options({**settings, **chosen}))
+    merged = {**settings, **{str(k): str(v) for k, v in options.items() if v is not None}}
+    resolve_connect(cluster_config_from_options(merged))
+    return merged
 
 
 def get_or_create_session(

@@ -11,6 +11,7 @@ are documented in :mod:`sparklog.spark.reader`, :mod:`~sparklog.spark.writer`,
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, MutableMapping
 
 from pyspark.sql.datasource import (
@@ -24,6 +25,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from sparklog.model.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
+from sparklog.spark.option_names import CHECKED_OPTION, SourceUse, describe_cluster, ignored_options, warning_text
 from sparklog.spark.options import option_flag
 
 __all__ = ["SparklogDataSource", "with_settings"]
@@ -40,22 +42,36 @@ class SparklogDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         from sparklog.spark.reader import SparklogBatchReader
 
+        _warn_ignored(self.options, "batch read")
         return SparklogBatchReader(self.options, option_flag(self.options, "includeHeaders", False))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from sparklog.spark.writer import SparklogBatchWriter
 
+        _warn_ignored(self.options, "batch write")
         return SparklogBatchWriter(self.options, schema, overwrite)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from sparklog.spark.stream_reader import SparklogStreamReader
 
+        _warn_ignored(self.options, "stream read")
         return SparklogStreamReader(self.options, option_flag(self.options, "includeHeaders", False))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from sparklog.spark.stream_writer import SparklogStreamWriter
 
+        _warn_ignored(self.options, "stream write")
         return SparklogStreamWriter(self.options, schema, overwrite)
+
+
+def _warn_ignored(options: Mapping[str, str], use: SourceUse) -> None:
+    # In the planning worker, for jobs whose driver did not warn (no sparklog.spark import
+    # there): its stderr is the Spark driver's console.
+    if CHECKED_OPTION in options:
+        return
+    notes = ignored_options(options, use, lambda: describe_cluster(options))
+    if notes:
+        logging.getLogger("sparklog.spark").warning(warning_text(notes, use))
 
 
 def with_settings(settings: Mapping[str, str]) -> type[SparklogDataSource]:

@@ -39,6 +39,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from sparklog.errors import ConfigError, OffsetOutOfRangeError
 from sparklog.model.offsets import EARLIEST, LATEST, parse_offsets_json
+from sparklog.spark.option_names import positive_int_option
 from sparklog.spark.options import connect_replicas, option_flag, option_read_committed
 
 # ``subscribed_topics`` (subscribe/subscribePattern/assign -> topics) is the batch reader's; reused,
@@ -129,7 +130,7 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"Option {key} is not supported by the sparklog stream source; use maxOffsetsPerTrigger"
                 )
         self.fail_on_data_loss = option_flag(self.options, "failOnDataLoss", True)
-        self.max_offsets = _positive_int(self.options.get("maxOffsetsPerTrigger"), "maxOffsetsPerTrigger")
+        self.max_offsets = positive_int_option(self.options, "maxOffsetsPerTrigger", "a positive number of records")
         # Spark's Kafka source names a consumer group ``kafka.group.id``; sparklog's own name is groupId.
         self.group_id = self.options.get("groupId") or self.options.get("kafka.group.id") or None
         self._replicas: ReplicaManager | None = None
@@ -268,15 +269,3 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._replicas is not None:
             self._replicas.close()
             self._replicas = None
-
-
-def _positive_int(raw: object, key: str) -> int | None:
-    if raw is None or str(raw).strip() == "":
-        return None
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigError(f"Option {key} must be a positive number of records, got {raw!r}")
-    return value

@@ -101,7 +101,7 @@ def _micro_batch_ids(topic: str) -> tuple[str, int]:
 class SparklogStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
         self.options = dict(options)
-        self.topic = check_target(options, schema, overwrite, "outputMode('append')")
+        self.topic = check_target(options, schema, overwrite, '.outputMode("append")')
         self.plan: ProducePlan | None = None
 
     def __getstate__(self) -> dict[str, object]:

@@ -155,7 +155,11 @@ def check_target(options: Mapping[str, str], schema: StructType, overwrite: bool
     from sparklog.model.topic import validate_topic_name
 
     if overwrite:
-        raise ConfigError(f"Topics are append-only: use {append_hint} to write to sparklog")
+        raise ConfigError(
+            f"sparklog topics are append-only logs, which a write cannot overwrite: use {append_hint} "
+            "(as Spark's Kafka sink does); to empty a topic, use `sparklog delete-records` or delete "
+            "and re-create it"
+        )
     topic = options.get("topic")
     if not topic:
         raise ConfigError("Option 'topic' is required to write to sparklog")
@@ -417,7 +421,7 @@ class SparklogBatchWriter(DataSourceArrowWriter):
     error names what was committed)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
-        topic = check_target(options, schema, overwrite, "mode('append') (or the default)")
+        topic = check_target(options, schema, overwrite, '.mode("append")')
         self.plan = plan_produce(options, topic, f"spark-{options.get(JOB_ID_OPTION) or uuid.uuid4().hex}")
 
     def write(self, iterator: Iterator[object]) -> SegmentsWritten:

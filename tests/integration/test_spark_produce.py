@@ -108,8 +108,11 @@ def test_dataframe_writer_api_and_mode_overwrite_rejected(spark, cluster, cluste
     df = spark.range(100).select(F.col("id").cast("string").alias("value"))
     df.write.format("sparklog").options(**cluster_options).option("topic", "plain").mode("append").save()
     assert sum(hw for _s, hw in cluster.partition_offsets("plain").values()) == 100
-    with pytest.raises(Exception, match="append-only"):
+    with pytest.raises(Exception, match="append-only") as rejected:
         df.write.format("sparklog").options(**cluster_options).option("topic", "plain").mode("overwrite").save()
+    # The way out is named, and it is one that works in every script (not "the default", which
+    # appends only where sparklog.spark was imported: issue 17).
+    assert 'use .mode("append")' in str(rejected.value) and "default" not in str(rejected.value)
     assert sum(hw for _s, hw in cluster.partition_offsets("plain").values()) == 100
 
 

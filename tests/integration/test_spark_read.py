@@ -261,11 +261,76 @@ def test_reads_are_pinned_to_the_offsets_resolved_at_planning(spark, cluster, cl
         ({"subscribe": "clicks", "endingOffsets": "earliest"}, "not allowed for batch"),
         ({"subscribe": "clicks", "startingTimestamp": "yesterday"}, "milliseconds"),
         ({"subscribe": "clicks", "failOnDataLoss": "maybe"}, "true or false"),
+        ({"subscribe": "clicks", "minPartitions": "abc"}, "Option minPartitions must be a positive integer, got 'abc'"),
+        ({"subscribe": "clicks", "minPartitions": "0"}, "Option minPartitions must be a positive integer"),
+        (
+            {"subscribe": "clicks", "startingOffsets": "earlist"},
+            r"Option startingOffsets: 'earlist' is not allowed; use earliest, latest, or a JSON object",
+        ),
+        ({"subscribe": "clicks", "endingOffsets": "lastest"}, r"Option endingOffsets: 'lastest' is not allowed"),
+        # Spark's Kafka source fails when a range starts after its end; an empty answer hid the mistake.
+        (
+            {"subscribe": "clicks-eu", "startingOffsets": '{"clicks-eu":{"0":25}}'},
+            r"clicks-eu-0: the starting offset 25 is after the ending offset 10",
+        ),
+        (
+            {
+                "subscribe": "clicks-eu",
+                "startingOffsets": '{"clicks-eu":{"0":6}}',
+                "endingOffsets": '{"clicks-eu":{"0":4}}',
+            },
+            r"clicks-eu-0: the starting offset 6 is after the ending offset 4",
+        ),
     ],
 )
 def test_bad_options_are_clear_errors(spark, cluster_options, topics, options, message):
     with pytest.raises(Exception, match=message):
         load(spark, cluster_options, **options).collect()
+
+
+def test_a_range_may_start_at_its_end(spark, cluster_options, topics):
+    at_end = {"subscribe": "clicks-eu", "startingOffsets": '{"clicks-eu":{"0":10}}'}
+    assert load(spark, cluster_options, **at_end).count() == 0
+
+
+def test_ignored_options_are_named_once_in_one_warning(spark, cluster_options, topics):
+    from sparklog.spark.option_names import IgnoredOptionWarning
+
+    ignored = {
+        "startingOffset": "earliest",
+        "endOffsets": "latest",
+        "kafka.bootstrap.servers": "broker:9092",
+        "kafka.group.id": "reports",
+        "maxOffsetsPerTrigger": "100",
+    }
+    with pytest.warns(IgnoredOptionWarning) as warned:
+        df = load(spark, cluster_options, subscribe="clicks", **ignored)
+    assert df.count() == 30, "the read itself goes on"
+    assert len(warned) == 1, [str(w.message) for w in warned]
+    text = str(warned[0].message)
+    assert warned[0].filename == __file__, "the warning points at the user's line"
+    assert "startingOffset: unknown option (did you mean startingOffsets?)" in text, text
+    assert "endOffsets: unknown option (did you mean endingOffsets?)" in text, text
+    assert (
+        "kafka.bootstrap.servers: sparklog does not connect to Kafka brokers here; it uses the sparklog "
+        f"cluster at ZooKeeper {cluster_options['zookeeper.connect']}" in text
+    ), text
+    assert "kafka.group.id: a batch read belongs to no consumer group" in text, text
+    assert "maxOffsetsPerTrigger: it limits streaming micro-batches only" in text, text
+
+
+def test_used_options_draw_no_warning(spark, cluster_options, topics):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        used = {
+            "startingOffsets": "earliest",
+            "endingOffsets": "latest",
+            "includeHeaders": "true",
+            "minPartitions": "4",
+        }
+        assert load(spark, cluster_options, subscribe="clicks", **used).count() == 30
 
 
 def test_any_session_finds_the_source_without_registration(cluster_options, topics, tmp_path):

@@ -66,13 +66,18 @@ WITH_HELPERS = textwrap.dedent(
     """
 ).replace("{topic}", TOPIC)
 
-# A script that never imports sparklog: its workers see only their environment.
+# A script that never imports sparklog: its workers see only their environment, and Spark
+# itself refuses a save without a mode (the README says to write with .mode("append")).
 WITHOUT_SPARKLOG = textwrap.dedent(
     """
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
-    spark.read.format("sparklog").option("subscribe", "{topic}").load().count()
+    try:
+        spark.range(1).selectExpr("CAST(id AS STRING) AS value").write.format("sparklog").option("topic", "t").save()
+    except Exception as exc:
+        print("SAVE REFUSED", str(exc).splitlines()[0])
+    spark.read.format("sparklog").option("subscribe", "{topic}").option("startingOffset", "earliest").load().count()
     """
 ).replace("{topic}", TOPIC)
 
@@ -103,7 +108,11 @@ def test_a_worker_without_settings_fails_clearly_and_starts_nothing(tmp_path: Pa
     done = _spark_submit(WITHOUT_SPARKLOG, work, env)
     output = done.stdout + done.stderr  # spark-submit's Python driver writes its traceback to stdout
     assert done.returncode != 0
+    refused = [line for line in done.stdout.splitlines() if line.startswith("SAVE REFUSED")]
+    assert refused and "UNSUPPORTED_DATA_SOURCE_SAVE_MODE" in refused[0] and '"Append"' in refused[0], refused
     assert "a Spark Python worker never starts one" in output, output[-3000:]
+    # No driver hook ran: the planning worker names the ignored option on the console.
+    assert "startingoffset: unknown option (did you mean startingOffsets?)" in output, output[-3000:]
     assert f"sparklog zookeeper start --home {user / '.sparklog'}" in output, output[-3000:]
     assert "no zookeeper-*.jar" not in output
     assert not (work / ".sparklog").exists() and not (user / ".sparklog" / "zookeeper" / "server.json").exists()
