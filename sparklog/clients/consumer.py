@@ -258,10 +258,7 @@ class Consumer:
         result: dict[TopicPartition, int | None] = {}
         for (topic, partition), ts in timestamps.items():
             table = self.replicas.leader_table(topic, int(partition))
-            found = offset_for_timestamp(table, table.snapshot(), int(partition), int(ts))
-            result[(topic, int(partition))] = (
-                None if found is None else max(found, self._bounds((topic, int(partition)))[0])
-            )
+            result[(topic, int(partition))] = offset_for_timestamp(table, table.snapshot(), int(partition), int(ts))
         return result
 
     def _bounds(self, tp: TopicPartition) -> tuple[int, int]:

@@ -130,8 +130,11 @@ def read_files(table: TopicTable, entries: Sequence[SegmentLike]) -> pa.Table:
 
 
 def offset_for_timestamp(table: TopicTable, dt: DeltaTable, partition: int, timestamp_ms: int) -> int | None:
-    """The earliest offset whose timestamp is >= ``timestamp_ms``, or None if there is none."""
+    """The earliest offset at or above log-start whose timestamp is >= ``timestamp_ms``, or None
+    if there is none (Kafka's ListOffsets never answers below log-start: a file straddling it
+    still holds the removed records)."""
     target_us = timestamp_ms * 1000
+    log_start = table.log_start(dt, partition)
     best: int | None = None
     for entry in table.files(dt, {partition}):
         if entry.max_timestamp_us is not None and entry.max_timestamp_us < target_us:
@@ -139,7 +142,10 @@ def offset_for_timestamp(table: TopicTable, dt: DeltaTable, partition: int, time
         if best is not None and entry.base_offset >= best:
             break  # files are in offset order; nothing later can be earlier
         data = pq.read_table(table.full_path(entry.path), columns=["offset", "timestamp"])
-        mask = pc.greater_equal(data.column("timestamp").cast(pa.int64()), target_us)
+        mask = pc.and_(
+            pc.greater_equal(data.column("timestamp").cast(pa.int64()), target_us),
+            pc.greater_equal(data.column("offset"), log_start),
+        )
         hits = pc.filter(data.column("offset"), mask)
         if len(hits):
             found = pc.min(hits).as_py()

@@ -40,7 +40,7 @@ def list_offsets(replicas: ReplicaManager, topic: str, spec: OffsetSpec | str = 
         dt = table.snapshot()
         for p in parts:
             found = offset_for_timestamp(table, dt, p, int(parsed))
-            result[p] = -1 if found is None or found >= offsets[p].high_watermark else max(found, offsets[p].log_start)
+            result[p] = -1 if found is None or found >= offsets[p].high_watermark else found
     return dict(sorted(result.items()))
 
 

@@ -88,6 +88,7 @@ def test_delete_records_hides_records_inside_a_straddling_file(cluster, spark) -
     assert live_paths(cluster, "t") == files_before[1:], "only the file wholly below 15 is removed"
     assert surviving_offsets(cluster, "t") == list(range(15, 30))
     assert cluster.list_offsets("t", "earliest") == {0: 15}
+    assert cluster.list_offsets("t", 0) == {0: 15}, "a lookup by time never answers below log-start"
     consumer = cluster.consumer(None, auto_offset_reset="earliest")
     consumer.assign([("t", 0)])
     consumer.seek(("t", 0), 11)  # inside the straddling file, below log-start
@@ -96,6 +97,8 @@ def test_delete_records_hides_records_inside_a_straddling_file(cluster, spark) -
     from sparklog.spark import read
 
     assert sorted(r.offset for r in read(spark, "t", **cluster.config.to_options()).collect()) == list(range(15, 30))
+    by_time = read(spark, "t", startingTimestamp="0", **cluster.config.to_options())  # was offset 11, below log-start
+    assert sorted(r.offset for r in by_time.collect()) == list(range(15, 30))
     assert cluster.delete_records("t", {0: 3}) == {0: 15}, "log-start never moves back"
     with pytest.raises(OffsetOutOfRangeError, match="high watermark"):
         cluster.delete_records("t", {0: 31})

@@ -84,7 +84,6 @@ def _resolve(
     found = offset_for_timestamp(at.table, at.snapshot, partition, timestamp)
     if found is None or found >= high_watermark:
         return -1, -1
-    found = max(found, log_start)
     row = read_ranges(at.table, at.snapshot, {partition: (found, found + 1)}, include_headers=False)
     return found, int(row.column("timestamp").cast(pa.int64())[0].as_py()) // 1000 if row.num_rows else -1
 
