@@ -275,11 +275,9 @@ def consume_into(
             output = replace(
                 output,
                 delta_schema=_file_schema(output, df.schema),
-                # Every partition whose stored offset was of a deleted topic is in ``ends`` (it
-                # counts as unrecorded), so the incarnations written never bless a stale offset.
                 transactions={
                     **{ids[tp]: end for tp, end in ends.items()},
-                    **{topic_ids[t]: i for t, i in incarnations.items()},
+                    **_new_incarnations(stored, topic_ids, incarnations, ids, ends),
                 },
                 expected=stored[output.delta_root] if output.plan is None else {},
                 expected_tables={} if output.plan is None else stored,
@@ -330,6 +328,25 @@ def _of_current_topics(
         stale = {t for t, app_id in topic_ids.items() if values.get(app_id) not in (None, incarnations[t])}
         current[where] = {app_id: None if tp[0] in stale else values[app_id] for tp, app_id in ids.items()}
     return current
+
+
+def _new_incarnations(
+    stored: Mapping[str, Mapping[str, int | None]],
+    topic_ids: Mapping[str, str],
+    incarnations: Mapping[str, int],
+    ids: Mapping[TopicPartition, str],
+    ends: Mapping[TopicPartition, int],
+) -> dict[str, int]:
+    """The incarnations of the input topics whose every partition's offset this commit writes
+    (so no offset of an earlier topic of the name is made current) that some output table does
+    not hold yet (a topic output's commit is skipped where it finds one of its app ids already).
+    A run writes every partition whose stored offset was of a deleted topic: it counts as
+    unrecorded."""
+    return {
+        topic_ids[t]: i
+        for t, i in incarnations.items()
+        if all(tp in ends for tp in ids if tp[0] == t) and any(v.get(topic_ids[t]) != i for v in stored.values())
+    }
 
 
 def _completing_ranges(
