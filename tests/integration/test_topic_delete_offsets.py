@@ -20,6 +20,7 @@ from sparklog.log.group_offsets import OffsetCommit
 from sparklog.spark import consume, consume_into, consumer_lag
 from tests.helpers import wait_until
 from tests.integration.test_cli import Cli
+from tests.integration.test_streaming import run_available_now, stream, values_of
 
 TOPIC = "orders"
 
@@ -157,3 +158,23 @@ def test_spark_committed_offsets_are_removed_and_consume_into_starts_over(
     rerun = consume_into(spark, "etl", TOPIC, output_path=path, **cluster_options)
     assert rerun.input_ranges[(TOPIC, 0)] == (0, 4), "the new topic is processed from its start"
     assert cluster.committed_offsets("etl") == {(TOPIC, 0): 4, (TOPIC, 1): 0}
+
+
+def test_a_streaming_query_of_the_group_carries_on_after_one_of_its_topics_is_deleted(
+    spark: Any, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
+    for topic in ("tracked-a", "tracked-b"):
+        cluster.create_topic(topic)
+        produce(cluster, topic, [f"{topic}-{i}" for i in range(3)])
+    query = stream(spark, cluster_options, subscribePattern="tracked-.*", startingOffsets="earliest")
+    query = query.option("kafka.group.id", "q")
+    assert len(values_of(run_available_now(query, tmp_path / "ckpt"))) == 6
+    assert cluster.committed_offsets("q") == {("tracked-a", 0): 3, ("tracked-b", 0): 3}
+
+    cluster.delete_topic("tracked-a")
+
+    assert cluster.committed_offsets("q") == {("tracked-b", 0): 3}
+    produce(cluster, "tracked-b", ["late"])
+    # The restarted query still holds tracked-a in its checkpoint; committing that is refused.
+    assert values_of(run_available_now(query, tmp_path / "ckpt")) == ["late"]
+    assert cluster.committed_offsets("q") == {("tracked-b", 0): 4}
