@@ -166,8 +166,9 @@ def test_a_streaming_query_of_the_group_carries_on_after_one_of_its_topics_is_de
     for topic in ("tracked-a", "tracked-b"):
         cluster.create_topic(topic)
         produce(cluster, topic, [f"{topic}-{i}" for i in range(3)])
-    query = stream(spark, cluster_options, subscribePattern="tracked-.*", startingOffsets="earliest")
-    query = query.option("kafka.group.id", "q")
+    query = stream(
+        spark, cluster_options, subscribePattern="tracked-.*", startingOffsets="earliest", **{"kafka.group.id": "q"}
+    )
     assert len(values_of(run_available_now(query, tmp_path / "ckpt"))) == 6
     assert cluster.committed_offsets("q") == {("tracked-a", 0): 3, ("tracked-b", 0): 3}
 
