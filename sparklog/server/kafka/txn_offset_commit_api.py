@@ -8,11 +8,10 @@ belongs to the transactional id (INVALID_PRODUCER_ID_MAPPING), its epoch is curr
 group's offsets partition (AddOffsetsToTxn first: INVALID_TXN_STATE otherwise), every
 partition exists (UNKNOWN_TOPIC_OR_PARTITION for it; the topic's incarnation is kept with the
 pending offsets, so they are not applied if the topic is deleted before the transaction ends).
-Membership: generation -1 with no
-member id is a consumer using ``assign()`` and is accepted; otherwise the group's member
-check is used when the broker's group coordinator offers one. Accepted offsets are stored
-pending (:mod:`sparklog.server.transactions.txn_offsets`) and reach ``__consumer_offsets``
-only when the transaction commits.
+Membership: generation -1 with no member id is a consumer using ``assign()`` and is accepted;
+otherwise the group's member check is used when the broker's group coordinator offers one.
+Accepted offsets are stored pending (:mod:`sparklog.server.transactions.txn_offsets`) and
+reach ``__consumer_offsets`` only when the transaction commits.
 """
 
 from __future__ import annotations
