@@ -83,7 +83,7 @@ def _default_history_retention_ms() -> int:
     return int(TOPIC_CONFIGS["history.retention.ms"].default)
 
 
-def _time_commits(commit: Callable[[int], None], n: int) -> list[float]:
+def _time_commits(commit: Callable[[int], object], n: int) -> list[float]:
     times: list[float] = []
     for offset in range(1, n + 1):
         started = time.perf_counter()

@@ -114,7 +114,8 @@ class Cluster:
         return topic_admin.create_partitions(self.replicas, name, total)
 
     def delete_topic(self, name: str) -> None:
-        """Delete the topic's metadata, then its data on every replica."""
+        """Delete the topic's metadata, every group's committed offsets of it, then its data on
+        every replica (:func:`sparklog.admin.topics.delete_topic`)."""
         topic_admin.delete_topic(self.replicas, name)
 
     # -- offsets and reads ---------------------------------------------------------------
@@ -181,7 +182,9 @@ class Cluster:
     # -- consumer groups -----------------------------------------------------------------
     def commit_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
         """Commit offsets for a group from outside it (Kafka's standalone commit, generation -1):
-        allowed while the group has no live members. Any offset >= 0 is stored, a lower one too."""
+        allowed while the group has no live members. Any offset >= 0 is stored, a lower one too;
+        partitions of a topic that does not exist (deleted) are refused with
+        ``UnknownTopicCommitError`` after the others are stored."""
         from sparklog.group.coordinator import OffsetCommit
 
         self.groups.commit(group_id, {tp: OffsetCommit(int(o), metadata) for tp, o in offsets.items()})

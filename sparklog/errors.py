@@ -60,6 +60,7 @@ __all__ = [
     "TransactionError",
     "UnknownMemberError",
     "UnknownPartitionError",
+    "UnknownTopicCommitError",
     "UnstableOffsetCommitError",
     "ZooKeeperUnavailableError",
 ]
@@ -259,6 +260,16 @@ class InconsistentGroupProtocolError(GroupError):
 
 class GroupSubscribedToTopicError(GroupError):
     """Offsets of a topic the group's live members subscribe to cannot be deleted."""
+
+
+class UnknownTopicCommitError(TopicNotFoundError, GroupError):
+    """An offset commit names topics that do not exist — deleted, perhaps re-created since
+    the committer looked them up (Kafka: UNKNOWN_TOPIC_OR_PARTITION). ``partitions``: the
+    (topic, partition)s refused; the commit's other partitions were stored."""
+
+    def __init__(self, message: str, partitions: frozenset[tuple[str, int]] = frozenset()) -> None:
+        super().__init__(message)
+        self.partitions = partitions
 
 
 class ConsumerClosedError(SparklogError):

@@ -18,11 +18,12 @@ from typing import Any, Literal
 
 from sparklog.config import TOPIC_CONFIGS, validate_configs, with_defaults
 from sparklog.errors import ConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError, TopicExistsError
+from sparklog.group.deleted_topics import remove_topic_offsets
 from sparklog.log.history import HISTORY_COLUMNS
 from sparklog.log.history import topic_history as table_history
 from sparklog.log.table import TopicTable
 from sparklog.metadata.broker_registration import live_broker_ids
-from sparklog.model.topic import PartitionDescription, TopicDescription, validate_topic_name
+from sparklog.model.topic import PartitionDescription, TopicDescription, is_internal, validate_topic_name
 from sparklog.server.controller.placement import (
     assign_new_partitions,
     assign_replicas,
@@ -115,10 +116,16 @@ def create_topic(
     replicas.metadata.create_topic(name, topic_id, assignment, configs)
     try:
         history_retention_ms = int(with_defaults(configs, TOPIC_CONFIGS)["history.retention.ms"])
-        for broker_id in sorted({b for brokers in assignment.values() for b in brokers}):
-            table = TopicTable(replicas.log_dir_of(broker_id), name)
+        tables = [
+            TopicTable(replicas.log_dir_of(b), name) for b in sorted({b for bs in assignment.values() for b in bs})
+        ]
+        # Debris of an earlier topic of this name whose delete was cut short, maybe before it
+        # removed the groups' offsets: every incarnation before this one is deleted.
+        if any(table.exists() for table in tables) and not is_internal(name):
+            remove_topic_offsets(replicas, name, replicas.metadata.topic_incarnation(name) - 1)
+        for table in tables:
             if table.exists():
-                table.delete()  # debris of an earlier topic of this name whose delete was cut short
+                table.delete()
             table.create(topic_id, history_retention_ms)
     except BaseException:
         replicas.metadata.delete_topic(name)
@@ -286,12 +293,16 @@ def create_partitions(
 
 
 def delete_topic(replicas: ReplicaManager, name: str) -> None:
-    """Delete the topic's metadata, then its data on every replica."""
+    """Delete the topic's metadata, then every group's committed offsets of it (Kafka removes
+    them too: a topic re-created under the name starts without them), then its data on every
+    replica."""
     validate_topic_name(name)
     assignment, _ = replicas.metadata.assignment(name)
+    incarnation = replicas.metadata.topic_incarnation(name)
     log_dirs = {replicas.log_dir_of(b) for brokers in assignment.partitions.values() for b in brokers}
     replicas.metadata.delete_topic(name)
     replicas.drop_tables(name)
+    remove_topic_offsets(replicas, name, incarnation)
     for log_dir in log_dirs:
         TopicTable(log_dir, name).delete()
 

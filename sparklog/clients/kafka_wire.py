@@ -174,7 +174,7 @@ _ERRORS: dict[ErrorCode, type[errors.SparklogError]] = {
     ErrorCode.invalid_group_id: errors.InvalidGroupIdError,
     ErrorCode.group_id_not_found: errors.GroupIdNotFoundError,
     ErrorCode.invalid_commit_offset_size: errors.OffsetCommitError,
-    ErrorCode.unknown_topic_or_partition: errors.UnknownPartitionError,
+    ErrorCode.unknown_topic_or_partition: errors.UnknownTopicCommitError,  # OffsetCommit: a deleted topic
     ErrorCode.request_timed_out: errors.CoordinatorNotAvailableError,
 }
 

@@ -16,22 +16,21 @@ generation fence) as the shared state. Invariants (DESIGN §5.6, §5.7):
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 
 from sparklog.admin.topics import create_topic
-from sparklog.errors import OffsetCommitError, StorageError, TopicExistsError
+from sparklog.errors import OffsetCommitError, TopicExistsError
 from sparklog.group.ids import validate_group_id
 from sparklog.log import group_offsets
 from sparklog.log.group_offsets import NO_GENERATION, OffsetCommit
 from sparklog.log.table import TopicTable
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.group_registry import GroupRegistry
+from sparklog.model.topic import OFFSETS_TOPIC
 from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["NO_GENERATION", "OFFSETS_TOPIC", "GroupCoordinator", "OffsetCommit", "java_string_hash"]
 
-OFFSETS_TOPIC = "__consumer_offsets"
 TopicPartition = tuple[str, int]
 
 
@@ -68,14 +67,7 @@ class GroupCoordinator:
         partition = 0 if group_id is None else offsets_partition_for(group_id, self._num_partitions)
         table = self.replicas.leader_table(OFFSETS_TOPIC, partition)
         if table.root not in self._ready:
-            # Another client may be between creating the znodes and the tables: give it time.
-            deadline = time.monotonic() + 30
-            while not table.exists():
-                if time.monotonic() > deadline:
-                    raise StorageError(
-                        f"The {OFFSETS_TOPIC} topic exists in ZooKeeper but has no table at {table.root}"
-                    )
-                time.sleep(0.05)
+            table.await_created()
             self._ready.add(table.root)
         return table
 
@@ -129,9 +121,17 @@ class GroupCoordinator:
         else:
             self.registry.check_commit(group_id, generation, member_id, member_key or member_id)
         table = self.offsets_table(group_id)
-        group_offsets.commit_offsets(
-            table, self.log_partition(group_id), group_id, commits, generation=generation, member_id=member_id
+        refused = group_offsets.commit_offsets(
+            table,
+            self.log_partition(group_id),
+            group_id,
+            commits,
+            generation=generation,
+            member_id=member_id,
+            incarnations=self._incarnations(commits),
         )
+        if refused:
+            raise group_offsets.unknown_topic_error(group_id, refused)
 
     def reset(self, group_id: str, offsets: Mapping[TopicPartition, int | None]) -> None:
         """Set (or, with None, delete) committed offsets of an inactive group, backwards too."""
@@ -140,9 +140,17 @@ class GroupCoordinator:
         self._check_offsets(group_id, commits)
         self.registry.require_inactive(group_id, f"Resetting offsets of group {group_id}")
         self.registry.ensure_group(group_id)  # a group reset into being is listed like any other
-        group_offsets.commit_offsets(
-            self.offsets_table(group_id), self.log_partition(group_id), group_id, commits, reset=True
+        table = self.offsets_table(group_id)
+        refused = group_offsets.commit_offsets(
+            table, self.log_partition(group_id), group_id, commits, reset=True, incarnations=self._incarnations(commits)
         )
+        if refused:
+            raise group_offsets.unknown_topic_error(group_id, refused)
+
+    def _incarnations(self, commits: Mapping[TopicPartition, OffsetCommit]) -> dict[str, int]:
+        """The topics' incarnations, read after the offsets table exists: a deletion that found
+        no offsets table left no marker, but then it also ended before this read (DESIGN §8)."""
+        return self.replicas.topic_incarnations({t for (t, _p), c in commits.items() if c.offset is not None})
 
     def _check_offsets(self, group_id: str, commits: Mapping[TopicPartition, OffsetCommit]) -> None:
         for (topic, partition), commit in commits.items():

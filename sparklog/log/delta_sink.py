@@ -4,9 +4,13 @@
 records to any Delta table and stores, *in the same Delta commit*, the input offsets it
 consumed as application transactions (the ``txn`` actions Delta's own streaming sink uses):
 
-  ``sparklog.input/<group>/<topic>/<partition>`` version = next input offset to consume.
+  ``sparklog.input/<group>/<topic>/<partition>`` version = next input offset to consume;
+  ``sparklog.inputtopic/<group>/<topic>`` version = the incarnation of the input topic those
+  offsets are of (a topic deleted and re-created under the name is another topic: its
+  predecessor's offsets must not position the run, DESIGN §8).
 
-The same ids are used when the output is a sparklog topic (:func:`input_app_id`).
+The same ids are used when the output is a sparklog topic (:func:`input_app_id`,
+:func:`input_topic_app_id`).
 
 Two halves:
 
@@ -45,7 +49,15 @@ from sparklog import clock
 from sparklog.errors import FencedError, SchemaMismatchError, StorageError
 from sparklog.retries import DELTA_COMMIT
 
-__all__ = ["TARGET_FILE_BYTES", "DataFile", "DeltaSink", "check_input_offsets", "input_app_id", "write_task_files"]
+__all__ = [
+    "TARGET_FILE_BYTES",
+    "DataFile",
+    "DeltaSink",
+    "check_input_offsets",
+    "input_app_id",
+    "input_topic_app_id",
+    "write_task_files",
+]
 
 TARGET_FILE_BYTES = 128 << 20  # in-memory Arrow bytes per data file before rolling to the next
 
@@ -53,6 +65,12 @@ TARGET_FILE_BYTES = 128 << 20  # in-memory Arrow bytes per data file before roll
 def input_app_id(group_id: str, topic: str, partition: int) -> str:
     """The application transaction holding group ``group_id``'s next offset of ``topic-partition``."""
     return f"sparklog.input/{group_id}/{topic}/{partition}"
+
+
+def input_topic_app_id(group_id: str, topic: str) -> str:
+    """The application transaction holding the incarnation of ``topic`` the group's stored
+    input offsets of it belong to."""
+    return f"sparklog.inputtopic/{group_id}/{topic}"
 
 
 def check_input_offsets(where: str, stored: Mapping[str, int | None], expected: Mapping[str, int | None]) -> None:

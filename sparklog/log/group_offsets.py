@@ -25,25 +25,37 @@ The partition is compacted as it is written: a commit replaces the partition's l
 by one holding the newest record of every key (offsets preserved, gaps allowed), so live
 files, checkpoints and commit latency stay bounded. No write lease is taken: offsets of the internal topic stay contiguous because every
 commit to ``p`` also touches ``sparklog.end.<p>``.
+
+Deleted topics (DESIGN §8): deleting a topic tombstones every group's offsets of it
+(:func:`delete_topic_offsets`) and leaves ``sparklog.deletedtopic/<topic>`` = the
+*incarnation* of the deleted topic (the zxid that created its znode) in the table. A commit
+carries the incarnation of each topic it names, as its committer looked it up, and is refused
+for a topic whose incarnation is at or below the marker in the snapshot it commits on
+(:func:`refused_partitions`). The deletion touches every partition's ``sparklog.end.<p>``, so
+a commit prepared before it conflicts and is checked again: an offset of a deleted topic is
+either tombstoned by the deletion or never stored, however stale the committer's metadata.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from sparklog import clock
-from sparklog.errors import IllegalGenerationError, StorageError
+from sparklog.errors import IllegalGenerationError, StorageError, UnknownTopicCommitError
 from sparklog.log.append import MAX_COMMIT_ATTEMPTS
+from sparklog.log.plans import SegmentLike
 from sparklog.log.reader import read_files
 from sparklog.log.segment import SegmentFile, discard_segments, write_segment
 from sparklog.log.table import CommitConflict, TopicTable, end_app_id
 from sparklog.model.records import records_to_arrow
 from sparklog.model.schema import FILE_SCHEMA
+from sparklog.retries import DELTA_COMMIT
 
 __all__ = [
     "GROUP_APP_ID_PREFIXES",
@@ -52,13 +64,17 @@ __all__ = [
     "commit_generation",
     "commit_offsets",
     "committed_offsets",
+    "delete_topic_offsets",
+    "deleted_topic_app_id",
     "group_fence_app_id",
     "group_generation",
     "group_offset_app_id",
     "offset_key",
     "offset_records",
     "offset_value",
+    "refused_partitions",
     "rows_to_arrow",
+    "unknown_topic_error",
 ]
 
 NO_GENERATION = -1  # commits from outside any generation (admin, standalone consumers)
@@ -67,8 +83,9 @@ TopicPartition = tuple[str, int]
 
 _FENCE_PREFIX = "sparklog.group/"
 _OFFSET_PREFIX = "sparklog.offset/"
+_DELETED_PREFIX = "sparklog.deletedtopic/"
 # Every app id a group's offsets are read from (follower fetch copies them: replica_fetch.py).
-GROUP_APP_ID_PREFIXES = (_FENCE_PREFIX, _OFFSET_PREFIX)
+GROUP_APP_ID_PREFIXES = (_FENCE_PREFIX, _OFFSET_PREFIX, _DELETED_PREFIX)
 
 
 def group_fence_app_id(group_id: str) -> str:
@@ -77,6 +94,11 @@ def group_fence_app_id(group_id: str) -> str:
 
 def group_offset_app_id(group_id: str, topic: str, partition: int) -> str:
     return f"{_OFFSET_PREFIX}{group_id}/{topic}/{partition}"
+
+
+def deleted_topic_app_id(topic: str) -> str:
+    """Version: the newest incarnation of ``topic`` deleted (commits naming it or an older one fail)."""
+    return f"{_DELETED_PREFIX}{topic}"
 
 
 @dataclass(frozen=True)
@@ -93,6 +115,39 @@ def offset_key(group_id: str, topic: str, partition: int) -> bytes:
     return json.dumps({"group": group_id, "partition": partition, "topic": topic}, sort_keys=True).encode()
 
 
+def refused_partitions(
+    offsets: Mapping[TopicPartition, OffsetCommit],
+    incarnations: Mapping[str, int] | None,
+    app_version: Callable[[str], int | None],
+) -> set[TopicPartition]:
+    """The partitions of ``offsets`` whose topic is not the one that exists: absent from
+    ``incarnations`` (topic -> incarnation the committer looked up; None: no check), or at or
+    below the deletion marker ``app_version`` reads from the snapshot being committed on.
+    Tombstones are never refused."""
+    if incarnations is None:
+        return set()
+    refused = set()
+    for (topic, partition), commit in offsets.items():
+        if commit.offset is None:
+            continue
+        incarnation = incarnations.get(topic)
+        deleted = app_version(deleted_topic_app_id(topic))
+        if incarnation is None or (deleted is not None and deleted >= incarnation):
+            refused.add((topic, partition))
+    return refused
+
+
+def unknown_topic_error(group_id: str, refused: Iterable[TopicPartition]) -> UnknownTopicCommitError:
+    """The error of a commit whose ``refused`` partitions name topics that do not exist."""
+    names = ", ".join(f"{t}-{p}" for t, p in sorted(refused))
+    return UnknownTopicCommitError(
+        f"Offset commit of group {group_id} refused for {names}: the topic does not exist (it was deleted, "
+        "and its offsets were removed from every group; a topic created since under the name is a new topic). "
+        "Look the topic up again and commit positions in the topic that exists now",
+        frozenset(refused),
+    )
+
+
 def commit_offsets(
     table: TopicTable,
     log_partition: int,
@@ -102,8 +157,11 @@ def commit_offsets(
     generation: int = NO_GENERATION,
     member_id: str = "",
     reset: bool = False,
-) -> None:
-    """Store ``offsets`` of ``group_id`` in one Delta commit to ``log_partition``.
+    incarnations: Mapping[str, int] | None = None,
+) -> set[TopicPartition]:
+    """Store ``offsets`` of ``group_id`` in one Delta commit to ``log_partition``; returns the
+    partitions refused because their topic was deleted (:func:`refused_partitions`), the others
+    are stored (nothing is committed when every one is refused).
 
     ``generation`` is checked against the log's group fence (``NO_GENERATION`` skips the
     check: the caller has verified the group is inactive). Any offset is stored, below the
@@ -123,9 +181,12 @@ def commit_offsets(
                 f"Offset commit of group {group_id} rejected: it carries generation {generation}, but generation "
                 f"{fence} is already live; the member must rejoin the group (poll) and commit again"
             )
+        refused = refused_partitions(offsets, incarnations, functools.partial(table.app_version, dt))
+        if offsets and len(refused) == len(offsets):
+            return refused
         live = table.files(dt, {log_partition})
         retained = latest_per_key(read_files(table, live))
-        keys = {offset_key(group_id, t, p): tp for tp in offsets for t, p in [tp]}
+        keys = {offset_key(group_id, t, p): tp for tp in offsets if tp not in refused for t, p in [tp]}
         transactions: dict[str, int] = {group_fence_app_id(group_id): max(fence, generation)}
         for topic, partition in keys.values():
             commit = offsets[(topic, partition)]
@@ -149,7 +210,7 @@ def commit_offsets(
             table.commit(
                 dt, segments, transactions, {"sparklog.operation": operation, "sparklog.group": group_id}, removes=live
             )
-            return
+            return refused
         except CommitConflict:
             discard_segments(table.root, segments)
             continue
@@ -159,6 +220,57 @@ def commit_offsets(
     raise StorageError(
         f"Offset commit of group {group_id} gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits to "
         f"{table.topic}-{log_partition}"
+    )
+
+
+def delete_topic_offsets(
+    table: TopicTable, log_partitions: Sequence[int], topic: str, incarnation: int
+) -> list[tuple[str, int]]:
+    """Kafka's clean-up of a deleted topic's offsets in the offsets partitions ``table`` leads:
+    one Delta commit tombstoning every group's committed offset of ``topic`` in
+    ``log_partitions`` (a null record and offset -1 each), raising the deletion marker to
+    ``incarnation`` and touching the log end of every one of ``log_partitions`` — also where
+    nothing is tombstoned — so any commit prepared before it conflicts and meets the marker
+    when it tries again. Returns the (group, partition) offsets tombstoned."""
+    marker = deleted_topic_app_id(topic)
+    for _attempt in DELTA_COMMIT:
+        dt = table.snapshot()
+        transactions = {marker: max(incarnation, table.app_version(dt, marker) or 0)}
+        by_partition: dict[int, list[SegmentLike]] = {p: [] for p in log_partitions}
+        for entry in table.files(dt, set(log_partitions)):
+            by_partition[entry.partition].append(entry)
+        now_ms = clock.now_ms()
+        tombstoned: list[tuple[str, int]] = []
+        segments: list[SegmentFile] = []
+        try:
+            for partition, files in sorted(by_partition.items()):
+                doomed = sorted(
+                    key
+                    for key, row in latest_per_key(read_files(table, files)).items()
+                    if row["value"] is not None and json.loads(key)["topic"] == topic
+                )
+                for key in doomed:
+                    parsed = json.loads(key)
+                    transactions[group_offset_app_id(parsed["group"], topic, int(parsed["partition"]))] = -1
+                    tombstoned.append((str(parsed["group"]), int(parsed["partition"])))
+                base = table.log_end(dt, partition)
+                if doomed:
+                    tombstones = records_to_arrow(doomed, [None] * len(doomed), [now_ms] * len(doomed))
+                    segments.append(write_segment(table.root, partition, base, tombstones))
+                transactions[end_app_id(partition)] = base + len(doomed)
+            table.commit(
+                dt, segments, transactions, {"sparklog.operation": "DELETE TOPIC OFFSETS", "sparklog.topic": topic}
+            )
+            return sorted(tombstoned)
+        except CommitConflict:
+            discard_segments(table.root, segments)
+            continue
+        except BaseException:
+            discard_segments(table.root, segments)
+            raise
+    raise DELTA_COMMIT.exhausted(
+        f"Removing the offsets of deleted topic {topic} from {table.topic} at {table.root}",
+        f"delete the groups' offsets of {topic} with `sparklog groups delete-offsets`",
     )
 
 

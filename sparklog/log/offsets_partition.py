@@ -30,8 +30,13 @@ the same log state that touches ``p`` (a library commit, an optimize, an epoch m
 commit whose leader epoch is older than the replica's fenced leader epoch fails with
 :class:`~sparklog.errors.NotLeaderError` (a deposed coordinator writes nothing); a request
 carrying a generation older than its group's fence (``sparklog.group/<g>``) is refused with
-:class:`~sparklog.errors.IllegalGenerationError` and nothing of it is written. One lock: a read
-waits for a commit in flight, never sees half of one.
+:class:`~sparklog.errors.IllegalGenerationError` and nothing of it is written; a request's
+partitions of a deleted topic (its incarnation at or below the table's deletion marker,
+:func:`~sparklog.log.group_offsets.refused_partitions`) are left out and answered with
+:class:`~sparklog.errors.UnknownTopicCommitError`, the rest of it is stored. A deletion's
+tombstones (:func:`~sparklog.log.group_offsets.delete_topic_offsets`) are a commit this object
+did not make: the memory is reloaded, so OffsetFetch never answers from a forgotten offset.
+One lock: a read waits for a commit in flight, never sees half of one.
 """
 
 from __future__ import annotations
@@ -56,7 +61,9 @@ from sparklog.log.group_offsets import (
     latest_per_key,
     offset_key,
     offset_value,
+    refused_partitions,
     rows_to_arrow,
+    unknown_topic_error,
 )
 from sparklog.log.leader_log import LeaderLog, StateView
 from sparklog.log.plans import SegmentLike
@@ -80,6 +87,8 @@ class GroupCommit:
     offsets: Mapping[TopicPartition, OffsetCommit]
     generation: int = NO_GENERATION
     member_id: str = ""
+    # topic -> the incarnation the committer checked (None: unchecked, e.g. tombstones only)
+    incarnations: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -167,7 +176,12 @@ class OffsetsPartitionLog:
                         )
                         continue
                     fences[group] = max(fence, request.generation)
+                    refused = refused_partitions(request.offsets, request.incarnations, view.state.get)
+                    if refused:
+                        errors[i] = unknown_topic_error(group, refused)
                     for (topic, partition), commit in sorted(request.offsets.items()):
+                        if (topic, partition) in refused:
+                            continue
                         keys.append(offset_key(group, topic, partition))
                         values.append(offset_value(commit, request.generation, request.member_id, now_ms))
                         offsets[group_offset_app_id(group, topic, partition)] = (

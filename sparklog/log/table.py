@@ -36,6 +36,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -128,6 +129,17 @@ class TopicTable:
             )
         except (DeltaError, OSError) as exc:
             raise StorageError(f"Cannot create the table of topic {self.topic} at {self.root}: {exc}") from exc
+
+    def await_created(self, timeout_s: float = 30.0) -> None:
+        """Return once the table exists. A topic's znodes are created before its tables (DESIGN
+        §4), so another client may be between the two; ``StorageError`` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not self.exists():
+            if time.monotonic() > deadline:
+                raise StorageError(
+                    f"The {self.topic} topic exists in ZooKeeper but has no table at {self.root} after {timeout_s} s"
+                )
+            time.sleep(0.05)
 
     def set_history_retention(self, history_retention_ms: int) -> bool:
         """Make the table's log properties match ``history_retention_ms`` (a topic config

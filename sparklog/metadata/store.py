@@ -137,6 +137,15 @@ class MetadataStore:
                 ) from None
         return TopicAssignment.decode(data, path), stat.version
 
+    def topic_incarnation(self, topic: str) -> int:
+        """The zxid that created the topic's znode: it tells a topic from an earlier topic of
+        the same name (a re-created topic's is always higher, ZooKeeper's zxids only grow)."""
+        with zk_errors(f"reading topic {topic}"):
+            stat = self.zk.client.exists(zkdata.topic_path(topic))
+        if stat is None:
+            raise TopicNotFoundError(f"Topic '{topic}' does not exist (ZooKeeper {self.zk.connect_string})")
+        return int(stat.czxid)
+
     def partition_states(self, topic: str, partitions: list[int]) -> dict[int, PartitionState]:
         client = self.zk.client
         result = {}

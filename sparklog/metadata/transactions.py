@@ -52,6 +52,7 @@ __all__ = [
 EMPTY, ONGOING = "Empty", "Ongoing"
 PREPARE_COMMIT, PREPARE_ABORT = "PrepareCommit", "PrepareAbort"
 COMPLETE_COMMIT, COMPLETE_ABORT = "CompleteCommit", "CompleteAbort"
+_CAS_ATTEMPTS = 20
 _STATES = {EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT}
 
 
@@ -101,13 +102,16 @@ class TransactionRecord:
 
 @dataclass(frozen=True)
 class PendingOffsetsRecord:
-    """``/transactions/offsets/<pid>/<group>``: ``offsets`` = [[topic, partition, offset, metadata], ...]."""
+    """``/transactions/offsets/<pid>/<group>``: ``offsets`` = [[topic, partition, offset, metadata], ...];
+    ``incarnations``: topic -> the incarnation the coordinator checked when it took them (absent
+    in records written before it was kept), so they are never applied to a topic created since."""
 
     transactional_id: str
     producer_id: int
     producer_epoch: int
     group_id: str
     offsets: list[list[Any]] = field(default_factory=list)
+    incarnations: dict[str, int] = field(default_factory=dict)
     version: int = 1
 
     @classmethod
@@ -121,6 +125,7 @@ class PendingOffsetsRecord:
             producer_epoch=int(raw["producer_epoch"]),
             group_id=str(raw["group_id"]),
             offsets=[[str(t), int(p), int(o), str(m)] for t, p, o, m in raw.get("offsets", [])],
+            incarnations={str(t): int(i) for t, i in raw.get("incarnations", {}).items()},
         )
 
 
@@ -224,6 +229,30 @@ class TransactionStore:
                 self.zk.client.delete(transaction_offsets_path(producer_id))
             except (NoNodeError, NotEmptyError):
                 pass
+
+    def drop_topic_pending_offsets(self, topic: str) -> int:
+        """Remove ``topic``'s entries from every transaction's pending offsets (the topic was
+        deleted), by compare-and-set. An entry added concurrently may survive; it names the
+        deleted topic's incarnation and is refused when applied. Returns the entries removed."""
+        removed = 0
+        for producer_id in self.producers_with_pending_offsets():
+            for group_id in self.pending_groups(producer_id):
+                for _attempt in range(_CAS_ATTEMPTS):
+                    found = self.pending_offsets(producer_id, group_id)
+                    if found is None or all(entry[0] != topic for entry in found[0].offsets):
+                        break
+                    record, znode_version = found
+                    kept = [entry for entry in record.offsets if entry[0] != topic]
+                    rest = {t: i for t, i in record.incarnations.items() if t != topic}
+                    try:
+                        self.put_pending_offsets(replace(record, offsets=kept, incarnations=rest), znode_version)
+                    except ConcurrentTransactionsError:
+                        continue
+                    removed += len(record.offsets) - len(kept)
+                    break
+                # A record that kept changing keeps its entries: they carry the deleted topic's
+                # incarnation, which the offsets log refuses when the transaction applies them.
+        return removed
 
     def pending_groups(self, producer_id: int) -> list[str]:
         """The groups ``producer_id``'s transaction holds pending offsets of."""

@@ -15,6 +15,7 @@ from sparklog.errors import InvalidTopicError
 
 __all__ = [
     "MAX_TOPIC_NAME_LENGTH",
+    "OFFSETS_TOPIC",
     "PartitionDescription",
     "TopicDescription",
     "is_internal",
@@ -24,7 +25,8 @@ __all__ = [
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+OFFSETS_TOPIC = "__consumer_offsets"  # Kafka's internal topic of committed group offsets
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 
 
 def validate_topic_name(name: object) -> str:

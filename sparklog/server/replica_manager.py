@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparklog.config import TOPIC_CONFIGS, ClusterConfig, validate_configs, with_defaults
-from sparklog.errors import LeaderNotAvailableError, SparklogError, UnknownPartitionError
+from sparklog.errors import LeaderNotAvailableError, SparklogError, TopicNotFoundError, UnknownPartitionError
 from sparklog.log.table import TopicTable
 from sparklog.log.txn_log import last_stable_offset
 from sparklog.metadata.broker_registration import live_broker_ids
@@ -124,6 +124,23 @@ class ReplicaManager:
     def _read_partitions(self, topic: str) -> list[int]:
         assignment, _ = self.metadata.assignment(topic)
         return sorted(int(p) for p in assignment.partitions)
+
+    def topic_incarnation(self, topic: str, max_age_ms: int = 0) -> int:
+        """Which topic of this name exists (the zxid that created it; ``TopicNotFoundError`` when
+        none does): offset commits carry it, so a commit checked against a topic deleted since
+        is refused (:mod:`sparklog.group.deleted_topics`). ``max_age_ms``: see :meth:`partitions_of`."""
+        validate_topic_name(topic)
+        return int(self._recent(("incarnation", topic), max_age_ms, lambda: self.metadata.topic_incarnation(topic)))
+
+    def topic_incarnations(self, topics: Iterable[str], max_age_ms: int = 0) -> dict[str, int]:
+        """:meth:`topic_incarnation` of each of ``topics`` that exists (the others are left out)."""
+        found = {}
+        for topic in sorted(set(topics)):
+            try:
+                found[topic] = self.topic_incarnation(topic, max_age_ms)
+            except TopicNotFoundError:
+                continue
+        return found
 
     def _recent(self, key: tuple[str, str], max_age_ms: int, read: Callable[[], Any]) -> Any:
         now = time.monotonic()

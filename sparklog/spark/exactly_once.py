@@ -3,8 +3,10 @@
 :func:`consume_into` transforms the group's next records (as :func:`sparklog.spark.group_batch`
 reads them) and writes the output AND the input end offsets in ONE Delta commit of the
 output (a plain Delta table, or each leader table of a sparklog topic), as application
-transactions ``sparklog.input/<group>/<topic>/<partition>`` = next offset. A run starts from
-max(those, ``__consumer_offsets``) and afterwards mirrors its end offsets to
+transactions ``sparklog.input/<group>/<topic>/<partition>`` = next offset, and
+``sparklog.inputtopic/<group>/<topic>`` = the input topic's incarnation (offsets stored for a
+topic since deleted are ignored: a re-created topic is read from its start, DESIGN §8). A run
+starts from max(those, ``__consumer_offsets``) and afterwards mirrors its end offsets to
 ``__consumer_offsets``. An output topic led by several brokers gets one commit per leader
 table, each carrying the input offsets; "those" is then the lowest value over the leader
 tables (a table without one counts lowest), which never skips input. When a table is ahead
@@ -40,7 +42,14 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSource
 from pyspark.sql.types import StructType
 
 from sparklog.errors import ConfigError, GroupError, StorageError, TopicNotFoundError
-from sparklog.log.delta_sink import DataFile, DeltaSink, check_input_offsets, input_app_id, write_task_files
+from sparklog.log.delta_sink import (
+    DataFile,
+    DeltaSink,
+    check_input_offsets,
+    input_app_id,
+    input_topic_app_id,
+    write_task_files,
+)
 from sparklog.log.table import TopicTable
 from sparklog.spark.group_batch import (
     Ranges,
@@ -240,10 +249,13 @@ def consume_into(
         output = _open_output(groups.replicas, opts, group_id, run_id, partitions, probe, output_topic, output_path)
         try:
             ids = {tp: input_app_id(group_id, *tp) for tp in partitions}
-            stored = output.stored(ids.values())
-            lowest, highest = _stored_bounds(stored, ids)
+            incarnations = groups.replicas.topic_incarnations({t for t, _p in partitions})
+            topic_ids = {t: input_topic_app_id(group_id, t) for t in incarnations}
+            stored = output.stored([*ids.values(), *topic_ids.values()])
+            current = _of_current_topics(stored, ids, topic_ids, incarnations)
+            lowest, highest = _stored_bounds(current, ids)
             ranges = resolve_ranges(groups, group_id, partitions, settings, lowest)
-            completing = _completing_ranges(ranges, lowest, highest, stored, ids)
+            completing = _completing_ranges(ranges, lowest, highest, current, ids)
             if completing is not None:
                 log.warning(
                     "group %s: completing an earlier run that committed to only some leader tables of %s: %s",
@@ -263,7 +275,10 @@ def consume_into(
             output = replace(
                 output,
                 delta_schema=_file_schema(output, df.schema),
-                transactions={ids[tp]: end for tp, end in ends.items()},
+                transactions={
+                    **{ids[tp]: end for tp, end in ends.items()},
+                    **_new_incarnations(stored, topic_ids, incarnations, ids, ends),
+                },
                 expected=stored[output.delta_root] if output.plan is None else {},
                 expected_tables={} if output.plan is None else stored,
                 metadata={
@@ -297,6 +312,41 @@ def _stored_bounds(
         lowest[tp] = min(known) if known and len(known) == len(values) else None
         highest[tp] = max(known) if known else None
     return lowest, highest
+
+
+def _of_current_topics(
+    stored: Mapping[str, Mapping[str, int | None]],
+    ids: Mapping[TopicPartition, str],
+    topic_ids: Mapping[str, str],
+    incarnations: Mapping[str, int],
+) -> dict[str, dict[str, int | None]]:
+    """``stored`` without the input offsets a table holds of an earlier topic of the same name
+    (its stored incarnation is not the topic's now): they position nothing in the new topic.
+    Offsets stored without an incarnation (outputs written before it was kept) count as current."""
+    current: dict[str, dict[str, int | None]] = {}
+    for where, values in stored.items():
+        stale = {t for t, app_id in topic_ids.items() if values.get(app_id) not in (None, incarnations[t])}
+        current[where] = {app_id: None if tp[0] in stale else values[app_id] for tp, app_id in ids.items()}
+    return current
+
+
+def _new_incarnations(
+    stored: Mapping[str, Mapping[str, int | None]],
+    topic_ids: Mapping[str, str],
+    incarnations: Mapping[str, int],
+    ids: Mapping[TopicPartition, str],
+    ends: Mapping[TopicPartition, int],
+) -> dict[str, int]:
+    """The incarnations of the input topics whose every partition's offset this commit writes
+    (so no offset of an earlier topic of the name is made current) that some output table does
+    not hold yet (a topic output's commit is skipped where it finds one of its app ids already).
+    A run writes every partition whose stored offset was of a deleted topic: it counts as
+    unrecorded."""
+    return {
+        topic_ids[t]: i
+        for t, i in incarnations.items()
+        if all(tp in ends for tp in ids if tp[0] == t) and any(v.get(topic_ids[t]) != i for v in stored.values())
+    }
 
 
 def _completing_ranges(

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import CaseInsensitiveDict, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from sparklog.errors import ConfigError, OffsetOutOfRangeError
+from sparklog.errors import ConfigError, OffsetOutOfRangeError, UnknownTopicCommitError
 from sparklog.model.offsets import EARLIEST, LATEST, parse_offsets_json
 from sparklog.spark.option_names import positive_int_option
 from sparklog.spark.options import connect_replicas, option_flag, option_read_committed
@@ -262,7 +262,12 @@ class SparklogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             from sparklog.group.coordinator import GroupCoordinator, OffsetCommit
 
             commits = {tp: OffsetCommit(offset, "spark structured streaming") for tp, offset in offsets.items()}
-            GroupCoordinator(self._connect()).commit(self.group_id, commits)
+            try:
+                GroupCoordinator(self._connect()).commit(self.group_id, commits)
+            except UnknownTopicCommitError as exc:
+                # A deleted topic drops out of the query as in Kafka's source, and its offsets
+                # went from the group with it; the other topics' offsets were stored.
+                log.info("stream of group %s: %s", self.group_id, exc)
             self._group_committed = offsets
 
     def stop(self) -> None:

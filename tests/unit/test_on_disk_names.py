@@ -20,6 +20,8 @@ def test_application_transaction_ids_are_stable():
         group_offsets.group_fence_app_id("g"),
         group_offsets.group_offset_app_id("g", "t", 1),
         delta_sink.input_app_id("g", "t", 1),
+        group_offsets.deleted_topic_app_id("t"),
+        delta_sink.input_topic_app_id("g", "t"),
     ] == [
         "sparklog.end.3",
         "sparklog.start.3",
@@ -32,6 +34,8 @@ def test_application_transaction_ids_are_stable():
         "sparklog.group/g",
         "sparklog.offset/g/t/1",
         "sparklog.input/g/t/1",
+        "sparklog.deletedtopic/t",
+        "sparklog.inputtopic/g/t",
     ]
 
 

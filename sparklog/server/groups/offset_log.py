@@ -93,12 +93,16 @@ class OffsetLog:
         *,
         generation: int = NO_GENERATION,
         member_id: str = "",
+        incarnations: Mapping[str, int] | None = None,
     ) -> None:
         """Store ``offsets`` (None offset = delete) durably (see the module doc); the caller
-        checked membership. Raises what failed: ``NotLeaderError`` (this broker stopped
-        coordinating), ``NotEnoughReplicas*``, ``IllegalGenerationError``, ..."""
+        checked membership and looked up the ``incarnations`` of the topics (see
+        :func:`~sparklog.log.group_offsets.refused_partitions`). Raises what failed:
+        ``NotLeaderError`` (this broker stopped coordinating), ``NotEnoughReplicas*``,
+        ``IllegalGenerationError``, ``UnknownTopicCommitError`` (only its partitions were
+        left out), ..."""
         partition = self.partition_of(group_id)
-        pending = _Pending(GroupCommit(group_id, dict(offsets), generation, member_id))
+        pending = _Pending(GroupCommit(group_id, dict(offsets), generation, member_id, incarnations))
         with self._lock:
             self._queues.setdefault(partition, []).append(pending)
             if partition not in self._threads:
@@ -230,18 +234,19 @@ class OffsetLog:
 
     def _store_slowly(self, table: TopicTable, partition: int, commit: GroupCommit, item: _Pending) -> None:
         try:
-            group_offsets.commit_offsets(
+            refused = group_offsets.commit_offsets(
                 table,
                 partition,
                 commit.group_id,
                 commit.offsets,
                 generation=commit.generation,
                 member_id=commit.member_id,
+                incarnations=commit.incarnations,
             )
         except Exception as exc:  # noqa: BLE001 - answered as its Kafka code
             item.finish(exc)
             return
-        item.finish()
+        item.finish(group_offsets.unknown_topic_error(commit.group_id, refused) if refused else None)
 
     def _await_in_sync_replicas(self, partition: int, appended: PartitionState, target: int, min_isr: int) -> None:
         """Until every in-sync replica's log end reaches ``target`` (the round's log end)."""

@@ -20,7 +20,9 @@ Validation, as Kafka's classic group coordinator does it:
   FencedInstanceIdError / RebalanceInProgressError; a group nobody knows is
   GROUP_ID_NOT_FOUND (v9+) or ILLEGAL_GENERATION (older versions), as Kafka answers);
 * per partition, before anything is written: the topic and partition exist
-  (UNKNOWN_TOPIC_OR_PARTITION), metadata at most :data:`MAX_METADATA_BYTES` bytes (Kafka's
+  (UNKNOWN_TOPIC_OR_PARTITION; also when the topic was deleted after this broker looked it
+  up: the commit carries the topic's incarnation and the offsets log refuses a deleted one,
+  DESIGN §8), metadata at most :data:`MAX_METADATA_BYTES` bytes (Kafka's
   ``offset.metadata.max.bytes``; OFFSET_METADATA_TOO_LARGE), offset not negative
   (INVALID_COMMIT_OFFSET_SIZE). A refused partition changes nothing; the others of the request
   are stored in one commit, with the committed leader epoch where the version carries one;
@@ -57,6 +59,7 @@ from sparklog.errors import (
     NotLeaderError,
     SparklogError,
     UnknownMemberError,
+    UnknownTopicCommitError,
     ZooKeeperUnavailableError,
 )
 from sparklog.group.ids import validate_group_id
@@ -153,13 +156,40 @@ def offset_commit(request: ApiRequest, broker: BrokerContext) -> Any:
                 _check_standalone(broker, group_id)
             else:
                 _check_member(broker, group_id, member_id, generation, instance_id)
-            _groups(broker).offsets.commit(group_id, commits, generation=generation, member_id=member_id)
+            refused = _store(broker, group_id, commits, generation, member_id)
+            codes.update(dict.fromkeys(refused, ErrorCode.unknown_topic_or_partition))
     except Exception as exc:  # noqa: BLE001 - answered as Kafka error codes
         code = _code(exc)
         if code is ErrorCode.group_id_not_found and request.api_version < 9:
             code = ErrorCode.illegal_generation  # Kafka's answer before v9
         codes.update(dict.fromkeys(commits, code))
     return _commit_response(module, order, codes)
+
+
+def _store(
+    broker: BrokerContext,
+    group_id: str,
+    commits: dict[TopicPartition, OffsetCommit],
+    generation: int,
+    member_id: str,
+) -> set[TopicPartition]:
+    """Store ``commits``; returns the partitions refused because their topic was deleted. A
+    refusal decided on metadata up to ``METADATA_MAX_AGE_MS`` old is tried once more on fresh
+    metadata: the topic may have been re-created meanwhile (a new incarnation)."""
+    offsets = _groups(broker).offsets
+    known = broker.replicas.topic_incarnations({t for t, _ in commits}, METADATA_MAX_AGE_MS)
+    for attempt in range(2):
+        try:
+            offsets.commit(group_id, commits, generation=generation, member_id=member_id, incarnations=known)
+            return set()
+        except UnknownTopicCommitError as exc:
+            refused = set(exc.partitions)
+        fresh = broker.replicas.topic_incarnations({t for t, _ in refused})
+        if attempt or all(fresh.get(t) == known.get(t) for t, _ in refused):
+            return refused
+        commits = {tp: c for tp, c in commits.items() if tp in refused}
+        known = fresh
+    return refused
 
 
 def _commit_response(module: Any, order: list[TopicPartition], codes: dict[TopicPartition, ErrorCode]) -> Any:

@@ -6,11 +6,12 @@ the transaction's state (kept in ZooKeeper, so any broker can read it): the prod
 belongs to the transactional id (INVALID_PRODUCER_ID_MAPPING), its epoch is current
 (PRODUCER_FENCED; INVALID_PRODUCER_EPOCH below v3), the transaction is ongoing and holds the
 group's offsets partition (AddOffsetsToTxn first: INVALID_TXN_STATE otherwise), every
-partition exists (UNKNOWN_TOPIC_OR_PARTITION for it). Membership: generation -1 with no
-member id is a consumer using ``assign()`` and is accepted; otherwise the group's member
-check is used when the broker's group coordinator offers one. Accepted offsets are stored
-pending (:mod:`sparklog.server.transactions.txn_offsets`) and reach ``__consumer_offsets``
-only when the transaction commits.
+partition exists (UNKNOWN_TOPIC_OR_PARTITION for it; the topic's incarnation is kept with the
+pending offsets, so they are not applied if the topic is deleted before the transaction ends).
+Membership: generation -1 with no member id is a consumer using ``assign()`` and is accepted;
+otherwise the group's member check is used when the broker's group coordinator offers one.
+Accepted offsets are stored pending (:mod:`sparklog.server.transactions.txn_offsets`) and
+reach ``__consumer_offsets`` only when the transaction commits.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sparklog.errors import CoordinatorNotAvailableError, InvalidTxnStateError, SparklogError
+from sparklog.errors import CoordinatorNotAvailableError, InvalidTxnStateError, SparklogError, TopicNotFoundError
 from sparklog.group.coordinator import OFFSETS_TOPIC
 from sparklog.group.ids import validate_group_id
 from sparklog.metadata.transactions import ONGOING
@@ -42,9 +43,12 @@ def txn_offset_commit(request: ApiRequest, broker: BrokerContext) -> Any:
     try:
         _check(request, broker)
         accepted = []
+        known = broker.replicas.topic_incarnations({t for t, _ in wanted}, max_age_ms=1000)
         for topic, partition in wanted:
             try:
                 broker.replicas.check_partition(topic, int(partition.partition_index), max_age_ms=1000)
+                if topic not in known:
+                    raise TopicNotFoundError(f"Topic '{topic}' does not exist")
             except SparklogError as exc:
                 codes[(topic, int(partition.partition_index))] = error_code(exc)
                 continue
@@ -65,6 +69,7 @@ def txn_offset_commit(request: ApiRequest, broker: BrokerContext) -> Any:
                 int(body.producer_epoch),
                 str(body.group_id),
                 accepted,
+                {t: known[t] for t, _p, _o, _m in accepted},
             )
     except Exception as exc:  # noqa: BLE001 - every partition gets the request's error code
         code = txn_error_code(exc, 3, request.api_version)

@@ -17,15 +17,18 @@ partitions of a group have pending offsets (Kafka's UNSTABLE_OFFSET_COMMIT).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 
-from sparklog.errors import ConcurrentTransactionsError
+from sparklog.errors import ConcurrentTransactionsError, UnknownTopicCommitError
 from sparklog.log.group_offsets import OffsetCommit
 from sparklog.metadata.session import ZkSession
 from sparklog.metadata.transactions import PendingOffsetsRecord, TransactionStore
 from sparklog.server.groups.offset_log import OffsetLog
 
 __all__ = ["complete_group_offsets", "store_pending_offsets", "unstable_partitions"]
+
+log = logging.getLogger(__name__)
 
 _CAS_ATTEMPTS = 20
 
@@ -37,16 +40,21 @@ def store_pending_offsets(
     producer_epoch: int,
     group_id: str,
     offsets: Sequence[tuple[str, int, int, str]],
+    incarnations: Mapping[str, int],
 ) -> None:
-    """Merge ``offsets`` ((topic, partition, offset, metadata)) into the pending ones."""
+    """Merge ``offsets`` ((topic, partition, offset, metadata)) into the pending ones, with the
+    ``incarnations`` of their topics as the caller checked them."""
     for _attempt in range(_CAS_ATTEMPTS):
         found = store.pending_offsets(producer_id, group_id)
         merged: dict[tuple[str, int], list[object]] = {}
+        known: dict[str, int] = {}
         if found is not None:
             merged = {(str(t), int(p)): [t, p, o, m] for t, p, o, m in found[0].offsets}
+            known = dict(found[0].incarnations)
         merged.update({(t, p): [t, p, o, m] for t, p, o, m in offsets})
+        known.update(incarnations)
         record = PendingOffsetsRecord(
-            transactional_id, producer_id, producer_epoch, group_id, [merged[k] for k in sorted(merged)]
+            transactional_id, producer_id, producer_epoch, group_id, [merged[k] for k in sorted(merged)], known
         )
         try:
             store.put_pending_offsets(record, None if found is None else found[1])
@@ -59,12 +67,21 @@ def store_pending_offsets(
 def complete_group_offsets(
     store: TransactionStore, offsets: OffsetLog, producer_id: int, group_id: str, commit: bool
 ) -> None:
-    """Apply (``commit``) or drop the pending offsets of ``producer_id`` for ``group_id``."""
+    """Apply (``commit``) or drop the pending offsets of ``producer_id`` for ``group_id``;
+    offsets of a topic deleted since they were taken are dropped (DESIGN §8)."""
     found = store.pending_offsets(producer_id, group_id)
     if found is None:
         return
-    if commit and found[0].offsets:
-        offsets.commit(group_id, {(str(t), int(p)): OffsetCommit(int(o), str(m)) for t, p, o, m in found[0].offsets})
+    record = found[0]
+    if commit and record.offsets:
+        commits = {(str(t), int(p)): OffsetCommit(int(o), str(m)) for t, p, o, m in record.offsets}
+        # Records written before incarnations were kept: the topics as they are now.
+        unknown = {t for t, _ in commits} - set(record.incarnations)
+        incarnations = {**offsets.replicas.topic_incarnations(unknown), **record.incarnations}
+        try:
+            offsets.commit(group_id, commits, incarnations=incarnations)
+        except UnknownTopicCommitError as exc:
+            log.info("transaction of producer %d: %s", producer_id, exc)
     store.delete_pending_offsets(producer_id, group_id)
 
 
