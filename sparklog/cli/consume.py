@@ -261,14 +261,6 @@ def _start_positions(cluster: Cluster, args: argparse.Namespace, topic: str) -> 
     return positions
 
 
-class _Stop(Exception):
-    """Raised by the SIGTERM handler so a killed consumer still reports its total."""
-
-
-def _raise_stop(_signum: int, _frame: FrameType | None) -> None:
-    raise _Stop()
-
-
 def _poll_topics(
     cluster: Cluster,
     positions: dict[str, dict[int, int]],
@@ -330,48 +322,78 @@ def _group_consumer(cluster: Cluster, args: argparse.Namespace) -> Consumer:
     return consumer
 
 
-def _run(args: argparse.Namespace, fetch: Callable[[int | None], int]) -> None:
+@dataclass
+class _Printer:
+    """Prints records and counts them as they are printed, so an interrupted poll reports
+    exactly the records that reached stdout."""
+
+    formatter: MessageFormatter
+    json: bool
+    count: int = 0
+
+    def __call__(self, record: ConsoleRecord) -> None:
+        if self.json:
+            write_json_line(record_json(record))
+        else:
+            sys.stdout.write(self.formatter.format(record))
+        self.count += 1
+
+
+class _StopSignals:
+    """SIGINT and SIGTERM end the poll loop between polls, so the total reports exactly the
+    records printed (an exception raised inside a write would lose count of one); a second
+    Ctrl-C interrupts at once, e.g. a poll waiting for an unreachable ZooKeeper."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and signum in self.received:
+            raise KeyboardInterrupt
+        self.received.append(signum)
+
+
+def _run(args: argparse.Namespace, fetch: Callable[[int | None], int], printer: _Printer) -> None:
     """Poll until ``--max-messages``, ``--timeout-ms`` idle, Ctrl-C or SIGTERM; report the
-    total. Ctrl-C's KeyboardInterrupt goes on to the caller (exit 130) once reported."""
-    total = 0
-    previous = signal.signal(signal.SIGTERM, _raise_stop)
-    try:
-        last_record = time.monotonic()
-        while args.max_messages is None or total < args.max_messages:
-            got = fetch(None if args.max_messages is None else args.max_messages - total)
-            total += got
-            sys.stdout.flush()
-            if got:
-                last_record = time.monotonic()
-                continue  # more may be waiting: poll again at once
-            if args.timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
-                break
-            time.sleep(_POLL_INTERVAL_S)
-    except _Stop:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        with contextlib.suppress(BrokenPipeError):  # the reader left; the total still goes to stderr
-            sys.stdout.flush()
-        print_stderr(f"Processed a total of {total} messages")
+    total. After Ctrl-C, KeyboardInterrupt goes on to the caller (exit 130, as Kafka's tools)."""
+    with _StopSignals() as signals:
+        try:
+            last_record = time.monotonic()
+            while not signals.received and (args.max_messages is None or printer.count < args.max_messages):
+                got = fetch(None if args.max_messages is None else args.max_messages - printer.count)
+                sys.stdout.flush()
+                if got:
+                    last_record = time.monotonic()
+                    continue  # more may be waiting: poll again at once
+                if args.timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
+                    break
+                time.sleep(_POLL_INTERVAL_S)
+        finally:
+            with contextlib.suppress(BrokenPipeError):  # the reader left; the total still goes to stderr
+                sys.stdout.flush()
+            print_stderr(f"Processed a total of {printer.count} messages")
+    if signal.SIGINT in signals.received:
+        raise KeyboardInterrupt
 
 
 def _consume(args: argparse.Namespace) -> int:
     _check_options(args)
     props = parse_properties(args.properties, FORMATTER_PROPERTIES, "formatter")
-    formatter = MessageFormatter.from_properties(props)
-
-    def emit(record: ConsoleRecord) -> None:
-        if args.output == "json":
-            write_json_line(record_json(record))
-        else:
-            sys.stdout.write(formatter.format(record))
-
+    emit = _Printer(MessageFormatter.from_properties(props), json=args.output == "json")
     with connect(args) as cluster:
         if args.group is None:
             positions = {topic: _start_positions(cluster, args, topic) for topic in dict.fromkeys(args.topic)}
-            _run(args, lambda limit: _poll_topics(cluster, positions, args.partition is None, limit, emit))
+            _run(args, lambda limit: _poll_topics(cluster, positions, args.partition is None, limit, emit), emit)
         else:
             with _group_consumer(cluster, args) as consumer:  # closing commits the position
-                _run(args, lambda limit: _poll_group(consumer, limit, emit))
+                _run(args, lambda limit: _poll_group(consumer, limit, emit), emit)
     return 0
