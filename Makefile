@@ -24,8 +24,9 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # Spark launched from .venv (`.venv/bin/python job.py`, `.venv/bin/spark-submit job.py`) runs
-# Python with .venv's interpreter even when .venv is not activated: see sparklog/spark/spark_env.py.
-$(SPARK_ENV_STAMP): $(STAMP) sparklog/spark/spark_env.py
+# Python with .venv's interpreter even when .venv is not activated, and logs errors only (no INFO
+# lines, with or without --properties-file): see sparklog/spark/spark_env.py.
+$(SPARK_ENV_STAMP): $(STAMP) sparklog/spark/spark_env.py conf/log4j2.properties
 	$(BIN)/python -m sparklog.spark.spark_env
 	@touch $(SPARK_ENV_STAMP)
 

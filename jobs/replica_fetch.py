@@ -6,7 +6,9 @@ leader epoch history when leadership moved), round after round until nothing is 
 copy. Broker agents do the same continuously; the job is for brokers run without an agent
 (or to catch a replica up in bulk before starting it). Prints one line per partition copied
 or truncated, then a summary. Exit code 0 on success (errors on single partitions are
-printed and retried by the next run), 1 on a sparklog error.
+printed and retried by the next run), 1 on a sparklog error, e.g. a ``--broker`` that is not
+registered or a ``--topic`` that does not exist (checked before Spark starts), 2 on bad
+arguments.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import argparse
 import sys
 
 import sparklog
+from sparklog.admin.brokers import require_fetch_selection
+from sparklog.cli.options import topic_names
 from sparklog.errors import SparklogError
 
 
@@ -23,13 +27,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--broker", type=int, action="append", help="follower broker to catch up (repeatable; default: all)"
     )
-    parser.add_argument("--topic", action="append", help="topic to replicate (repeatable; default: all)")
+    parser.add_argument(
+        "--topic", action="extend", type=topic_names, help="topics to replicate, a or a,b (repeatable; default: all)"
+    )
     args = parser.parse_args(argv)
     try:
-        from sparklog.spark import get_or_create_session
-        from sparklog.spark.replica_fetch import run_replica_fetch
-
         with sparklog.connect() as cluster:
+            require_fetch_selection(cluster.replicas, args.broker, args.topic)  # before Spark starts
+            from sparklog.spark import get_or_create_session
+            from sparklog.spark.replica_fetch import run_replica_fetch
+
             spark = get_or_create_session(app_name="sparklog-replication")
             reports = run_replica_fetch(spark, cluster.replicas, args.broker, args.topic)
     except SparklogError as exc:

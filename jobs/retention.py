@@ -7,8 +7,8 @@ internal ones), in this order: its ``cleanup.policy`` (``delete`` removes whole 
 partition; ``compact,delete`` both), then optimize (small files merged, ``dataChange=false``)
 with a Delta log checkpoint and log cleanup, then vacuum (files removed more than
 ``file.delete.delay.ms`` ago deleted). Prints one line per partition (or directory) as it is
-done, then a summary. Exit code 0 on success, 1 on a sparklog
-error. Cluster settings come from the usual places (``SPARKLOG_*`` environment,
+done, then a summary. Exit code 0 on success, 1 on a sparklog error (e.g. a ``--topic`` that
+does not exist, checked before Spark starts), 2 on bad arguments. Cluster settings come from the usual places (``SPARKLOG_*`` environment,
 ``conf/sparklog.properties``). The Spark session starts only when a selected topic compacts.
 """
 
@@ -19,6 +19,8 @@ import sys
 from typing import Any
 
 import sparklog
+from sparklog.admin.topics import require_topics
+from sparklog.cli.options import topic_names
 from sparklog.errors import SparklogError
 from sparklog.maintenance.runner import run_maintenance
 
@@ -32,13 +34,16 @@ def _needs_spark(cluster: sparklog.Cluster, topics: list[str] | None) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="retention", description=__doc__)
-    parser.add_argument("--topic", action="append", help="topic to maintain (repeatable; default: all)")
+    parser.add_argument(
+        "--topic", action="extend", type=topic_names, help="topics to maintain, a or a,b (repeatable; default: all)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="report what would be done; change nothing")
     args = parser.parse_args(argv)
     if args.dry_run:
         print("DRY RUN: nothing will be changed", flush=True)
     try:
         with sparklog.connect() as cluster:
+            require_topics(cluster.replicas, args.topic or ())
             spark: Any = None
             if _needs_spark(cluster, args.topic):
                 from sparklog.spark import get_or_create_session

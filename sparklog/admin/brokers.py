@@ -3,13 +3,15 @@ which of them are live (their agent holds ``/brokers/ids/<id>``), and the contro
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sparklog.errors import BrokerNotAvailableError
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.controller_election import current_controller
 from sparklog.server.replica_manager import ReplicaManager
 
-__all__ = ["BrokerDescription", "describe_brokers", "live_brokers"]
+__all__ = ["BrokerDescription", "describe_brokers", "live_brokers", "require_brokers", "require_fetch_selection"]
 
 
 @dataclass(frozen=True)
@@ -43,3 +45,27 @@ def describe_brokers(replicas: ReplicaManager) -> list[BrokerDescription]:
         )
         for b, r in sorted(registry.items())
     ]
+
+
+def require_brokers(replicas: ReplicaManager, broker_ids: Iterable[int]) -> None:
+    """Refuse ids of brokers that are not registered, listing those that are."""
+    registered = sorted(replicas.metadata.brokers())
+    unknown = [b for b in dict.fromkeys(broker_ids) if b not in registered]
+    if unknown:
+        verb = "is not registered" if len(unknown) == 1 else "are not registered"
+        listed = ", ".join(map(str, registered)) or "none"
+        raise BrokerNotAvailableError(
+            f"Broker{'s' if len(unknown) > 1 else ''} {', '.join(map(str, unknown))} {verb}; "
+            f"registered brokers: {listed}"
+        )
+
+
+def require_fetch_selection(
+    replicas: ReplicaManager, broker_ids: Iterable[int] | None, topics: Iterable[str] | None
+) -> None:
+    """Refuse a replica fetch's unregistered brokers and missing topics before any work: a
+    misspelt name would otherwise copy nothing and look like a caught-up replica."""
+    from sparklog.admin.topics import require_topics
+
+    require_brokers(replicas, broker_ids or ())
+    require_topics(replicas, topics or ())

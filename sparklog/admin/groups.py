@@ -13,7 +13,7 @@ Invariants:
   duration, CSV) changes nothing: everything is validated and planned before the first write.
 * Reads never create anything (not even ``__consumer_offsets``).
 * New offsets are clamped into ``[log-start, log-end]`` where Kafka clamps (to-offset,
-  shift-by, from-file); to-earliest/to-latest/to-datetime/by-duration are in range by
+  shift-by, from-file), each clamp reported to the caller's ``warn``; to-earliest/to-latest/to-datetime/by-duration are in range by
   construction; to-current keeps the committed offset as is (Kafka does the same).
 * Lag = log-end offset (high watermark) - committed offset; None without a commit.
 
@@ -43,6 +43,7 @@ from sparklog.group.reset import (
     SCENARIOS,
     Bounds,
     ResetScenario,
+    Warn,
     clamp,
     parse_datetime,
     parse_duration,
@@ -387,8 +388,10 @@ def plan_group_reset(
     topics: Sequence[str] = (),
     partitions: Iterable[TopicPartition] = (),
     all_topics: bool = False,
+    warn: Warn | None = None,
 ) -> dict[TopicPartition, int]:
-    """Validate everything and compute the new offsets of ``group_id``; writes nothing."""
+    """Validate everything and compute the new offsets of ``group_id``; writes nothing.
+    ``warn`` receives Kafka's warning for each offset clamped into the log."""
     snap = groups.registry.snapshot(validate_group_id(group_id))
     if snap.active:
         raise GroupNotEmptyError(
@@ -404,7 +407,7 @@ def plan_group_reset(
         if scenario.timestamp_ms is not None:
             found = log_access.list_offsets(groups.replicas, topic, max(0, scenario.timestamp_ms))
             by_time.update({(topic, p): o for p, o in found.items()})
-    return plan_reset(scenario, group_id, scope, committed, bounds, by_time)
+    return plan_reset(scenario, group_id, scope, committed, bounds, by_time, warn)
 
 
 def apply_reset(groups: GroupCoordinator, group_id: str, plan: Mapping[TopicPartition, int]) -> None:

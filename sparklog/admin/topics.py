@@ -17,7 +17,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from sparklog.config import TOPIC_CONFIGS, validate_configs, with_defaults
-from sparklog.errors import ConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError, TopicExistsError
+from sparklog.errors import (
+    ConfigError,
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    TopicExistsError,
+    TopicNotFoundError,
+)
 from sparklog.group.deleted_topics import remove_topic_offsets
 from sparklog.log.history import HISTORY_COLUMNS
 from sparklog.log.history import topic_history as table_history
@@ -44,6 +50,7 @@ __all__ = [
     "parse_replica_assignment",
     "plan_topic",
     "replace_topic_config",
+    "require_topics",
     "topic_history",
 ]
 
@@ -131,6 +138,18 @@ def create_topic(
         replicas.metadata.delete_topic(name)
         raise
     return describe_topic(replicas, name)
+
+
+def require_topics(replicas: ReplicaManager, names: Iterable[str]) -> None:
+    """Refuse names of topics that do not exist, listing those that do: a job given a
+    misspelt topic must fail, not report that it found nothing to do."""
+    existing = replicas.list_topics()
+    missing = [name for name in dict.fromkeys(names) if name not in existing]
+    if missing:
+        named = ", ".join(f"'{name}'" for name in missing)
+        verb = "does not exist" if len(missing) == 1 else "do not exist"
+        topics = ", ".join(t for t in existing if not is_internal(t)) or "none"
+        raise TopicNotFoundError(f"Topic{'s' if len(missing) > 1 else ''} {named} {verb} (topics: {topics})")
 
 
 def describe_topic(replicas: ReplicaManager, name: str) -> TopicDescription:

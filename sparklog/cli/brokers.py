@@ -8,8 +8,11 @@ stopped, ``/brokers/ids/N`` deleted).
 ``broker start --embedded`` starts the embedded broker of ``--home`` in the background
 unless it runs already (:mod:`sparklog.server.embedded_broker`): id ``broker.id``, log dir
 ``log.dirs``, listeners ``listeners`` (default PLAINTEXT://127.0.0.1:9092) from the
-cluster config, or ``--listeners``. ``broker stop`` stops it, ``broker status`` tells whether
-it runs (exit 0) or not (exit 3). Output: ``Broker N is running at LISTENERS (pid P, log dir
+cluster config, or ``--listeners``. A broker of the home already running is reused: with
+``--listeners`` only if it listens there, without them whatever it listens on (a note on
+stderr says when that is not the configured listeners). ``broker stop`` stops it, ``broker
+status`` tells whether it runs (exit 0) or not (exit 3) and where it really listens (its own
+registration, never whatever answers on the configured port). Output: ``Broker N is running at LISTENERS (pid P, log dir
 D, log L)``, ``Broker N is not running``, ``Stopped the embedded broker (pid P)``.
 
 ``brokers list`` prints every registered broker with its log dir, rack, whether its agent
@@ -175,16 +178,24 @@ def _start_embedded(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--embedded takes the broker's settings from the config (broker.id, log.dirs, broker.rack): drop {flags}"
         )
-    status = embedded_broker.ensure_started(_with_listeners(args, cluster_config(args)), timeout_s=args.timeout_s)
+    config = _with_listeners(args, cluster_config(args))
+    # Without --listeners a running broker is reused whatever it listens on (the configured
+    # port may be another program's); with them it must listen there.
+    chosen = args.listeners is not None or args.advertised_listeners is not None
+    status = embedded_broker.ensure_started(config, timeout_s=args.timeout_s, any_listeners=not chosen)
+    configured = tuple(map(str, config.listeners))
+    if status.listeners != configured:
+        print_stderr(
+            f"Note: the embedded broker runs with listeners {','.join(status.listeners)}, not the configured "
+            f"{','.join(configured)}; `sparklog broker stop` and start it again to use the configuration"
+        )
     return report_status(args, status, status_line(status))
 
 
 def _status(args: argparse.Namespace) -> int:
     from sparklog.server import embedded_broker
 
-    # The agent's own config: it may have been started with other --listeners than the config's.
-    config = cluster_config(args)
-    status = embedded_broker.status(embedded_broker.recorded_config(config.home) or config)
+    status = embedded_broker.status(cluster_config(args))  # the running agent's own listeners
     return report_status(args, status, status_line(status))
 
 

@@ -1,12 +1,14 @@
 """``sparklog consume``: Kafka's console consumer, polling the topic's Delta table.
 
-Start position per partition: the high watermark (only new records), the log start with
-``--from-beginning``, or ``--offset`` (a number, ``earliest`` or ``latest``) of the one
-``--partition``. Partitions added while consuming are read from their start. Every
-~100 ms the consumer reads ``partition_offsets`` and fetches ``[position, high watermark)``
-of each partition that grew, so it only ever sees committed records (invariant 5). It
-stops after ``--max-messages`` records, after ``--timeout-ms`` without a new record, or on
-Ctrl-C / SIGTERM, and then prints ``Processed a total of N messages`` on stderr.
+``--topic a,b`` consumes several topics (Kafka's list form). Start position per partition:
+the high watermark (only new records), the log start with ``--from-beginning``, or
+``--offset`` (a number, ``earliest`` or ``latest``) of the one ``--partition`` of the one
+topic. Partitions added while consuming are read from their start. Every ~100 ms the
+consumer reads ``partition_offsets`` and fetches ``[position, high watermark)`` of each
+partition that grew, so it only ever sees committed records (invariant 5). It stops after
+``--max-messages`` records, after ``--timeout-ms`` without a new record, or on Ctrl-C /
+SIGTERM, and then prints ``Processed a total of N messages`` on stderr; Ctrl-C exits 130,
+as Kafka's console consumer does.
 
 With ``--group g`` it is a member of consumer group ``g`` (the light consumer's
 ``subscribe``): the group assigns the partitions, each starts at the group's committed offset
@@ -44,6 +46,7 @@ from sparklog.cli.options import (
     key_value,
     parse_properties,
     text_property,
+    topic_names,
 )
 from sparklog.cli.output import add_output_option, decode_bytes, print_stderr, write_json_line
 from sparklog.errors import OffsetOutOfRangeError
@@ -81,15 +84,16 @@ class ConsoleRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]] | None
+    topic: str = ""
 
 
 def records_of(table: pa.Table) -> Iterator[ConsoleRecord]:
-    """Rows of a :meth:`Cluster.read` table, timestamps in ms."""
+    """Rows of a :meth:`Cluster.read` (or consumer poll) table, timestamps in ms."""
     import pyarrow as pa
 
     columns = {
         name: table.column(name).to_pylist()
-        for name in ("partition", "offset", "timestampType", "key", "value", "headers")
+        for name in ("topic", "partition", "offset", "timestampType", "key", "value", "headers")
     }
     micros = table.column("timestamp").cast(pa.int64()).to_pylist()
     for i in range(table.num_rows):
@@ -102,6 +106,7 @@ def records_of(table: pa.Table) -> Iterator[ConsoleRecord]:
             key=columns["key"][i],
             value=columns["value"][i],
             headers=None if headers is None else [(h["key"], h["value"]) for h in headers],
+            topic=columns["topic"][i],
         )
 
 
@@ -153,12 +158,12 @@ class MessageFormatter:
         return self.key_separator.join(columns) + self.line_separator if columns else ""
 
 
-def record_json(topic: str, record: ConsoleRecord) -> dict[str, Any]:
+def record_json(record: ConsoleRecord) -> dict[str, Any]:
     def text(data: bytes | None) -> str | None:
         return None if data is None else data.decode("utf-8", errors="replace")
 
     return {
-        "topic": topic,
+        "topic": record.topic,
         "partition": record.partition,
         "offset": record.offset,
         "timestamp": record.timestamp_ms,
@@ -186,7 +191,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = add_command(
         subparsers, "consume", _consume, "print a topic's records (kafka-console-consumer)", description=__doc__
     )
-    parser.add_argument("--topic", required=True, help="the topic to consume")
+    parser.add_argument(
+        "--topic", required=True, type=topic_names, help="the topic to consume, or several as a list a,b"
+    )
     parser.add_argument(
         "--group",
         help="consume as a member of this consumer group: partitions come from the group, reading starts at the "
@@ -213,6 +220,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _check_options(args: argparse.Namespace) -> None:
+    if args.partition is not None and len(args.topic) > 1:
+        raise UsageError(f"--partition needs exactly one topic, got {','.join(args.topic)}")
     for option in ("partition", "offset"):
         if args.group is not None and getattr(args, option) is not None:
             raise UsageError(f"Options group and {option} cannot be specified together.")
@@ -226,14 +235,14 @@ def _check_options(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
 
 
-def _start_positions(cluster: Cluster, args: argparse.Namespace) -> dict[int, int]:
+def _start_positions(cluster: Cluster, args: argparse.Namespace, topic: str) -> dict[int, int]:
     from sparklog.errors import UnknownPartitionError
 
-    offsets = cluster.partition_offsets(args.topic)
+    offsets = cluster.partition_offsets(topic)
     if args.partition is not None:
         if args.partition not in offsets:
             raise UnknownPartitionError(
-                f"Topic {args.topic} has partitions 0..{len(offsets) - 1}; partition {args.partition} does not exist"
+                f"Topic {topic} has partitions 0..{len(offsets) - 1}; partition {args.partition} does not exist"
             )
         offsets = {args.partition: offsets[args.partition]}
     positions = {}
@@ -244,7 +253,7 @@ def _start_positions(cluster: Cluster, args: argparse.Namespace) -> dict[int, in
             positions[partition] = high_watermark
         elif not log_start <= args.offset <= high_watermark:
             raise OffsetOutOfRangeError(
-                f"Offset {args.offset} is out of range for {args.topic}-{partition}: valid offsets are "
+                f"Offset {args.offset} is out of range for {topic}-{partition}: valid offsets are "
                 f"{log_start}..{high_watermark} (log-start..high watermark)"
             )
         else:
@@ -252,12 +261,18 @@ def _start_positions(cluster: Cluster, args: argparse.Namespace) -> dict[int, in
     return positions
 
 
-class _Stop(Exception):
-    """Raised by the SIGTERM handler so a killed consumer still reports its total."""
-
-
-def _raise_stop(_signum: int, _frame: FrameType | None) -> None:
-    raise _Stop()
+def _poll_topics(
+    cluster: Cluster,
+    positions: dict[str, dict[int, int]],
+    follow_new: bool,
+    limit: int | None,
+    emit: Callable[[ConsoleRecord], None],
+) -> int:
+    """One poll of every topic (at most ``limit`` records in all); return how many."""
+    count = 0
+    for topic, topic_positions in positions.items():
+        count += _poll_once(cluster, topic, topic_positions, follow_new, None if limit is None else limit - count, emit)
+    return count
 
 
 def _poll_once(
@@ -300,54 +315,85 @@ def _group_consumer(cluster: Cluster, args: argparse.Namespace) -> Consumer:
     reset = "earliest" if args.from_beginning else "latest"
     consumer = cluster.consumer(args.group, **{"client.id": "console-consumer", "auto.offset.reset": reset})
     try:
-        consumer.subscribe([args.topic])
+        consumer.subscribe(args.topic)
     except BaseException:
         consumer.close()
         raise
     return consumer
 
 
-def _run(args: argparse.Namespace, fetch: Callable[[int | None], int]) -> None:
-    """Poll until ``--max-messages``, ``--timeout-ms`` idle, Ctrl-C or SIGTERM; report the total."""
-    total = 0
-    previous = signal.signal(signal.SIGTERM, _raise_stop)
-    try:
-        last_record = time.monotonic()
-        while args.max_messages is None or total < args.max_messages:
-            got = fetch(None if args.max_messages is None else args.max_messages - total)
-            total += got
-            sys.stdout.flush()
-            if got:
-                last_record = time.monotonic()
-                continue  # more may be waiting: poll again at once
-            if args.timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
-                break
-            time.sleep(_POLL_INTERVAL_S)
-    except (KeyboardInterrupt, _Stop):
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        with contextlib.suppress(BrokenPipeError):  # the reader left; the total still goes to stderr
-            sys.stdout.flush()
-        print_stderr(f"Processed a total of {total} messages")
+@dataclass
+class _Printer:
+    """Prints records and counts them as they are printed, so an interrupted poll reports
+    exactly the records that reached stdout."""
+
+    formatter: MessageFormatter
+    json: bool
+    count: int = 0
+
+    def __call__(self, record: ConsoleRecord) -> None:
+        if self.json:
+            write_json_line(record_json(record))
+        else:
+            sys.stdout.write(self.formatter.format(record))
+        self.count += 1
+
+
+class _StopSignals:
+    """SIGINT and SIGTERM end the poll loop between polls, so the total reports exactly the
+    records printed (an exception raised inside a write would lose count of one); a second
+    Ctrl-C interrupts at once, e.g. a poll waiting for an unreachable ZooKeeper."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and signum in self.received:
+            raise KeyboardInterrupt
+        self.received.append(signum)
+
+
+def _run(args: argparse.Namespace, fetch: Callable[[int | None], int], printer: _Printer) -> None:
+    """Poll until ``--max-messages``, ``--timeout-ms`` idle, Ctrl-C or SIGTERM; report the
+    total. After Ctrl-C, KeyboardInterrupt goes on to the caller (exit 130, as Kafka's tools)."""
+    with _StopSignals() as signals:
+        try:
+            last_record = time.monotonic()
+            while not signals.received and (args.max_messages is None or printer.count < args.max_messages):
+                got = fetch(None if args.max_messages is None else args.max_messages - printer.count)
+                sys.stdout.flush()
+                if got:
+                    last_record = time.monotonic()
+                    continue  # more may be waiting: poll again at once
+                if args.timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
+                    break
+                time.sleep(_POLL_INTERVAL_S)
+        finally:
+            with contextlib.suppress(BrokenPipeError):  # the reader left; the total still goes to stderr
+                sys.stdout.flush()
+            print_stderr(f"Processed a total of {printer.count} messages")
+    if signal.SIGINT in signals.received:
+        raise KeyboardInterrupt
 
 
 def _consume(args: argparse.Namespace) -> int:
     _check_options(args)
     props = parse_properties(args.properties, FORMATTER_PROPERTIES, "formatter")
-    formatter = MessageFormatter.from_properties(props)
-
-    def emit(record: ConsoleRecord) -> None:
-        if args.output == "json":
-            write_json_line(record_json(args.topic, record))
-        else:
-            sys.stdout.write(formatter.format(record))
-
+    emit = _Printer(MessageFormatter.from_properties(props), json=args.output == "json")
     with connect(args) as cluster:
         if args.group is None:
-            positions = _start_positions(cluster, args)
-            _run(args, lambda limit: _poll_once(cluster, args.topic, positions, args.partition is None, limit, emit))
+            positions = {topic: _start_positions(cluster, args, topic) for topic in dict.fromkeys(args.topic)}
+            _run(args, lambda limit: _poll_topics(cluster, positions, args.partition is None, limit, emit), emit)
         else:
             with _group_consumer(cluster, args) as consumer:  # closing commits the position
-                _run(args, lambda limit: _poll_group(consumer, limit, emit))
+                _run(args, lambda limit: _poll_group(consumer, limit, emit), emit)
     return 0

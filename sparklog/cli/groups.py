@@ -8,8 +8,11 @@ member (``--verbose`` adds ASSIGNMENT), ``--state`` the coordinator, assignment 
 state and member count. Notes such as "Consumer group 'g' has no active members." go to
 stderr. ``reset-offsets`` is a dry run unless ``--execute``; it prints ``GROUP TOPIC
 PARTITION NEW-OFFSET`` (or ``topic,partition,offset`` CSV with ``--export``, the input of
-``--from-file``). Trailing blanks of Kafka's padded last columns are dropped.
-Metadata and Delta snapshots only: no Spark.
+``--from-file``); an offset clamped into the log is reported on stderr in Kafka's words
+(``WARN New offset (N) is higher than latest offset for topic partition t-p. Value will be
+set to M``). ``--topic a,b`` names several topics, ``--topic t:0,1`` partitions of one.
+Trailing blanks of Kafka's padded last columns are dropped. Metadata and Delta snapshots
+only: no Spark.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sparklog.cli.offsets import parse_partitions
-from sparklog.cli.options import UsageError, add_command, connect
+from sparklog.cli.options import UsageError, add_command, connect, topic_names
 from sparklog.cli.output import add_output_option, print_stderr, table_lines, write_json, write_lines
 from sparklog.model.topic import partitions_by_topic
 
@@ -65,13 +68,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     reset = add_command(actions, "reset-offsets", _reset, "reset the committed offsets of inactive groups")
     _add_group_selection(reset)
     scope = reset.add_mutually_exclusive_group()
-    scope.add_argument(
-        "--topic",
-        action="append",
-        type=_topic_arg,
-        metavar="TOPIC[:P,P]",
-        help="a topic, or some of its partitions (repeatable)",
-    )
+    scope.add_argument("--topic", **_TOPIC_OPTION)
     scope.add_argument("--all-topics", action="store_true", help="every partition the group has an offset for")
     scenario = reset.add_mutually_exclusive_group(required=True)
     for flag, meta, kind, text in (
@@ -104,14 +101,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     delete_offsets = add_command(actions, "delete-offsets", _delete_offsets, "delete a group's offsets of topics")
     delete_offsets.add_argument("--group", required=True, help="the consumer group")
-    delete_offsets.add_argument(
-        "--topic",
-        action="append",
-        required=True,
-        type=_topic_arg,
-        metavar="TOPIC[:P,P]",
-        help="a topic, or some of its partitions (repeatable)",
-    )
+    delete_offsets.add_argument("--topic", required=True, **_TOPIC_OPTION)
     add_output_option(delete_offsets)
 
 
@@ -145,12 +135,23 @@ def parse_group_states(text: str) -> frozenset[str]:
     return frozenset(s for s in states if s is not None)
 
 
-def _topic_arg(text: str) -> TopicArg:
-    """``t`` (all partitions) or ``t:0,1,4-6`` (Kafka's ``--topic`` of reset/delete-offsets)."""
+def _topic_args(text: str) -> list[TopicArg]:
+    """``t`` (all partitions), ``t:0,1,4-6`` (Kafka's ``--topic`` of reset/delete-offsets) or
+    a list of whole topics ``a,b``."""
     topic, colon, partitions = text.partition(":")
-    if not topic:
-        raise argparse.ArgumentTypeError(f"expected TOPIC or TOPIC:PARTITIONS, got {text!r}")
-    return topic, parse_partitions(partitions) if colon else None
+    if colon:
+        if not topic or "," in topic:
+            raise argparse.ArgumentTypeError(f"expected TOPIC:PARTITIONS with one topic, got {text!r}")
+        return [(topic, parse_partitions(partitions))]
+    return [(name, None) for name in topic_names(text)]
+
+
+_TOPIC_OPTION: dict[str, Any] = {
+    "action": "extend",
+    "type": _topic_args,
+    "metavar": "TOPIC[:P,P]",
+    "help": "a topic, some of its partitions (t:0,1) or several topics (a,b); repeatable",
+}
 
 
 def _selected_groups(cluster: Cluster, args: argparse.Namespace) -> list[str]:
@@ -319,7 +320,13 @@ def _reset(args: argparse.Namespace) -> int:
         scenario = admin.reset_scenario(kind, value, group_ids=groups)
         plans = {
             g: admin.plan_group_reset(
-                cluster.groups, g, scenario, topics=topics, partitions=partitions, all_topics=args.all_topics
+                cluster.groups,
+                g,
+                scenario,
+                topics=topics,
+                partitions=partitions,
+                all_topics=args.all_topics,
+                warn=lambda warning: print_stderr(f"WARN {warning}"),  # Kafka logs these at WARN
             )
             for g in groups
         }  # every group is checked and planned before the first write

@@ -28,7 +28,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from sparklog.cli.options import add_command, connect
+from sparklog.cli.options import add_command, connect, topic_names
 from sparklog.cli.output import add_output_option, print_stderr, table_lines, write_json, write_lines
 
 __all__ = ["register"]
@@ -82,7 +82,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _add_topics_and_dry_run(parser: argparse.ArgumentParser, dry_run_help: str) -> None:
-    parser.add_argument("--topic", action="append", help="a topic to maintain (repeatable; default: every topic)")
+    parser.add_argument(
+        "--topic",
+        action="extend",
+        type=topic_names,
+        help="topics to maintain, a or a,b (repeatable; default: every topic)",
+    )
     parser.add_argument("--dry-run", action="store_true", help=dry_run_help)
     add_output_option(parser)
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from sparklog.errors import ConfigError, TopicNotFoundError
-from sparklog.model.topic import is_internal, validate_topic_name
+from sparklog.model.topic import validate_topic_name
 
 if TYPE_CHECKING:
     from sparklog.cluster import Cluster
@@ -43,6 +43,7 @@ __all__ = [
     "parse_properties",
     "select_topics",
     "text_property",
+    "topic_names",
 ]
 
 Handler = Callable[[argparse.Namespace], int]
@@ -159,28 +160,46 @@ def _is_topic_name(text: str) -> bool:
     return True
 
 
+def topic_names(text: str) -> list[str]:
+    """argparse type of a ``--topic`` naming topics: ``a`` or Kafka's list ``a,b``."""
+    names = [part.strip() for part in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected TOPIC or a list TOPIC,TOPIC..., got {text!r}")
+    return names
+
+
 def select_topics(
     cluster: Cluster, pattern: str | None, *, exclude_internal: bool = False, must_exist: bool = True
 ) -> list[str]:
-    """Topics named by ``--topic``: all topics, one exact name, or a regular expression.
+    """Topics named by ``--topic``, sorted: all topics, or Kafka's include list — names and
+    regular expressions separated by commas (``a,b.*`` is ``a|b.*`` in Kafka's tools).
 
-    Kafka treats ``--topic`` as a regex; a legal topic name is taken literally here (so
-    ``a.b`` does not also select ``aXb``) and anything else as a regex matched in full.
-    With ``must_exist`` an exact name is returned unchecked (the caller's API call then
-    raises the standard ``TopicNotFoundError``) and an unmatched regex is an error.
+    Kafka treats each item as a regex; a legal topic name is taken literally here (so ``a.b``
+    does not also select ``aXb``) and anything else as a regex matched in full. With
+    ``must_exist`` an exact name is returned unchecked (the caller's API call then raises the
+    standard ``TopicNotFoundError``) and a regex matching nothing is an error; without it,
+    names and regexes select only topics that exist.
     """
-    if pattern is not None and _is_topic_name(pattern):
-        if not must_exist and pattern not in cluster.list_topics():
-            return []
-        return [pattern]
-    topics = cluster.list_topics(include_internal=not exclude_internal)
     if pattern is None:
-        return topics
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        raise UsageError(f"--topic {pattern!r} is neither a topic name nor a valid regular expression: {exc}") from None
-    selected = [t for t in topics if regex.fullmatch(t) and not (exclude_internal and is_internal(t))]
-    if must_exist and not selected:
-        raise TopicNotFoundError(f"No topic matches the regular expression '{pattern}'")
-    return selected
+        return cluster.list_topics(include_internal=not exclude_internal)
+    items = [item.strip() for item in pattern.split(",") if item.strip()]
+    if not items:
+        raise UsageError(f"--topic {pattern!r} names no topic")
+    topics = cluster.list_topics(include_internal=not exclude_internal)
+    selected: set[str] = set()
+    for item in items:
+        if _is_topic_name(item):
+            if must_exist or item in topics:
+                selected.add(item)
+            continue
+        try:
+            regex = re.compile(item)
+        except re.error as exc:
+            raise UsageError(
+                f"--topic {item!r} is neither a topic name nor a valid regular expression: {exc}"
+            ) from None
+        matched = [t for t in topics if regex.fullmatch(t)]
+        if must_exist and not matched:
+            raise TopicNotFoundError(f"No topic matches the regular expression '{item}'")
+        selected.update(matched)
+    return sorted(selected)

@@ -8,6 +8,9 @@ line for ``list``, and for ``describe`` a topic line
 ``Leader: none``). ``alter`` and ``delete`` print nothing on success, as Kafka 3's tool does.
 Metadata only: no Spark, no Delta reads.
 
+``--topic`` of ``list``, ``describe``, ``alter`` and ``delete`` is Kafka's include list: topic
+names and regular expressions separated by commas.
+
 ``create --replica-assignment 0:1:2,1:2:0`` places replicas explicitly (first = preferred
 leader); as in ``kafka-topics`` it excludes ``--partitions`` and ``--replication-factor``.
 ``describe --under-replicated-partitions`` (ISR smaller than the replica list) and
@@ -85,18 +88,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_output_option(describe)
 
-    alter = add_command(actions, "alter", _alter, "increase the number of partitions of a topic")
-    alter.add_argument("--topic", required=True, help="the topic to alter")
+    alter = add_command(actions, "alter", _alter, "increase the number of partitions of topics")
+    alter.add_argument("--topic", required=True, help="the topics to alter: " + _TOPIC_HELP)
     alter.add_argument("--partitions", type=int, required=True, help="the new (higher) partition count")
-    alter.add_argument("--if-exists", action="store_true", help="do nothing if the topic does not exist")
+    alter.add_argument("--if-exists", action="store_true", help="do nothing for topics that do not exist")
 
-    delete = add_command(actions, "delete", _delete, "delete a topic and its data")
-    delete.add_argument("--topic", required=True, help="the topic to delete")
-    delete.add_argument("--if-exists", action="store_true", help="do nothing if the topic does not exist")
+    delete = add_command(actions, "delete", _delete, "delete topics and their data")
+    delete.add_argument("--topic", required=True, help="the topics to delete: " + _TOPIC_HELP)
+    delete.add_argument("--if-exists", action="store_true", help="do nothing for topics that do not exist")
+
+
+_TOPIC_HELP = "a topic name or a regular expression over names; a,b lists several"
 
 
 def _add_selection_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--topic", help="a topic name, or a regular expression over topic names (default: all)")
+    parser.add_argument("--topic", help=_TOPIC_HELP + " (default: all)")
     parser.add_argument(
         "--exclude-internal", action="store_true", help="leave out internal topics (__consumer_offsets)"
     )
@@ -209,24 +215,24 @@ def _partition_filter(cluster: Cluster, args: argparse.Namespace) -> PartitionFi
 
 
 def _alter(args: argparse.Namespace) -> int:
-    from sparklog.errors import TopicNotFoundError
-
-    with connect(args) as cluster:
-        try:
-            cluster.create_partitions(args.topic, args.partitions)
-        except TopicNotFoundError:
-            if not args.if_exists:
-                raise
+    _for_each_topic(args, lambda cluster, topic: cluster.create_partitions(topic, args.partitions))
     return 0
 
 
 def _delete(args: argparse.Namespace) -> int:
+    _for_each_topic(args, lambda cluster, topic: cluster.delete_topic(topic))
+    return 0
+
+
+def _for_each_topic(args: argparse.Namespace, change: Callable[[Cluster, str], object]) -> None:
+    """Apply ``change`` to every topic ``--topic`` selects (internal topics only by name, as
+    kafka-topics does); ``--if-exists`` skips those that do not exist (or vanish meanwhile)."""
     from sparklog.errors import TopicNotFoundError
 
     with connect(args) as cluster:
-        try:
-            cluster.delete_topic(args.topic)
-        except TopicNotFoundError:
-            if not args.if_exists:
-                raise
-    return 0
+        for topic in select_topics(cluster, args.topic, exclude_internal=True, must_exist=not args.if_exists):
+            try:
+                change(cluster, topic)
+            except TopicNotFoundError:
+                if not args.if_exists:
+                    raise

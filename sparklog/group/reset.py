@@ -6,15 +6,17 @@ offsets and the partitions' ``(log-start, log-end)`` bounds. No I/O besides read
 file: :mod:`sparklog.admin.groups` gathers the inputs and applies the result.
 
 Invariant: new offsets are clamped into ``[log-start, log-end]`` where Kafka clamps
-(to-offset, shift-by, from-file); the other scenarios are in range by construction, except
-to-current, which keeps the committed offset as Kafka does.
+(to-offset, shift-by, from-file), and every clamp is reported to the caller's ``warn`` in
+Kafka's words ("New offset (99) is higher than latest offset for topic partition t-0. Value
+will be set to 10"); the other scenarios are in range by construction, except to-current,
+which keeps the committed offset as Kafka does.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -30,6 +32,7 @@ __all__ = [
     "Bounds",
     "ResetKind",
     "ResetScenario",
+    "Warn",
     "clamp",
     "parse_datetime",
     "parse_duration",
@@ -40,6 +43,7 @@ __all__ = [
 
 TopicPartition = tuple[str, int]
 Bounds = tuple[int, int]  # (log-start, log-end)
+Warn = Callable[[str], None]  # receives Kafka's warning text for each clamped offset
 ResetKind = Literal[
     "to-earliest", "to-latest", "to-current", "to-offset", "shift-by", "to-datetime", "by-duration", "from-file"
 ]
@@ -169,6 +173,17 @@ def clamp(offset: int, bounds: Bounds) -> int:
     return min(max(offset, bounds[0]), bounds[1])
 
 
+def _clamp_warning(tp: TopicPartition, offset: int, bounds: Bounds) -> str | None:
+    """kafka-consumer-groups' warning when ``offset`` is clamped (its checkOffsetsRange order:
+    above the log end first), or None when it is in range."""
+    where = f"for topic partition {tp[0]}-{tp[1]}. Value will be set to"
+    if offset > bounds[1]:
+        return f"New offset ({offset}) is higher than latest offset {where} {bounds[1]}"
+    if offset < bounds[0]:
+        return f"New offset ({offset}) is lower than earliest offset {where} {bounds[0]}"
+    return None
+
+
 def plan_reset(
     scenario: ResetScenario,
     group_id: str,
@@ -176,10 +191,19 @@ def plan_reset(
     committed: Mapping[TopicPartition, int],
     bounds: Mapping[TopicPartition, Bounds],
     by_time: Mapping[TopicPartition, int | None] | None = None,
+    warn: Warn | None = None,
 ) -> dict[TopicPartition, int]:
     """New offsets of ``partitions`` for ``scenario``. ``by_time`` holds the first offset at or
-    after the scenario's timestamp (None/-1: no such record, the log end is used, as in Kafka)."""
+    after the scenario's timestamp (None/-1: no such record, the log end is used, as in Kafka);
+    ``warn`` receives a warning for each offset clamped into the log."""
     kind, shift, plan = scenario.kind, int(scenario.offset or 0), {}
+
+    def clamped(tp: TopicPartition, offset: int) -> int:
+        warning = _clamp_warning(tp, offset, bounds[tp])
+        if warning is not None and warn is not None:
+            warn(warning)
+        return clamp(offset, bounds[tp])
+
     for tp in sorted(partitions):
         start, end = bounds[tp]
         if kind == "shift-by" and tp not in committed:
@@ -195,12 +219,12 @@ def plan_reset(
             if kind == "to-latest"
             else committed.get(tp, end)
             if kind == "to-current"
-            else clamp(shift, bounds[tp])
+            else clamped(tp, shift)
             if kind == "to-offset"
-            else clamp(committed[tp] + shift, bounds[tp])
+            else clamped(tp, committed[tp] + shift)
             if kind == "shift-by"
             else (end if found is None or found < 0 else found)
             if kind in ("to-datetime", "by-duration")
-            else clamp((scenario.plan or {})[group_id][tp], bounds[tp])  # from-file
+            else clamped(tp, (scenario.plan or {})[group_id][tp])  # from-file
         )
     return plan

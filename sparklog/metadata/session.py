@@ -3,6 +3,10 @@
 ``zookeeper.connect`` is ``host:port[,host:port...][/chroot]``; without a chroot sparklog
 uses ``/sparklog``. The chroot znode is created on first connect. With no
 ``zookeeper.connect`` the embedded server under ``sparklog.home`` is started (or reused).
+A session not connected after :data:`PROBE_AFTER_S` has its addresses probed once
+(:mod:`sparklog.metadata.address_probe`): a Kafka listener or another server that is not
+ZooKeeper fails at once with a :class:`~sparklog.errors.ConfigError` saying so, instead of
+after the whole connection timeout.
 Code outside ``metadata/`` never sees kazoo types: errors are wrapped into
 :class:`~sparklog.errors.CoordinationError` subclasses.
 """
@@ -10,6 +14,7 @@ Code outside ``metadata/`` never sees kazoo types: errors are wrapped into
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -27,11 +32,23 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import ForceRetryError, KazooRetry, RetryFailedError
 
 from sparklog.config import ClusterConfig
-from sparklog.errors import CoordinationError, ZooKeeperUnavailableError
+from sparklog.errors import ConfigError, CoordinationError, ZooKeeperUnavailableError
+from sparklog.metadata.address_probe import wrong_service
 
-__all__ = ["DEFAULT_CHROOT", "RETRYABLE_ERRORS", "ZkSession", "resolve_connect", "split_chroot", "zk_errors"]
+__all__ = [
+    "DEFAULT_CHROOT",
+    "PROBE_AFTER_S",
+    "RETRYABLE_ERRORS",
+    "ZkSession",
+    "resolve_connect",
+    "split_chroot",
+    "zk_errors",
+]
 
 DEFAULT_CHROOT = "/sparklog"
+# A reachable ZooKeeper grants a session within milliseconds; later than this, find out what
+# answers at the addresses (probing every connect would cost each ZooKeeper a connection).
+PROBE_AFTER_S = 1.0
 # The errors after which the same request may simply be sent again: the connection to one
 # server was lost or the session moved to another (an ensemble failover), the session is kept.
 # A write whose reply was lost may have been applied: callers make a repeat harmless.
@@ -124,16 +141,24 @@ class ZkSession:
         )
 
     def _start_client(self, client: KazooClient) -> None:
-        try:
-            client.start(timeout=self._connection_timeout_s)
-        except KazooTimeoutError as exc:
-            client.stop()
-            client.close()
-            raise ZooKeeperUnavailableError(
-                f"Cannot connect to ZooKeeper at {self.hosts} within {self._connection_timeout_s:.0f} s: "
-                "check zookeeper.connect, or unset it to use the embedded server "
-                "(`sparklog zookeeper status`)"
-            ) from exc
+        deadline = time.monotonic() + self._connection_timeout_s
+        connected = client.start_async()
+        problem = None
+        if not connected.wait(min(PROBE_AFTER_S, self._connection_timeout_s)):
+            problem = wrong_service(self.hosts)
+            if problem is None:
+                connected.wait(max(deadline - time.monotonic(), 0.0))
+        if client.connected:
+            return
+        client.stop()
+        client.close()
+        if problem is not None:
+            raise ConfigError(problem)
+        raise ZooKeeperUnavailableError(
+            f"Cannot connect to ZooKeeper at {self.hosts} within {self._connection_timeout_s:.0f} s: "
+            "check zookeeper.connect, or unset it to use the embedded server "
+            "(`sparklog zookeeper status`)"
+        )
 
     def start(self) -> ZkSession:
         if self._client is not None:

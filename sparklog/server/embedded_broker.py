@@ -13,11 +13,17 @@ Invariants:
   ``broker.log`` (the agent's stdout and stderr) and ``start.lock``.
 * Starting and stopping hold an exclusive ``flock`` on ``start.lock``, so concurrent starters
   in any number of processes end up with exactly one agent.
-* "Running" means all of: ``server.json`` names a live pid whose command line names this
-  home's ``broker.properties``; the broker id is live in ZooKeeper (``/brokers/ids/<id>``);
-  every listener accepts TCP connections. ``server.json`` is written only once all hold. A
-  start that finds the agent running reuses it; anything else of this home's (hung, orphaned,
-  or started with other listeners) is stopped first.
+* "Running" is judged on the agent itself, never on the caller's config: ``server.json``
+  names a live pid whose command line names this home's ``broker.properties`` (the config that
+  pid runs with: it is written only before a launch, after every earlier agent is stopped);
+  that file's broker id is live in its ZooKeeper (``/brokers/ids/<id>``); its listeners
+  accept TCP connections. ``server.json`` is written only once all hold. :func:`status`
+  reports that agent's listeners and the endpoints it registered, so another program on the
+  configured port is never taken for the broker.
+* :func:`ensure_started` reuses a running agent of the config's broker id and ZooKeeper
+  whatever its listeners (e.g. started with ``--listeners`` because the configured port was
+  taken); :func:`start` also requires the config's listeners. Anything else of this home's
+  (hung, orphaned, or configured otherwise) is stopped before a start.
 * A start that fails raises :class:`~sparklog.errors.BrokerNotAvailableError` naming the
   listener port(s) and the tail of ``broker.log`` (e.g. the port is taken by another process);
   nothing of the attempt keeps running.
@@ -42,12 +48,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparklog.config import ClusterConfig, Endpoint, resolve_cluster_config
+from sparklog.config import ClusterConfig, Endpoint, parse_listeners, resolve_cluster_config
 from sparklog.errors import BrokerNotAvailableError, ConfigError, CoordinationError
 from sparklog.metadata import embedded
-from sparklog.metadata.broker_registration import live_broker_ids
+from sparklog.metadata.broker_registration import live_broker_ids, live_brokers
 from sparklog.metadata.daemon import Daemon
 from sparklog.metadata.session import ZkSession, resolve_connect
+from sparklog.metadata.zkdata import BrokerRecord
 
 __all__ = ["EmbeddedBrokerStatus", "ensure_started", "recorded_config", "recorded_pid", "start", "status", "stop"]
 
@@ -58,13 +65,30 @@ _CONFIG_ENV = ("SPARKLOG_HOME", "SPARKLOG_ZOOKEEPER", "SPARKLOG_CONF")
 
 @dataclass(frozen=True)
 class EmbeddedBrokerStatus:
+    """The running agent's own settings; when none runs, the caller's config's."""
+
     running: bool
     pid: int | None
     broker_id: int
-    listeners: tuple[str, ...]  # NAME://host:port as configured
-    bootstrap_servers: str  # host:port,... clients connect to (the advertised listeners)
+    listeners: tuple[str, ...]  # NAME://host:port the agent listens on
+    bootstrap_servers: str  # host:port,... clients connect to (the endpoints the agent registered)
     log_dir: str
     log_file: str
+
+
+@dataclass(frozen=True)
+class _Agent:
+    """The home's running agent: the config it runs with, its pid and its live registration."""
+
+    config: ClusterConfig
+    pid: int
+    registration: BrokerRecord
+
+    def serves(self, config: ClusterConfig, any_listeners: bool) -> bool:
+        """Whether it is the broker ``config`` asks for (listeners aside if ``any_listeners``)."""
+        mine = self.config
+        same = (mine.broker_id, mine.zookeeper_connect) == (config.broker_id, config.zookeeper_connect)
+        return same and (any_listeners or mine.listeners == config.listeners)
 
 
 def _daemon(home: str | os.PathLike[str]) -> Daemon:
@@ -114,11 +138,17 @@ def _status_session(config: ClusterConfig) -> ZkSession | None:
     return ZkSession(resolve_connect(config), config.zookeeper_session_timeout_ms, timeout_ms)
 
 
-def _status(config: ClusterConfig, pid: int | None) -> EmbeddedBrokerStatus:
-    advertised = config.advertised_listeners or config.listeners
+def _status(config: ClusterConfig, agent: _Agent | None = None) -> EmbeddedBrokerStatus:
+    if agent is not None:
+        config = agent.config
+        advertised = parse_listeners(
+            f"the registration of broker {config.broker_id}", ",".join(agent.registration.endpoints)
+        )
+    else:
+        advertised = config.advertised_listeners or config.listeners
     return EmbeddedBrokerStatus(
-        running=pid is not None,
-        pid=pid,
+        running=agent is not None,
+        pid=None if agent is None else agent.pid,
         broker_id=config.broker_id,
         listeners=tuple(map(str, config.listeners)),
         bootstrap_servers=",".join(f"{e.host or socket.gethostname()}:{e.port}" for e in advertised),
@@ -127,29 +157,45 @@ def _status(config: ClusterConfig, pid: int | None) -> EmbeddedBrokerStatus:
     )
 
 
-def status(config: ClusterConfig) -> EmbeddedBrokerStatus:
-    """Whether the home's agent runs as ``config`` says (see "Running" above); lock-free,
-    and never starts anything (not even the embedded ZooKeeper)."""
-    pid = _daemon(config.home).recorded_pid()
-    if pid is None or not _listening(config):
-        return _status(config, None)
+def _registration(config: ClusterConfig) -> BrokerRecord | None:
+    """``config``'s broker's live registration in ``config``'s ZooKeeper, if any."""
     try:
         zk = _status_session(config)
         if zk is None:
-            return _status(config, None)
+            return None
         try:
-            live = _live(zk, config.broker_id)
+            return live_brokers(zk).get(config.broker_id)
         finally:
             zk.close()
-    except CoordinationError:
-        live = False
-    return _status(config, pid if live else None)
+    except CoordinationError:  # ZooKeeper unreachable right now: not (yet) live
+        return None
 
 
-def ensure_started(config: ClusterConfig, timeout_s: float = 60.0) -> EmbeddedBrokerStatus:
-    """The home's running agent, started if needed."""
-    current = status(config)  # lock-free fast path for the common, already-running case
-    return current if current.running else start(config, timeout_s)
+def _running_agent(home: str | os.PathLike[str]) -> _Agent | None:
+    """The home's agent if it runs (see "Running" above)."""
+    pid = _daemon(home).recorded_pid()
+    config = recorded_config(home) if pid is not None else None
+    if pid is None or config is None or not _listening(config):
+        return None
+    registration = _registration(config)
+    return None if registration is None else _Agent(config, pid, registration)
+
+
+def status(config: ClusterConfig) -> EmbeddedBrokerStatus:
+    """The home's agent as it runs (see "Running" above), or ``config``'s broker not running;
+    lock-free, and never starts anything (not even the embedded ZooKeeper)."""
+    return _status(config, _running_agent(config.home))
+
+
+def ensure_started(
+    config: ClusterConfig, timeout_s: float = 60.0, *, any_listeners: bool = True
+) -> EmbeddedBrokerStatus:
+    """The home's running agent of ``config``'s broker id and ZooKeeper (with ``config``'s
+    listeners unless ``any_listeners``), started if there is none."""
+    agent = _running_agent(config.home)  # lock-free fast path for the common, already-running case
+    if agent is not None and agent.serves(config, any_listeners):
+        return _status(config, agent)
+    return start(config, timeout_s, any_listeners=any_listeners)
 
 
 def _write_properties(path: Path, config: ClusterConfig) -> None:
@@ -192,15 +238,16 @@ def _failure(config: ClusterConfig, reason: str, command: list[str], tail: str) 
     )
 
 
-def start(config: ClusterConfig, timeout_s: float = 60.0) -> EmbeddedBrokerStatus:
-    """Start the home's agent unless it runs already; return its status either way."""
+def start(config: ClusterConfig, timeout_s: float = 60.0, *, any_listeners: bool = False) -> EmbeddedBrokerStatus:
+    """Start the home's agent unless it runs already as ``config`` says (listeners aside if
+    ``any_listeners``); return its status either way."""
     _check_listeners(config)
     deadline = time.monotonic() + timeout_s
     daemon = _daemon(config.home)
     with daemon.locked(deadline):
-        current = status(config)
-        if current.running:
-            return current
+        agent = _running_agent(config.home)
+        if agent is not None and agent.serves(config, any_listeners):
+            return _status(config, agent)
         # Whatever of this home still runs is hung, orphaned or configured otherwise.
         predecessor = daemon.read_state() is not None
         predecessor = daemon.kill_all(15.0) or predecessor
@@ -212,16 +259,17 @@ def start(config: ClusterConfig, timeout_s: float = 60.0) -> EmbeddedBrokerStatu
             env = {k: v for k, v in os.environ.items() if k not in _CONFIG_ENV}
             proc, offset = daemon.launch(command, env)
             ready = daemon.wait_ready(proc, lambda: _listening(config) and _live(zk, config.broker_id), deadline)
+            registration = live_brokers(zk).get(config.broker_id) if ready else None
         finally:
             zk.close()
-        if ready:
+        if registration is not None:
             daemon.write_state(
                 proc.pid,
                 broker_id=config.broker_id,
                 listeners=[str(e) for e in config.listeners],
                 zookeeper=config.zookeeper_connect,
             )
-            return _status(config, proc.pid)
+            return _status(config, _Agent(config, proc.pid, registration))
         if proc.poll() is None:
             daemon.kill(proc.pid, 5.0)
             reason = f"was not live and listening within {timeout_s:g} s"

@@ -67,7 +67,11 @@ def run_replica_fetch(
     max_rounds: int = 100,
 ) -> list[ReplicaFetchReport]:
     """Rounds of follower fetches for ``brokers`` (default: every registered broker) until
-    nothing is left to copy; returns every round's reports."""
+    nothing is left to copy; returns every round's reports. Unknown brokers and topics are
+    refused first (:func:`sparklog.admin.brokers.require_fetch_selection`)."""
+    from sparklog.admin.brokers import require_fetch_selection
+
+    require_fetch_selection(replicas, brokers, topics)
     selected = sorted(replicas.metadata.brokers()) if brokers is None else sorted(set(brokers))
     tasks = [ReplicaFetchTask(replicas.config.to_options(), b, topics) for b in selected]
     context = spark.sparkContext

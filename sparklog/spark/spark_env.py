@@ -21,6 +21,14 @@ Spark's own launch scripts, so every launch from the environment is covered, als
 
 A ``PYSPARK_PYTHON`` the user sets still wins. Rerunning rewrites both; deleting them undoes
 the binding. A ``spark-env.sh`` that sparklog did not write is never overwritten.
+
+It also installs sparklog's quiet log configuration (``conf/log4j2.properties`` of the
+repository, :func:`sparklog.spark.session.log4j2_config_path`) as
+``<pyspark>/conf/log4j2.properties``: Spark's launcher puts its conf directory on the JVM's
+classpath, where log4j2 finds that file, so every job launched from the environment
+(``spark-submit job.py`` without ``--properties-file``, ``python job.py``, a plain
+``SparkSession``) logs errors only instead of dozens of INFO lines. A
+``log4j2.properties`` that sparklog did not write is left as it is.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from pathlib import Path
 
 from sparklog.errors import ConfigError
 
-__all__ = ["bind_environment", "main", "spark_env_script"]
+__all__ = ["bind_environment", "install_log_config", "main", "spark_env_script"]
 
 MARKER = "# Written by sparklog (python -m sparklog.spark.spark_env)"
 SPARK_HOME_LINK = "spark-distribution"
@@ -81,6 +89,20 @@ def bind_environment(python: Path, bin_dir: Path, spark_home: Path) -> list[Path
     return [env_file, link]
 
 
+def install_log_config(spark_home: Path, source: Path) -> Path | None:
+    """Write ``source`` (a log4j2 config) as ``spark_home/conf/log4j2.properties``; None (and
+    nothing written) when a file sparklog did not write is there."""
+    target = spark_home / "conf" / "log4j2.properties"
+    if target.exists() and not target.read_text(encoding="utf-8").startswith(MARKER):
+        return None
+    target.parent.mkdir(exist_ok=True)
+    header = f"{MARKER}: Spark launched from this Python environment logs\n# errors only. Delete to get Spark's default logging.\n"
+    tmp = target.with_name(f".log4j2.properties.{os.getpid()}")
+    tmp.write_text(header + source.read_text(encoding="utf-8"), encoding="utf-8")
+    os.replace(tmp, target)
+    return target
+
+
 def _installed_spark_home() -> Path:
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
@@ -104,14 +126,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.parse_args(argv)
     # Not resolved: the venv's python is a link to the base interpreter, which lacks the venv's packages.
     python = Path(sys.executable).absolute()
+    from sparklog.spark.session import log4j2_config_path
+
     try:
-        written = bind_environment(python, Path(sysconfig.get_path("scripts")), _installed_spark_home())
+        spark_home = _installed_spark_home()
+        written = bind_environment(python, Path(sysconfig.get_path("scripts")), spark_home)
     except ConfigError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     print(
         f"Spark from {sys.prefix} runs Python with {python} unless PYSPARK_PYTHON is set ({', '.join(map(str, written))})"
     )
+    logging = install_log_config(spark_home, Path(log4j2_config_path()))
+    if logging is None:
+        print(f"{spark_home / 'conf' / 'log4j2.properties'} was not written by sparklog: Spark keeps its logging")
+    else:
+        print(f"Spark from {sys.prefix} logs errors only ({logging})")
     return 0
 
 

@@ -191,3 +191,34 @@ def test_cli_start_embedded_status_stop(config: ClusterConfig, home: Path) -> No
     assert _agent_pids(home) == []
     assert _cli(config, "broker", "stop").stdout == "The embedded broker is not running\n"
     assert _cli(config, "broker", "status", expect=3).stdout == "Broker 0 is not running\n"
+
+
+def test_status_reports_the_listeners_the_broker_serves_not_a_foreign_port(config: ClusterConfig, home: Path) -> None:
+    home.mkdir()
+    configured = config.listeners[0].port
+    other = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as foreign:
+        foreign.bind(("127.0.0.1", configured))  # something else owns the configured port
+        foreign.listen()
+        started = _cli(config, "broker", "start", "--embedded", "--listeners", f"PLAINTEXT://127.0.0.1:{other}")
+        [pid] = _agent_pids(home)
+        serving = f"Broker 0 is running at PLAINTEXT://127.0.0.1:{other} (pid {pid}, "
+        assert started.stdout.startswith(serving), started.stdout
+        assert _cli(config, "broker", "status").stdout == started.stdout
+
+        # Started again without --listeners: the configured port answers, but not as this broker.
+        again = _cli(config, "broker", "start", "--embedded")
+        assert again.stdout == started.stdout
+        assert f"PLAINTEXT://127.0.0.1:{configured}" in again.stderr, again.stderr  # says the config differs
+        assert _agent_pids(home) == [pid]
+        status = embedded_broker.status(config)
+        assert (status.running, status.pid, status.listeners) == (True, pid, (f"PLAINTEXT://127.0.0.1:{other}",))
+        assert status.bootstrap_servers == f"127.0.0.1:{other}"
+        assert f"broker 0 at 127.0.0.1:{other}" in _kcat_list(other)
+
+    assert embedded_broker.stop(home)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as foreign:
+        foreign.bind(("127.0.0.1", configured))
+        foreign.listen()
+        assert not embedded_broker.status(config).running
+        assert _cli(config, "broker", "status", expect=3).stdout == "Broker 0 is not running\n"

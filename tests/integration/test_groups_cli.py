@@ -177,6 +177,23 @@ def test_reset_offsets_dry_run_execute_export_and_from_file(
     assert cluster.committed_offsets("g") == COMMITTED
 
 
+def test_reset_offsets_warns_where_it_clamps_as_kafka_does(cli: Cli, cluster: sparklog.Cluster) -> None:
+    fill(cluster, records=10)
+    cluster.delete_records("orders", {0: 3})
+    cluster.commit_offsets("g", COMMITTED)
+    low = cli("groups", "reset-offsets", "--group", "g", "--topic", "orders:0", "--to-offset", "1", "--dry-run")
+    assert low.stdout.splitlines()[2] == row("g", "orders", 0, 3, widths=(15, 15, 10))
+    assert low.stderr == (
+        "WARN New offset (1) is lower than earliest offset for topic partition orders-0. Value will be set to 3\n"
+    )
+    high = cli("groups", "reset-offsets", "--group", "g", "--all-topics", "--shift-by", "5", "--dry-run")
+    assert high.stderr == (
+        "WARN New offset (12) is higher than latest offset for topic partition orders-1. Value will be set to 10\n"
+    )
+    inside = cli("groups", "reset-offsets", "--group", "g", "--all-topics", "--to-offset", "5", "--dry-run")
+    assert inside.stderr == ""
+
+
 def test_active_group_is_refused_and_unchanged(cli: Cli, cluster: sparklog.Cluster) -> None:
     fill(cluster, records=3)
     with live_member(cluster, "live") as consumer:

@@ -9,7 +9,7 @@ import pytest
 
 from sparklog.cli.configs import parse_add_config
 from sparklog.cli.consume import ConsoleRecord, MessageFormatter
-from sparklog.cli.main import build_parser, main
+from sparklog.cli.main import build_parser, kafka_style_argv, main
 from sparklog.cli.offsets import parse_partitions, parse_time
 from sparklog.cli.options import UsageError, key_value, parse_properties
 from sparklog.cli.output import error_line
@@ -167,3 +167,59 @@ def test_get_offsets_arguments() -> None:
 
 def test_error_line_is_one_line() -> None:
     assert error_line("boom\n  detail\n\nmore") == "Error: boom; detail; more"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["topics", "--list"], ["topics", "list"]),
+        (["topics", "--topic", "t", "--describe"], ["topics", "describe", "--topic", "t"]),
+        (
+            ["--zookeeper", "z:1", "--home", "topics", "groups", "--reset-offsets", "--group", "g"],
+            ["--zookeeper", "z:1", "--home", "topics", "groups", "reset-offsets", "--group", "g"],
+        ),
+        (["configs", "--bootstrap-server=z:1", "--alter"], ["configs", "alter", "--bootstrap-server=z:1"]),
+        (["groups", "--delete-offsets", "--group", "g"], ["groups", "delete-offsets", "--group", "g"]),
+        (["topics", "describe", "--topic", "t"], ["topics", "describe", "--topic", "t"]),  # already ours
+        (["configs", "alter", "--delete-config", "k"], ["configs", "alter", "--delete-config", "k"]),
+        (["consume", "--topic", "t"], ["consume", "--topic", "t"]),
+    ],
+)
+def test_kafka_action_flags_become_subcommands(argv: list[str], expected: list[str]) -> None:
+    assert kafka_style_argv(argv) == expected
+
+
+def test_kafka_action_flags_parse(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(UsageError, match="exactly one action, got --list --describe"):
+        kafka_style_argv(["topics", "--list", "--describe"])
+    args = build_parser().parse_args(kafka_style_argv(["groups", "--describe", "--group", "g", "--members"]))
+    assert (args.command, args.action, args.group, args.members) == ("groups", "describe", ["g"], True)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["topics", "--list", "--describe"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: sparklog topics") and "--list" in err and "--describe" in err
+
+
+def test_unrecognised_arguments_print_the_subcommands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, usage in (
+        (["topics", "list", "--bogus"], "usage: sparklog topics list"),
+        (["groups", "describe", "--group", "g", "--bogus", "x"], "usage: sparklog groups describe"),
+        (["consume", "--topic", "t", "extra"], "usage: sparklog consume"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(usage), err
+        assert "unrecognized arguments: " + " ".join(argv[-2 if argv[-1] == "x" else -1 :]) in err, err
+
+
+def test_comma_separated_topic_lists() -> None:
+    args = build_parser().parse_args(["groups", "delete-offsets", "--group", "g", "--topic", "a,b", "--topic", "c:0,1"])
+    assert args.topic == [("a", None), ("b", None), ("c", frozenset({0, 1}))]
+    maintenance = build_parser().parse_args(["optimize", "--topic", "a,b", "--topic", "c"])
+    assert maintenance.topic == ["a", "b", "c"]
+    for bad in ("a,b:0", "a,,b", ":0"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["groups", "delete-offsets", "--group", "g", "--topic", bad])

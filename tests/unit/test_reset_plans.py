@@ -162,6 +162,22 @@ def test_plan_reset_shift_by_clamps_and_needs_a_committed_offset() -> None:
     assert [clamp(o, (2, 10)) for o in (1, 2, 5, 10, 11)] == [2, 2, 5, 10, 10]
 
 
+def test_plan_reset_warns_in_kafkas_words_where_it_clamps() -> None:
+    warnings: list[str] = []
+    for scenario in (
+        ResetScenario("to-offset", offset=3),
+        ResetScenario("shift-by", offset=-4),
+        ResetScenario("from-file", plan={"g": {("t", 0): 99}}),
+    ):
+        plan_reset(scenario, "g", [("t", 0)], COMMITTED, BOUNDS, warn=warnings.append)
+    assert warnings == [
+        "New offset (1) is lower than earliest offset for topic partition t-0. Value will be set to 2",
+        "New offset (99) is higher than latest offset for topic partition t-0. Value will be set to 10",
+    ]
+    plan_reset(ResetScenario("to-earliest"), "g", BOUNDS, COMMITTED, BOUNDS, warn=warnings.append)
+    assert len(warnings) == 2, "in range by construction: nothing to warn about"
+
+
 def test_group_states_filter() -> None:
     assert parse_group_states("stable, EMPTY") == {"Stable", "Empty"}
     with pytest.raises(

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from sparklog.errors import ConfigError
-from sparklog.spark.spark_env import bind_environment
+from sparklog.spark.session import log4j2_config_path
+from sparklog.spark.spark_env import MARKER, bind_environment, install_log_config
 
 INSTALLED_SPARK_HOME = Path(importlib.util.find_spec("pyspark").origin).parent
 BIN_DIR = Path(sysconfig.get_path("scripts"))
@@ -47,6 +48,25 @@ def test_make_venv_bound_this_environment():
     pyspark_python, python3 = launch_env(INSTALLED_SPARK_HOME)
     assert Path(pyspark_python).parent == bin_dir and Path(pyspark_python).name.startswith("python")
     assert Path(python3).parent == bin_dir
+
+
+def test_make_venv_made_this_environments_spark_quiet():
+    installed = (INSTALLED_SPARK_HOME / "conf" / "log4j2.properties").read_text()
+    assert installed.startswith(MARKER) and installed.endswith(Path(log4j2_config_path()).read_text())
+
+
+def test_log_config_rewrites_its_own_and_leaves_a_users_alone(tmp_path):
+    spark_home, _bin_dir = fake_environment(tmp_path)
+    source = tmp_path / "quiet.properties"
+    for text in ("rootLogger.level = error\n", "rootLogger.level = warn\n"):
+        source.write_text(text)
+        target = install_log_config(spark_home, source)
+        assert target == spark_home / "conf" / "log4j2.properties"
+        assert target.read_text().startswith(MARKER) and target.read_text().endswith(text)
+    users = "rootLogger.level = info\n"
+    target.write_text(users)
+    assert install_log_config(spark_home, source) is None
+    assert target.read_text() == users
 
 
 def test_explicit_pyspark_python_wins(tmp_path):
