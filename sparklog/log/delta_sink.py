@@ -56,6 +56,7 @@ __all__ = [
     "check_input_offsets",
     "input_app_id",
     "input_topic_app_id",
+    "is_input_offset_app_id",
     "write_task_files",
 ]
 
@@ -65,6 +66,11 @@ TARGET_FILE_BYTES = 128 << 20  # in-memory Arrow bytes per data file before roll
 def input_app_id(group_id: str, topic: str, partition: int) -> str:
     """The application transaction holding group ``group_id``'s next offset of ``topic-partition``."""
     return f"sparklog.input/{group_id}/{topic}/{partition}"
+
+
+def is_input_offset_app_id(app_id: str) -> bool:
+    """Whether ``app_id`` (of :func:`input_app_id`) holds an input offset, not an incarnation."""
+    return app_id.startswith("sparklog.input/")
 
 
 def input_topic_app_id(group_id: str, topic: str) -> str:

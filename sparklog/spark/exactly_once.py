@@ -48,6 +48,7 @@ from sparklog.log.delta_sink import (
     check_input_offsets,
     input_app_id,
     input_topic_app_id,
+    is_input_offset_app_id,
     write_task_files,
 )
 from sparklog.log.table import TopicTable
@@ -117,10 +118,13 @@ class _Output(DataSourceArrowWriter):
         return found
 
     def landed(self) -> bool:
-        """Did this run's commit land in every output table (its input offsets reached the ends)?"""
+        """Did this run's commit land in every output table (its input offsets reached the ends)?
+        Only the offsets say so: a table that already held them (a partial run completed) is
+        skipped by the commit and keeps no incarnation, which then counts as current."""
+        offsets = {a: v for a, v in self.transactions.items() if is_input_offset_app_id(a)}
         return all(
-            all(values[a] is not None and values[a] >= v for a, v in self.transactions.items())  # type: ignore[operator]
-            for values in self.stored(self.transactions).values()
+            all(values[a] is not None and values[a] >= v for a, v in offsets.items())  # type: ignore[operator]
+            for values in self.stored(offsets).values()
         )
 
     def write(self, batches: Iterator[Any]) -> SegmentsWritten:
