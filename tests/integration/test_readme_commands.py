@@ -1,6 +1,6 @@
 """The README's commands: the quick start says exactly `make demo` and `make test`, `make demo`
-runs end to end (with fewer records) twice in a row, and the "Kafka clients" examples run as
-written. (`make test` is this run.) Each runs in the embedded default (its own ZooKeeper and
+runs end to end (with fewer records) twice in a row (`make test` is this run; the user guide's
+examples run in tests/integration/test_readme_guide.py). Each runs in the embedded default (its own ZooKeeper and
 broker under a temporary home) with the broker on a free port instead of 9092."""
 
 from __future__ import annotations
@@ -24,10 +24,6 @@ def _section(title: str) -> str:
     """The README's text under ``title`` up to the next heading (a ``#`` comment in a code
     block is not one)."""
     return re.split(r"\n##+ ", README.split(f"{title}\n", 1)[1], maxsplit=1)[0]
-
-
-def _blocks(section: str, language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
 
 
 def _stop(home: Path) -> subprocess.CompletedProcess[str]:
@@ -108,39 +104,3 @@ def test_make_demo_runs_end_to_end_twice(embedded_env: tuple[dict[str, str], int
     assert f"broker 0 at 127.0.0.1:{port}" in listing.stdout and "demo-events" in listing.stdout, listing
     stopped = _stop(Path(env["SPARKLOG_HOME"]))
     assert stopped.stdout.startswith("Stopped the embedded broker (pid"), stopped
-
-
-def test_kafka_clients_examples_run_as_written(embedded_env: tuple[dict[str, str], int], tmp_path: Path):
-    env, port = embedded_env
-    section = _section("### Kafka clients")
-    [shell], [python] = _blocks(section, "sh"), _blocks(section, "python")
-    shell, python = (block.replace("127.0.0.1:9092", f"127.0.0.1:{port}") for block in (shell, python))
-    cwd = tmp_path  # no conf/sparklog.properties of the repository: SPARKLOG_CONF holds the port
-    ran = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", shell], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert ran.returncode == 0, f"{shell}\nstdout: {ran.stdout}\nstderr: {ran.stderr}"
-    assert re.search(rf"Broker 0 is running at PLAINTEXT://127\.0\.0\.1:{port} \(pid \d+", ran.stdout), ran.stdout
-    assert "k1=hello (partition" in ran.stdout and "k2=world (partition" in ran.stdout, ran.stdout
-    assert f"broker 0 at 127.0.0.1:{port} (controller)" in ran.stdout, ran.stdout
-    assert 'topic "greetings" with 3 partitions' in ran.stdout, ran.stdout
-
-    ran = subprocess.run([sys.executable, "-c", python], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
-    assert ran.returncode == 0, f"{python}\nstdout: {ran.stdout}\nstderr: {ran.stderr}"
-    lines = ran.stdout.splitlines()
-    assert len(lines) == 4 and {line.split(" ", 2)[2] for line in lines[:3]} == {
-        "b'k1' b'hello'",
-        "b'k2' b'world'",
-        "b'k3' b'hello again'",
-    }, ran.stdout
-    assert lines[3] == "3", ran.stdout  # the group-less reader, too
-    described = subprocess.run(
-        [sys.executable, "-m", "sparklog.cli.main", "groups", "describe", "--group", "greeters"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert described.returncode == 0 and "greetings" in described.stdout, described
-    assert sum(int(line.split()[3]) for line in described.stdout.splitlines()[2:]) == 3, described.stdout

@@ -88,7 +88,14 @@ def run_python(block: str, namespace: dict[str, object]) -> str:
 def test_the_guide_has_the_sections_a_new_user_needs() -> None:
     languages = [language for language, _ in BLOCKS]
     assert languages.count("python") >= 6 and languages.count("sh") >= 5, languages
-    for needed in ("readStream", "writeStream", "availableNow", "maxOffsetsPerTrigger", "replay.ipynb", '.mode("append")'):
+    for needed in (
+        "readStream",
+        "writeStream",
+        "availableNow",
+        "maxOffsetsPerTrigger",
+        "replay.ipynb",
+        '.mode("append")',
+    ):
         assert needed in GUIDE, f"{needed} is not in the README's user guide"
 
 
@@ -115,3 +122,6 @@ def test_the_user_guide_runs_top_to_bottom(spark, guide_env: dict[int, int], tmp
     assert "New offset" not in text or "Value will be set to" in text
     assert re.search(r"broker 0 at 127\.0\.0\.1:\d+ \(controller\)|broker \d at 127\.0\.0\.1:\d+", text), text[-3000:]
     assert "k1=hello (partition" in text and "k2=world (partition" in text, text[-3000:]
+    assert 'topic "greetings" with 3 partitions' in text, text[-3000:]
+    greeters = run_shell("sparklog groups describe --group greeters")
+    assert sum(int(line.split()[3]) for line in greeters.splitlines()[2:]) == 3, greeters
