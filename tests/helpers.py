@@ -298,3 +298,22 @@ def partition_counts(records: Iterable[StoredRecord]) -> dict[int, int]:
 
 def values_at(records: Iterable[StoredRecord], partition: int) -> list[bytes | None]:
     return [r.value for r in sorted((r for r in records if r.partition == partition), key=lambda r: r.offset)]
+
+
+# ``python -c NO_PYSPARK <module> args...`` runs ``module`` as ``python -m`` would (argv[0] its
+# name), then fails with exit code 99 if it imported pyspark: metadata commands and job
+# argument checks must not start Spark.
+NO_PYSPARK = """\
+import runpy, sys
+module = sys.argv.pop(1)
+sys.argv[0] = module
+try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    code = 0
+except SystemExit as exc:
+    code = exc.code
+if "pyspark" in sys.modules:
+    sys.stderr.write("pyspark was imported\\n")
+    code = 99
+sys.exit(code)
+"""

@@ -51,7 +51,7 @@ from sparklog.errors import IllegalGenerationError, StorageError, UnknownTopicCo
 from sparklog.log.append import MAX_COMMIT_ATTEMPTS
 from sparklog.log.plans import SegmentLike
 from sparklog.log.reader import read_files
-from sparklog.log.segment import SegmentFile, discard_segments, write_segment
+from sparklog.log.segment import SegmentFile, discarded_unless_committed, write_segment
 from sparklog.log.table import CommitConflict, TopicTable, end_app_id
 from sparklog.model.records import records_to_arrow
 from sparklog.model.schema import FILE_SCHEMA
@@ -203,20 +203,16 @@ def commit_offsets(
         positions = pa.array([row["offset"] for row in kept] + list(range(base, base + len(ordered))), pa.int64())
         segments: list[SegmentFile] = []
         try:
-            if records.num_rows:
-                segments.append(write_segment(table.root, log_partition, base, records, offsets=positions))
-            transactions[end_app_id(log_partition)] = base + len(ordered)
-            operation = "OFFSET RESET" if reset else "OFFSET COMMIT"
-            table.commit(
-                dt, segments, transactions, {"sparklog.operation": operation, "sparklog.group": group_id}, removes=live
-            )
-            return refused
+            with discarded_unless_committed(table.root, segments):
+                if records.num_rows:
+                    segments.append(write_segment(table.root, log_partition, base, records, offsets=positions))
+                transactions[end_app_id(log_partition)] = base + len(ordered)
+                operation = "OFFSET RESET" if reset else "OFFSET COMMIT"
+                metadata = {"sparklog.operation": operation, "sparklog.group": group_id}
+                table.commit(dt, segments, transactions, metadata, removes=live)
+                return refused
         except CommitConflict:
-            discard_segments(table.root, segments)
             continue
-        except BaseException:
-            discard_segments(table.root, segments)
-            raise
     raise StorageError(
         f"Offset commit of group {group_id} gave up after {MAX_COMMIT_ATTEMPTS} conflicting commits to "
         f"{table.topic}-{log_partition}"
@@ -243,31 +239,28 @@ def delete_topic_offsets(
         tombstoned: list[tuple[str, int]] = []
         segments: list[SegmentFile] = []
         try:
-            for partition, files in sorted(by_partition.items()):
-                doomed = sorted(
-                    key
-                    for key, row in latest_per_key(read_files(table, files)).items()
-                    if row["value"] is not None and json.loads(key)["topic"] == topic
+            with discarded_unless_committed(table.root, segments):
+                for partition, files in sorted(by_partition.items()):
+                    doomed = sorted(
+                        key
+                        for key, row in latest_per_key(read_files(table, files)).items()
+                        if row["value"] is not None and json.loads(key)["topic"] == topic
+                    )
+                    for key in doomed:
+                        parsed = json.loads(key)
+                        transactions[group_offset_app_id(parsed["group"], topic, int(parsed["partition"]))] = -1
+                        tombstoned.append((str(parsed["group"]), int(parsed["partition"])))
+                    base = table.log_end(dt, partition)
+                    if doomed:
+                        tombstones = records_to_arrow(doomed, [None] * len(doomed), [now_ms] * len(doomed))
+                        segments.append(write_segment(table.root, partition, base, tombstones))
+                    transactions[end_app_id(partition)] = base + len(doomed)
+                table.commit(
+                    dt, segments, transactions, {"sparklog.operation": "DELETE TOPIC OFFSETS", "sparklog.topic": topic}
                 )
-                for key in doomed:
-                    parsed = json.loads(key)
-                    transactions[group_offset_app_id(parsed["group"], topic, int(parsed["partition"]))] = -1
-                    tombstoned.append((str(parsed["group"]), int(parsed["partition"])))
-                base = table.log_end(dt, partition)
-                if doomed:
-                    tombstones = records_to_arrow(doomed, [None] * len(doomed), [now_ms] * len(doomed))
-                    segments.append(write_segment(table.root, partition, base, tombstones))
-                transactions[end_app_id(partition)] = base + len(doomed)
-            table.commit(
-                dt, segments, transactions, {"sparklog.operation": "DELETE TOPIC OFFSETS", "sparklog.topic": topic}
-            )
-            return sorted(tombstoned)
+                return sorted(tombstoned)
         except CommitConflict:
-            discard_segments(table.root, segments)
             continue
-        except BaseException:
-            discard_segments(table.root, segments)
-            raise
     raise DELTA_COMMIT.exhausted(
         f"Removing the offsets of deleted topic {topic} from {table.topic} at {table.root}",
         f"delete the groups' offsets of {topic} with `sparklog groups delete-offsets`",

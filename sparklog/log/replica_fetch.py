@@ -46,6 +46,7 @@ from sparklog.log.segment import (
     SEQUENCE_KEY,
     SegmentFile,
     discard_segments,
+    discarded_unless_committed,
     file_compression,
     fsync_path,
     place_copy,
@@ -112,22 +113,20 @@ def truncate(follower: TopicTable, partition: int, offset: int, leader_epoch: in
         doomed = [f for f in follower.files(dt, {partition}) if f.last_offset >= target]
         written: list[SegmentFile] = []
         try:
-            for entry in doomed:
-                if entry.base_offset < target:
-                    written.append(_prefix(follower, entry, target))
-            transactions = {end_app_id(partition): target, **_followed(follower, dt, partition, leader_epoch)}
-            metadata = {
-                "sparklog.operation": "TRUNCATE",
-                "sparklog.partition": str(partition),
-                "sparklog.offset": str(target),
-            }
-            follower.commit(dt, written, transactions, metadata, removes=doomed)
-            return target < end
+            with discarded_unless_committed(follower.root, written):
+                for entry in doomed:
+                    if entry.base_offset < target:
+                        written.append(_prefix(follower, entry, target))
+                transactions = {end_app_id(partition): target, **_followed(follower, dt, partition, leader_epoch)}
+                metadata = {
+                    "sparklog.operation": "TRUNCATE",
+                    "sparklog.partition": str(partition),
+                    "sparklog.offset": str(target),
+                }
+                follower.commit(dt, written, transactions, metadata, removes=doomed)
+                return target < end
         except CommitConflict:
-            discard_segments(follower.root, written)
-        except BaseException:
-            discard_segments(follower.root, written)
-            raise
+            continue
     raise StorageError(
         f"Truncating {follower.topic}-{partition} at {follower.root} to offset {offset} kept conflicting with other "
         "commits; is another fetcher writing this replica?"

@@ -15,6 +15,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
@@ -323,3 +324,14 @@ def discard_segments(table_root: str, segments: list[SegmentFile]) -> None:
             os.remove(os.path.join(table_root, seg.path))
         except FileNotFoundError:
             pass
+
+
+@contextmanager
+def discarded_unless_committed(table_root: str, segments: list[SegmentFile]) -> Iterator[None]:
+    """Delete what ``segments`` holds (filled inside the block) when the block fails: a commit
+    that conflicted or raised took none of them, and nothing else refers to them."""
+    try:
+        yield
+    except BaseException:
+        discard_segments(table_root, segments)
+        raise

@@ -22,22 +22,9 @@ import pytest
 
 import sparklog
 from sparklog.metadata import embedded
+from tests.helpers import NO_PYSPARK
 
 _TIMEOUT_S = 60
-# Runs the CLI exactly like `python -m sparklog.cli.main`, then fails if pyspark got imported.
-_NO_PYSPARK_WRAPPER = """\
-import runpy, sys
-sys.argv = ["sparklog", *sys.argv[1:]]
-try:
-    runpy.run_module("sparklog.cli.main", run_name="__main__", alter_sys=True)
-    code = 0
-except SystemExit as exc:
-    code = exc.code
-if "pyspark" in sys.modules:
-    sys.stderr.write("pyspark was imported\\n")
-    code = 99
-sys.exit(code)
-"""
 
 
 @dataclass
@@ -48,7 +35,7 @@ class Cli:
     home: Path
 
     def command(self, args: Sequence[str], *, cluster_options: bool = True, forbid_pyspark: bool = False) -> list[str]:
-        launcher = ["-c", _NO_PYSPARK_WRAPPER] if forbid_pyspark else ["-m", "sparklog.cli.main"]
+        launcher = ["-c", NO_PYSPARK, "sparklog.cli.main"] if forbid_pyspark else ["-m", "sparklog.cli.main"]
         options = ["--zookeeper", self.zk_connect, "--home", str(self.home)] if cluster_options else []
         return [sys.executable, *launcher, *args, *options]
 

@@ -15,24 +15,10 @@ from pathlib import Path
 import pytest
 
 import sparklog
+from tests.helpers import NO_PYSPARK
 
 REPO = Path(__file__).resolve().parents[2]
 _TIMEOUT_S = 600
-# Runs a job module like `python jobs/x.py`, then fails if pyspark got imported.
-_NO_PYSPARK = """\
-import runpy, sys
-module = sys.argv.pop(1)
-sys.argv[0] = module
-try:
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
-    code = 0
-except SystemExit as exc:
-    code = exc.code
-if "pyspark" in sys.modules:
-    sys.stderr.write("pyspark was imported\\n")
-    code = 99
-sys.exit(code)
-"""
 
 
 def _env(cluster_options: dict[str, str]) -> dict[str, str]:
@@ -67,7 +53,7 @@ def test_unknown_topics_and_brokers_are_errors_before_spark_starts(
     fragments: list[str],
 ) -> None:
     cluster.create_topic("clicks")
-    done = _run([sys.executable, "-c", _NO_PYSPARK, module, *args], cluster_options, tmp_path)
+    done = _run([sys.executable, "-c", NO_PYSPARK, module, *args], cluster_options, tmp_path)
     context = f"{module} {args} -> {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}"
     assert done.returncode == 1, context
     [line] = done.stderr.splitlines()
