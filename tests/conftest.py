@@ -2,6 +2,12 @@
 
 Isolation between tests comes from a per-test ZooKeeper chroot and a per-test
 ``sparklog.home`` (so per-test log dirs), never from mocks.
+
+Tests run in tiers, fastest first — ``unit`` (pure logic, seconds), ``integration`` (real
+Spark, ZooKeeper, Delta), ``wire`` (broker processes and Kafka clients), ``fault`` (processes
+killed, sessions expired) — each test marked with its folder's tier, so a broken unit is
+reported within seconds of ``make test`` and ``pytest -m unit`` (or ``-m "not fault"``) picks
+tiers.
 """
 
 from __future__ import annotations
@@ -19,6 +25,22 @@ from sparklog.testing import ZooKeeperEnsemble
 
 for _var in ("SPARKLOG_HOME", "SPARKLOG_ZOOKEEPER", "SPARKLOG_CONF"):
     os.environ.pop(_var, None)
+
+TIERS = ("unit", "integration", "wire", "fault")
+
+
+def _tier(item: pytest.Item) -> str:
+    folder = Path(str(item.path)).parent.name
+    if folder not in TIERS:
+        raise pytest.UsageError(f"{item.nodeid}: tests live in one of the tier folders {TIERS}")
+    return folder
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(getattr(pytest.mark, _tier(item)))
+    # A stable sort: files stay whole and in their order within a tier.
+    items.sort(key=lambda item: TIERS.index(_tier(item)))
 
 
 @pytest.fixture(scope="session")
