@@ -38,7 +38,6 @@ from sparklog.errors import (
     UnknownPartitionError,
 )
 from sparklog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
-from sparklog.group.ids import validate_group_id
 from sparklog.group.reset import (
     SCENARIOS,
     Bounds,
@@ -53,6 +52,7 @@ from sparklog.group.reset import (
 )
 from sparklog.metadata.group_registry import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, GroupSnapshot
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
+from sparklog.model.group_ids import validate_group_id
 from sparklog.model.topic import validate_topic_name
 from sparklog.server import log_access
 

@@ -43,8 +43,8 @@ from sparklog.errors import (
     ZooKeeperUnavailableError,
 )
 from sparklog.group.coordinator import NO_GENERATION, GroupCoordinator, OffsetCommit
-from sparklog.group.ids import validate_group_id, validate_instance_id
 from sparklog.log.reader import empty_read_table, offset_for_timestamp, read_ranges
+from sparklog.model.group_ids import validate_group_id, validate_instance_id
 from sparklog.server.replica_manager import LeaderSnapshot, ReplicaManager
 
 if TYPE_CHECKING:

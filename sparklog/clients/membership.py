@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from sparklog.errors import TopicNotFoundError
 from sparklog.group.assignors import MemberSubscription, assign
 from sparklog.group.coordinator import GroupCoordinator
-from sparklog.group.ids import new_member_id
+from sparklog.model.group_ids import new_member_id
 from sparklog.model.topic import is_internal
 from sparklog.server.replica_manager import ReplicaManager
 

@@ -20,12 +20,12 @@ from collections.abc import Iterable, Mapping
 
 from sparklog.admin.topics import create_topic
 from sparklog.errors import OffsetCommitError, TopicExistsError
-from sparklog.group.ids import validate_group_id
 from sparklog.log import group_offsets
 from sparklog.log.group_offsets import NO_GENERATION, OffsetCommit
 from sparklog.log.table import TopicTable
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.group_registry import GroupRegistry
+from sparklog.model.group_ids import validate_group_id
 from sparklog.model.topic import OFFSETS_TOPIC
 from sparklog.server.replica_manager import ReplicaManager
 

@@ -24,7 +24,7 @@ from typing import Literal, get_args
 
 from sparklog import clock
 from sparklog.errors import InvalidOffsetSpecError
-from sparklog.group.ids import validate_group_id
+from sparklog.model.group_ids import validate_group_id
 from sparklog.model.topic import validate_topic_name
 
 __all__ = [

@@ -277,7 +277,7 @@ class GroupMember:
 
     def _rejoin(self, record: GroupStateRecord | None) -> SyncResult:
         """Our session expired (or our znode vanished): join again, with nothing assigned."""
-        from sparklog.group.ids import new_member_id
+        from sparklog.model.group_ids import new_member_id
 
         self._session_lost = False
         self._leader_version = None

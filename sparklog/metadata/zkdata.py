@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sparklog.errors import CoordinationError
-from sparklog.group.ids import validate_group_id, validate_instance_id
+from sparklog.model.group_ids import validate_group_id, validate_instance_id
 from sparklog.model.topic import validate_topic_name
 
 __all__ = [

@@ -98,7 +98,7 @@ def _settings(options: Mapping[str, str]) -> _Settings:
 
 
 def input_partitions(groups: GroupCoordinator, group_id: str, topics: str | Iterable[str]) -> list[TopicPartition]:
-    from sparklog.group.ids import validate_group_id
+    from sparklog.model.group_ids import validate_group_id
     from sparklog.model.topic import validate_topic_name
 
     validate_group_id(group_id)

@@ -28,7 +28,7 @@ PURE_POLICIES = [
     "sparklog.log.plans",
     "sparklog.group.assignors",
     "sparklog.group.reset",
-    "sparklog.group.ids",
+    "sparklog.model.group_ids",
 ]
 # What the CLI may use: the public API. The embedded ZooKeeper's start/stop/status are
 # commands of their own (``sparklog zookeeper``), so that one metadata module is public too,

@@ -62,8 +62,8 @@ from sparklog.errors import (
     UnknownTopicCommitError,
     ZooKeeperUnavailableError,
 )
-from sparklog.group.ids import validate_group_id
 from sparklog.log.group_offsets import OffsetCommit
+from sparklog.model.group_ids import validate_group_id
 from sparklog.model.topic import partitions_by_topic
 from sparklog.server.kafka.context import (
     METADATA_MAX_AGE_MS,
