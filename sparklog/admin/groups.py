@@ -53,7 +53,7 @@ from sparklog.group.reset import (
 from sparklog.metadata.group_registry import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, GroupSnapshot
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
 from sparklog.model.group_ids import validate_group_id
-from sparklog.model.topic import validate_topic_name
+from sparklog.model.topic import TopicPartition, validate_topic_name
 from sparklog.server import log_access
 
 __all__ = [
@@ -87,7 +87,6 @@ __all__ = [
     "reset_scenario",
 ]
 
-TopicPartition = tuple[str, int]
 GROUP_STATES = (EMPTY, PREPARING, COMPLETING, STABLE, DEAD)
 LAG_SCHEMA = pa.schema(
     [

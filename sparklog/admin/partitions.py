@@ -25,6 +25,7 @@ from sparklog.metadata import zkdata
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.controller_election import current_controller
 from sparklog.metadata.zkdata import ElectionRequestRecord, ReassignmentRecord
+from sparklog.model.topic import TopicPartition
 from sparklog.server.controller.admin_requests import split_key
 from sparklog.server.controller.placement import validate_replica_assignment
 from sparklog.server.controller.policy import generate_reassignment as plan_reassignment
@@ -38,8 +39,6 @@ __all__ = [
     "pending_reassignments",
     "verify_reassignment",
 ]
-
-TopicPartition = tuple[str, int]
 
 
 def _key(tp: TopicPartition) -> str:

@@ -52,13 +52,13 @@ from sparklog.clients.kafka_wire import KafkaConnection, bootstrap_addresses, ra
 from sparklog.group.assignors import MemberSubscription, assign
 from sparklog.group.coordinator import OffsetCommit
 from sparklog.metadata.group_member import Assignment, SyncResult
+from sparklog.model.topic import TopicPartition
 from sparklog.server.groups.consumer_protocol import decode_assignment, decode_subscription, encode_subscription
 
 __all__ = ["ProtocolMember"]
 
 log = logging.getLogger("sparklog.clients.protocol_member")
 
-TopicPartition = tuple[str, int]
 REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms default
 RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms default
 METADATA_CHECK_S = 1.0  # how often subscriptions and partition counts are looked at again

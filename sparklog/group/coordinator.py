@@ -26,12 +26,10 @@ from sparklog.log.table import TopicTable
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.group_registry import GroupRegistry
 from sparklog.model.group_ids import validate_group_id
-from sparklog.model.topic import OFFSETS_TOPIC
+from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition
 from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["NO_GENERATION", "OFFSETS_TOPIC", "GroupCoordinator", "OffsetCommit", "java_string_hash"]
-
-TopicPartition = tuple[str, int]
 
 
 def java_string_hash(text: str) -> int:

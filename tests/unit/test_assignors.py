@@ -13,12 +13,12 @@ from sparklog.errors import ConfigError, GroupError
 from sparklog.group.assignors import (
     ASSIGNORS,
     MemberSubscription,
-    TopicPartition,
     assign,
     range_assign,
     roundrobin_assign,
     sticky_assign,
 )
+from sparklog.model.topic import TopicPartition
 
 Assignment = dict[str, list[TopicPartition]]
 T, T1, T2 = "topic", "topic1", "topic2"

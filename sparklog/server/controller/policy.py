@@ -24,13 +24,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from sparklog.errors import PolicyError
-from sparklog.model.topic import partitions_by_topic
+from sparklog.model.topic import TopicPartition, partitions_by_topic
 from sparklog.server.controller.placement import RackAwareMode, assign_replicas
 
 __all__ = [
     "EpochHistory",
     "LeaderElection",
-    "TopicPartition",
     "append_epoch",
     "controlled_shutdown_leader",
     "elect_leader",
@@ -45,7 +44,6 @@ __all__ = [
     "truncation_offset",
 ]
 
-TopicPartition = tuple[str, int]
 EpochHistory = tuple[tuple[int, int], ...]
 """``((leader_epoch, start_offset), ...)`` ascending: the offset at which each epoch's records begin."""
 

@@ -14,12 +14,11 @@ from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
-from sparklog.model.topic import partitions_by_topic
+from sparklog.model.topic import TopicPartition, partitions_by_topic
 
 __all__ = ["CONSUMER", "decode_assignment", "decode_subscription", "encode_assignment", "encode_subscription"]
 
 CONSUMER = "consumer"
-TopicPartition = tuple[str, int]
 _VERSIONS = {"subscription": 3, "assignment": 3}
 
 

@@ -45,6 +45,7 @@ from sparklog.log.offsets_partition import GroupCommit, OffsetsPartitionLog
 from sparklog.log.table import TopicTable
 from sparklog.log.txn_state import local_root
 from sparklog.metadata.zkdata import PartitionState
+from sparklog.model.topic import TopicPartition
 from sparklog.server.replica_manager import METADATA_MAX_AGE_MS, ReplicaManager
 
 __all__ = ["COMMIT_TIMEOUT_MS", "OffsetLog"]
@@ -54,8 +55,6 @@ log = logging.getLogger(__name__)
 COMMIT_TIMEOUT_MS = 30_000  # Kafka's offsets.commit.timeout.ms: the longest a commit waits for the ISR
 _ISR_POLL_S = 0.001
 _IDLE_S = 0.5  # an idle committer compacts what is due this often
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(eq=False)

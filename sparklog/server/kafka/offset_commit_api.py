@@ -64,7 +64,7 @@ from sparklog.errors import (
 )
 from sparklog.log.group_offsets import OffsetCommit
 from sparklog.model.group_ids import validate_group_id
-from sparklog.model.topic import partitions_by_topic
+from sparklog.model.topic import TopicPartition, partitions_by_topic
 from sparklog.server.kafka.context import (
     METADATA_MAX_AGE_MS,
     NO_THROTTLE,
@@ -83,8 +83,6 @@ OFFSET_COMMIT_KEY, OFFSET_FETCH_KEY, OFFSET_DELETE_KEY = 8, 9, 47
 MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
 _NO_OFFSET = -1
 _NO_EPOCH = -1
-
-TopicPartition = tuple[str, int]
 
 
 def _code(exc: BaseException) -> ErrorCode:

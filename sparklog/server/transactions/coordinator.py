@@ -60,6 +60,7 @@ from sparklog.metadata.transactions import (
     TransactionRecord,
     TransactionStore,
 )
+from sparklog.model.topic import TopicPartition
 from sparklog.server.groups.coordinator import BrokerGroups
 from sparklog.server.transactions.markers import MarkerWriter
 from sparklog.server.transactions.txn_offsets import complete_group_offsets
@@ -71,7 +72,6 @@ log = logging.getLogger(__name__)
 SWEEP_INTERVAL_MS = 1_000  # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms is 10 s
 MARKER_TIMEOUT_MS = 10_000  # one attempt at a transaction's markers
 _MAX_EPOCH = 2**15 - 1
-TopicPartition = tuple[str, int]
 
 
 class TransactionCoordinator:

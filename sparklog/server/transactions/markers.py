@@ -32,7 +32,7 @@ from sparklog.errors import LeaderNotAvailableError, NotLeaderError, SparklogErr
 from sparklog.group.coordinator import OFFSETS_TOPIC
 from sparklog.log.txn_log import ControlRecord, control_record_rows
 from sparklog.metadata.broker_registration import live_brokers
-from sparklog.model.topic import partitions_by_topic
+from sparklog.model.topic import TopicPartition, partitions_by_topic
 from sparklog.server.kafka.records import control_batch
 from sparklog.server.leader_appender import LeaderAppender, PendingAppend
 from sparklog.server.replica_manager import ReplicaManager
@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 
 WRITE_TXN_MARKERS_KEY = 27
 _VERSION = 1
-TopicPartition = tuple[str, int]
 OffsetsMarker = Callable[[ControlRecord, int], None]
 
 
