@@ -37,7 +37,7 @@ from sparklog.errors import (
     TopicNotFoundError,
     UnknownPartitionError,
 )
-from sparklog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from sparklog.group.coordinator import GroupCoordinator
 from sparklog.group.reset import (
     SCENARIOS,
     Bounds,
@@ -53,7 +53,7 @@ from sparklog.group.reset import (
 from sparklog.metadata.group_registry import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, GroupSnapshot
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
 from sparklog.model.group_ids import validate_group_id
-from sparklog.model.topic import TopicPartition, validate_topic_name
+from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition, validate_topic_name
 from sparklog.server import log_access
 
 __all__ = [

@@ -40,11 +40,12 @@ from sparklog.errors import (
     SparklogError,
     UnknownMemberError,
 )
-from sparklog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from sparklog.group.coordinator import GroupCoordinator
 from sparklog.metadata.group_activity import GroupActivity
 from sparklog.metadata.group_publisher import GroupPublisher
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
 from sparklog.model.group_ids import validate_instance_id
+from sparklog.model.topic import OFFSETS_TOPIC
 from sparklog.server.groups.consumer_protocol import decode_assignment, decode_subscription
 from sparklog.server.groups.group import (
     EMPTY,

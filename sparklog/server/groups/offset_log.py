@@ -38,14 +38,14 @@ from sparklog.errors import (
     NotEnoughReplicasError,
     NotLeaderError,
 )
-from sparklog.group.coordinator import OFFSETS_TOPIC, offsets_partition_for
 from sparklog.log import group_offsets
 from sparklog.log.group_offsets import NO_GENERATION, OffsetCommit
 from sparklog.log.offsets_partition import GroupCommit, OffsetsPartitionLog
 from sparklog.log.table import TopicTable
 from sparklog.log.txn_state import local_root
 from sparklog.metadata.zkdata import PartitionState
-from sparklog.model.topic import TopicPartition
+from sparklog.model.group_ids import offsets_partition_for
+from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition
 from sparklog.server.replica_manager import METADATA_MAX_AGE_MS, ReplicaManager
 
 __all__ = ["COMMIT_TIMEOUT_MS", "OffsetLog"]

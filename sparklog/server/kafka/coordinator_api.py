@@ -18,9 +18,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from sparklog.errors import SparklogError
-from sparklog.group.coordinator import OFFSETS_TOPIC
 from sparklog.metadata.broker_registration import live_brokers
 from sparklog.model.group_ids import validate_group_id
+from sparklog.model.topic import OFFSETS_TOPIC
 from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
 
 __all__ = ["APIS", "GROUP_KEY", "TRANSACTION_KEY", "coordinator_partition"]

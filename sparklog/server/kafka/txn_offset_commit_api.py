@@ -21,9 +21,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from sparklog.errors import CoordinatorNotAvailableError, InvalidTxnStateError, SparklogError, TopicNotFoundError
-from sparklog.group.coordinator import OFFSETS_TOPIC
 from sparklog.metadata.transactions import ONGOING
 from sparklog.model.group_ids import validate_group_id
+from sparklog.model.topic import OFFSETS_TOPIC
 from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
 from sparklog.server.kafka.error_codes import error_code
 from sparklog.server.kafka.txn_api import txn_error_code

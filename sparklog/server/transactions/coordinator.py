@@ -47,7 +47,6 @@ from sparklog.errors import (
     SparklogError,
     UnknownPartitionError,
 )
-from sparklog.group.coordinator import OFFSETS_TOPIC
 from sparklog.log.txn_log import ControlRecord
 from sparklog.metadata.producer_ids import ProducerIdBlocks
 from sparklog.metadata.transactions import (
@@ -60,7 +59,7 @@ from sparklog.metadata.transactions import (
     TransactionRecord,
     TransactionStore,
 )
-from sparklog.model.topic import TopicPartition
+from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition
 from sparklog.server.groups.coordinator import BrokerGroups
 from sparklog.server.transactions.markers import MarkerWriter
 from sparklog.server.transactions.txn_offsets import complete_group_offsets

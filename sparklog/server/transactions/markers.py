@@ -29,10 +29,9 @@ from kio.schema.write_txn_markers.v1 import request as markers_v1
 from sparklog import clock
 from sparklog.clients.kafka_wire import KafkaConnection
 from sparklog.errors import LeaderNotAvailableError, NotLeaderError, SparklogError
-from sparklog.group.coordinator import OFFSETS_TOPIC
 from sparklog.log.txn_log import ControlRecord, control_record_rows
 from sparklog.metadata.broker_registration import live_brokers
-from sparklog.model.topic import TopicPartition, partitions_by_topic
+from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition, partitions_by_topic
 from sparklog.server.kafka.records import control_batch
 from sparklog.server.leader_appender import LeaderAppender, PendingAppend
 from sparklog.server.replica_manager import ReplicaManager
