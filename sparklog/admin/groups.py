@@ -54,7 +54,7 @@ from sparklog.metadata.group_registry import COMPLETING, DEAD, EMPTY, PREPARING,
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
 from sparklog.model.group_ids import validate_group_id
 from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition, validate_topic_name
-from sparklog.server import log_access
+from sparklog.runtime import log_access
 
 __all__ = [
     "COMPLETING",

@@ -1,7 +1,7 @@
 """Topic administration: create, describe, alter configs, add partitions, delete.
 
 Kafka's ``kafka-topics`` and ``kafka-configs --entity-type topics`` as a library over a
-:class:`~sparklog.server.replica_manager.ReplicaManager`. Order of steps (DESIGN §4):
+:class:`~sparklog.runtime.replica_manager.ReplicaManager`. Order of steps (DESIGN §4):
 ZooKeeper metadata first (one multi-op), then one Delta table per replica; a failed table
 creation removes the metadata again, so a failed create never leaves a half-made topic.
 Config changes are compare-and-set on the config znode's version: concurrent alters never
@@ -30,13 +30,13 @@ from sparklog.log.history import topic_history as table_history
 from sparklog.log.table import TopicTable
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.model.topic import PartitionDescription, TopicDescription, is_internal, validate_topic_name
+from sparklog.runtime.replica_manager import ReplicaManager
 from sparklog.server.controller.placement import (
     assign_new_partitions,
     assign_replicas,
     parse_replica_assignment,
     validate_replica_assignment,
 )
-from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = [
     "HISTORY_COLUMNS",

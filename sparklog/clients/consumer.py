@@ -46,7 +46,7 @@ from sparklog.group.coordinator import NO_GENERATION, GroupCoordinator, OffsetCo
 from sparklog.log.reader import empty_read_table, offset_for_timestamp, read_ranges
 from sparklog.model.group_ids import validate_group_id, validate_instance_id
 from sparklog.model.topic import TopicPartition
-from sparklog.server.replica_manager import LeaderSnapshot, ReplicaManager
+from sparklog.runtime.replica_manager import LeaderSnapshot, ReplicaManager
 
 if TYPE_CHECKING:
     from sparklog.metadata.group_member import GroupMember

@@ -25,7 +25,7 @@ from sparklog.group.assignors import MemberSubscription, assign
 from sparklog.group.coordinator import GroupCoordinator
 from sparklog.model.group_ids import new_member_id
 from sparklog.model.topic import TopicPartition, is_internal
-from sparklog.server.replica_manager import ReplicaManager
+from sparklog.runtime.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
     from sparklog.clients.protocol_member import ProtocolMember

@@ -27,7 +27,7 @@ from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.group_registry import GroupRegistry
 from sparklog.model.group_ids import offsets_partition_for, validate_group_id
 from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition
-from sparklog.server.replica_manager import ReplicaManager
+from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = ["NO_GENERATION", "GroupCoordinator", "OffsetCommit"]
 

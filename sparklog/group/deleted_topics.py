@@ -22,7 +22,7 @@ from __future__ import annotations
 from sparklog.log.group_offsets import delete_topic_offsets
 from sparklog.metadata.transactions import TransactionStore
 from sparklog.model.topic import OFFSETS_TOPIC
-from sparklog.server.replica_manager import ReplicaManager
+from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = ["remove_topic_offsets"]
 

@@ -1,2 +1,3 @@
-"""The server side: the replica manager every server component receives, the broker
-agent, the replica fetcher, the controller with its pure policies, and the produce path."""
+"""The server side: the broker agent, the controller with its pure policies, the Kafka
+listener and its coordinators; the runtime they share with every client is
+:mod:`sparklog.runtime`."""

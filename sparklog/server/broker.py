@@ -7,7 +7,7 @@ A broker is a storage root; its agent is the process that vouches for it (DESIGN
   fsync it, read it back. Passing → the ephemeral ``/brokers/ids/<id>`` is registered;
   failing (an error, or no answer within ``probe_timeout_ms``) → deregistered, so the
   controller moves leadership away, until a probe passes again;
-* **replica fetcher** (:class:`sparklog.server.replica_fetcher.ReplicaFetcher`) for the partitions the
+* **replica fetcher** (:class:`sparklog.runtime.replica_fetcher.ReplicaFetcher`) for the partitions the
   broker follows, while registered;
 * **log manager** (:class:`sparklog.server.log_manager.LogManager`): every
   ``log.retention.check.interval.ms``, retention and the Delta log step for the partitions
@@ -39,6 +39,8 @@ from sparklog.metadata.broker_registration import BrokerRegistration
 from sparklog.metadata.controller_election import ControllerElection
 from sparklog.metadata.producer_ids import ProducerIdBlocks
 from sparklog.metadata.zkdata import BrokerRecord
+from sparklog.runtime.replica_fetcher import ReplicaFetcher
+from sparklog.runtime.replica_manager import ReplicaManager
 from sparklog.server.controller.controller import Controller, ControllerSettings
 from sparklog.server.groups.coordinator import BrokerGroups
 from sparklog.server.kafka.context import BrokerContext
@@ -46,8 +48,6 @@ from sparklog.server.kafka.listener import KafkaListener
 from sparklog.server.leader_appender import LeaderAppender
 from sparklog.server.log_manager import LogManager
 from sparklog.server.producer_state import ProducerStates
-from sparklog.server.replica_fetcher import ReplicaFetcher
-from sparklog.server.replica_manager import ReplicaManager
 from sparklog.server.transactions.coordinator import TransactionCoordinator
 from sparklog.server.transactions.markers import MarkerWriter
 

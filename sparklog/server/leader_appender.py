@@ -2,7 +2,7 @@
 
 Produce requests from every connection are queued per topic. One committer thread per topic
 takes everything queued and appends it to this broker's replica table in ONE Delta commit
-(every partition of the round, :func:`sparklog.server.produce_request.append_to_leader`);
+(every partition of the round, :func:`sparklog.runtime.produce_request.append_to_leader`);
 what arrives while that commit is in flight waits for the next round. Latency is then about
 one commit, throughput many requests per commit.
 
@@ -15,7 +15,7 @@ Invariants:
 * a request's records get contiguous offsets in their order; requests of one round are
   placed in arrival order, so one connection's requests keep their order;
 * a request is answered only once its commit returned (acks 0/1) or every in-sync replica
-  holds it (acks=all, :func:`~sparklog.server.produce_request.await_in_sync_replicas`);
+  holds it (acks=all, :func:`~sparklog.runtime.produce_request.await_in_sync_replicas`);
   ``min.insync.replicas`` is checked before appending;
 * one failing partition fails only the requests of that round's commit; nothing that was
   not committed is reported as appended.
@@ -43,8 +43,7 @@ from sparklog.log.table import TopicTable
 from sparklog.log.transactions import kafka_producer_id, producer_app_id
 from sparklog.log.txn_log import ControlRecord
 from sparklog.metadata.lease import WriterLease
-from sparklog.server.log_tail import LogTails
-from sparklog.server.produce_request import (
+from sparklog.runtime.produce_request import (
     RETRIABLE,
     RequestSettings,
     append_to_leader,
@@ -53,8 +52,9 @@ from sparklog.server.produce_request import (
     release_lease,
     topic_write_settings,
 )
+from sparklog.runtime.replica_manager import METADATA_MAX_AGE_MS, ReplicaManager
+from sparklog.server.log_tail import LogTails
 from sparklog.server.producer_state import ProducerBatch
-from sparklog.server.replica_manager import METADATA_MAX_AGE_MS, ReplicaManager
 from sparklog.server.transactions.partition_txns import PartitionTransactions
 
 __all__ = ["LeaderAppender", "PendingAppend"]

@@ -51,7 +51,7 @@ from sparklog.errors import ConfigError, SparklogError
 from sparklog.log.optimize import LogCheckpoint, log_step
 from sparklog.log.retention import RetentionResult, apply_delete_policy
 from sparklog.model.topic import is_internal
-from sparklog.server.replica_manager import ReplicaManager
+from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = ["LogManager", "RetentionRound"]
 

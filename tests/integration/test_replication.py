@@ -17,7 +17,7 @@ import pytest
 import sparklog
 from sparklog.errors import NotEnoughReplicasError
 from sparklog.log.reader import read_ranges
-from sparklog.server.replica_fetcher import ReplicaFetcher
+from sparklog.runtime.replica_fetcher import ReplicaFetcher
 
 
 @pytest.fixture

@@ -10,7 +10,20 @@ from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sparklog"
-PACKAGES = {"model", "log", "metadata", "server", "clients", "group", "admin", "maintenance", "spark", "cli", "testing"}
+PACKAGES = {
+    "model",
+    "log",
+    "metadata",
+    "runtime",
+    "server",
+    "clients",
+    "group",
+    "admin",
+    "maintenance",
+    "spark",
+    "cli",
+    "testing",
+}
 ROOT_MODULES = {"__init__.py", "clock.py", "cluster.py", "config.py", "discovery.py", "errors.py", "retries.py"}
 ENGINES = {"pyspark", "kazoo", "deltalake"}
 PURE_POLICIES = [

@@ -29,17 +29,17 @@ from dataclasses import dataclass
 
 from sparklog.errors import SparklogError
 from sparklog.metadata.zkdata import PartitionState, TopicAssignment
+from sparklog.runtime.replica_manager import ReplicaManager
 from sparklog.server.controller.policy import (
     LeaderElection,
     preferred_leader_election,
     preferred_leader_imbalance,
     reassignment_leader,
 )
-from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["DROP_DELAY_S", "AdminRequests", "RebalanceSettings", "split_key"]
 
-DROP_DELAY_S = 5.0  # > the fetchers' assignment refresh (sparklog.server.replica_fetcher.ASSIGNMENT_REFRESH_S)
+DROP_DELAY_S = 5.0  # > the fetchers' assignment refresh (sparklog.runtime.replica_fetcher.ASSIGNMENT_REFRESH_S)
 
 log = logging.getLogger(__name__)
 

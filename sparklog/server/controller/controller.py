@@ -35,6 +35,7 @@ from sparklog import clock
 from sparklog.errors import SparklogError
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.zkdata import PartitionState
+from sparklog.runtime.replica_manager import ReplicaManager
 from sparklog.server.controller.admin_requests import AdminRequests, RebalanceSettings
 from sparklog.server.controller.policy import (
     LeaderElection,
@@ -44,7 +45,6 @@ from sparklog.server.controller.policy import (
     high_watermark,
     shrink_isr,
 )
-from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["Controller", "ControllerSettings"]
 

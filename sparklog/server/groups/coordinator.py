@@ -46,6 +46,7 @@ from sparklog.metadata.group_publisher import GroupPublisher
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
 from sparklog.model.group_ids import validate_instance_id
 from sparklog.model.topic import OFFSETS_TOPIC
+from sparklog.runtime.replica_manager import ReplicaManager
 from sparklog.server.groups.consumer_protocol import decode_assignment, decode_subscription
 from sparklog.server.groups.group import (
     EMPTY,
@@ -58,7 +59,6 @@ from sparklog.server.groups.group import (
     SyncResult,
 )
 from sparklog.server.groups.offset_log import OffsetLog
-from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["BrokerGroups", "GroupView"]
 

@@ -46,7 +46,7 @@ from sparklog.log.txn_state import local_root
 from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.group_ids import offsets_partition_for
 from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition
-from sparklog.server.replica_manager import METADATA_MAX_AGE_MS, ReplicaManager
+from sparklog.runtime.replica_manager import METADATA_MAX_AGE_MS, ReplicaManager
 
 __all__ = ["COMMIT_TIMEOUT_MS", "OffsetLog"]
 

@@ -18,14 +18,14 @@ from kio.static.primitive import i32Timedelta
 
 from sparklog.errors import NotLeaderError
 from sparklog.metadata.zkdata import PartitionState
-from sparklog.server.replica_manager import METADATA_MAX_AGE_MS
+from sparklog.runtime.replica_manager import METADATA_MAX_AGE_MS
 
 if TYPE_CHECKING:
     from sparklog.metadata.producer_ids import ProducerIdBlocks
+    from sparklog.runtime.replica_manager import ReplicaManager
     from sparklog.server.groups.coordinator import BrokerGroups
     from sparklog.server.leader_appender import LeaderAppender
     from sparklog.server.producer_state import ProducerStates
-    from sparklog.server.replica_manager import ReplicaManager
     from sparklog.server.transactions.coordinator import TransactionCoordinator
 
 __all__ = [

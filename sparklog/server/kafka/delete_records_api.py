@@ -10,7 +10,7 @@ Per partition, answered on its own with the new log-start as ``low_watermark``:
 * the offset is -1 (Kafka's "up to the high watermark") or within ``0..high watermark``
   (OFFSET_OUT_OF_RANGE otherwise: nothing above the high watermark can be deleted).
 
-The deletion itself is :func:`sparklog.server.log_access.delete_records` (the leader table's
+The deletion itself is :func:`sparklog.runtime.log_access.delete_records` (the leader table's
 log-start, files wholly below it removed from the table, metadata only; DESIGN §9), the same
 call ``Cluster.delete_records`` makes, so both agree. It is complete on the leader when the
 answer is sent; followers take the new log-start with their next fetch. The request's
@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.errors import OffsetOutOfRangeError
 from sparklog.model.topic import validate_topic_name
+from sparklog.runtime.log_access import delete_records as delete_records_below
 from sparklog.server.kafka.context import (
     NO_THROTTLE,
     Api,
@@ -35,7 +36,6 @@ from sparklog.server.kafka.context import (
     response_module,
 )
 from sparklog.server.kafka.error_codes import PolicyViolationError, error_code
-from sparklog.server.log_access import delete_records as delete_records_below
 
 __all__ = ["APIS"]
 

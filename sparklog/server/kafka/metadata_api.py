@@ -29,8 +29,8 @@ from sparklog.errors import InvalidTopicError, TopicExistsError, TopicNotFoundEr
 from sparklog.metadata.broker_registration import live_brokers
 from sparklog.metadata.controller_election import current_controller
 from sparklog.model.topic import is_internal, validate_topic_name
+from sparklog.runtime.replica_manager import ReplicaManager
 from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
-from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["APIS", "topic_uuid"]
 

@@ -1,7 +1,7 @@
 """The ListOffsets API (key 2, v1..v7): offsets by time, as consumers resolve their positions.
 
 Per partition, answered by its leader only (NOT_LEADER_OR_FOLLOWER elsewhere), from the
-same offsets every sparklog reader uses (:class:`~sparklog.server.replica_manager.ReplicaManager`):
+same offsets every sparklog reader uses (:class:`~sparklog.runtime.replica_manager.ReplicaManager`):
 
 * ``-2`` earliest → log-start; ``-1`` latest → the high watermark, or for ``read_committed``
   (isolation level 1, v2+) the last stable offset (first offset of the oldest open
@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from kio.schema.errors import ErrorCode
 
 from sparklog.log.reader import offset_for_timestamp, read_ranges
+from sparklog.runtime.replica_manager import LeaderSnapshot
 from sparklog.server.kafka.context import (
     NO_THROTTLE,
     Api,
@@ -31,7 +32,6 @@ from sparklog.server.kafka.context import (
     response_module,
 )
 from sparklog.server.kafka.error_codes import error_code
-from sparklog.server.replica_manager import LeaderSnapshot
 
 __all__ = ["APIS"]
 

@@ -32,9 +32,9 @@ from sparklog.errors import LeaderNotAvailableError, NotLeaderError, SparklogErr
 from sparklog.log.txn_log import ControlRecord, control_record_rows
 from sparklog.metadata.broker_registration import live_brokers
 from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition, partitions_by_topic
+from sparklog.runtime.replica_manager import ReplicaManager
 from sparklog.server.kafka.records import control_batch
 from sparklog.server.leader_appender import LeaderAppender, PendingAppend
-from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["WRITE_TXN_MARKERS_KEY", "MarkerWriter", "OffsetsMarker", "append_markers"]
 

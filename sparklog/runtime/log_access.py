@@ -1,7 +1,7 @@
 """Client access to partition logs: list offsets, read records, delete records (DeleteRecords).
 
 Each call resolves the partitions' leader tables and offsets through the
-:class:`~sparklog.server.replica_manager.ReplicaManager` (log-start of the leader, high
+:class:`~sparklog.runtime.replica_manager.ReplicaManager` (log-start of the leader, high
 watermark over the ISR), so nothing above the high watermark or below log-start is ever
 returned (invariants 5 and 8), and offsets outside ``[log_start, high_watermark]`` raise
 ``OffsetOutOfRangeError`` naming the valid range.
@@ -19,7 +19,7 @@ from sparklog.log.reader import offset_for_timestamp, read_ranges
 from sparklog.model.offsets import OffsetSpec, parse_offset_spec
 from sparklog.model.topic import validate_topic_name
 from sparklog.retries import DELTA_COMMIT
-from sparklog.server.replica_manager import ReplicaManager
+from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = ["delete_records", "list_offsets", "read"]
 

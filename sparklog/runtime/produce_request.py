@@ -1,7 +1,7 @@
 """One produce request of the light producer: leaders, write leases, appends, acknowledgement.
 
 A request carries records for some partitions of one topic. Its partitions are grouped by
-their leader replica's table (:class:`~sparklog.server.replica_manager.ReplicaManager`); per table: take the partitions' write
+their leader replica's table (:class:`~sparklog.runtime.replica_manager.ReplicaManager`); per table: take the partitions' write
 leases, append under both the lease epochs and the leader epochs (one Delta commit per
 table, :func:`sparklog.log.append.append`), release the leases. Then, by ``acks``:
 
@@ -56,7 +56,7 @@ from sparklog.log.table import TopicTable
 from sparklog.metadata.lease import LeaseGrant, WriterLease
 from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.sizes import record_sizes
-from sparklog.server.replica_manager import ReplicaManager
+from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = [
     "RequestSettings",
@@ -69,7 +69,7 @@ __all__ = [
     "topic_write_settings",
 ]
 
-log = logging.getLogger("sparklog.server.produce_request")
+log = logging.getLogger("sparklog.runtime.produce_request")
 
 _RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
 _ISR_POLL_S = 0.002
@@ -92,7 +92,7 @@ def topic_write_settings(
     replicas: ReplicaManager, topic: str, producer_compression: str, max_age_ms: int = 0
 ) -> TopicWriteSettings:
     """The topic's current configs (ZooKeeper; ``max_age_ms``: see
-    :meth:`~sparklog.server.replica_manager.ReplicaManager.topic_config`), with
+    :meth:`~sparklog.runtime.replica_manager.ReplicaManager.topic_config`), with
     ``compression.type=producer`` resolved to the producer's ``compression.type``."""
     configs = replicas.topic_config(topic, max_age_ms)
     return TopicWriteSettings(

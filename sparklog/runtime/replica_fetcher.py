@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from sparklog.errors import SparklogError
 from sparklog.log.replica_fetch import CopyResult, copy_from_leader, follower_position, truncate
+from sparklog.runtime.replica_manager import ReplicaManager
 from sparklog.server.controller.policy import truncation_offset
-from sparklog.server.replica_manager import ReplicaManager
 
 __all__ = ["FetchRound", "ReplicaFetcher"]
 
