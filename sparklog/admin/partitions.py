@@ -26,10 +26,10 @@ from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.controller_election import current_controller
 from sparklog.metadata.zkdata import ElectionRequestRecord, ReassignmentRecord
 from sparklog.model.topic import TopicPartition
+from sparklog.runtime.placement import validate_replica_assignment
+from sparklog.runtime.policy import generate_reassignment as plan_reassignment
 from sparklog.runtime.replica_manager import ReplicaManager
 from sparklog.server.controller.admin_requests import split_key
-from sparklog.server.controller.placement import validate_replica_assignment
-from sparklog.server.controller.policy import generate_reassignment as plan_reassignment
 
 __all__ = [
     "current_assignment",

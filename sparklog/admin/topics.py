@@ -30,13 +30,13 @@ from sparklog.log.history import topic_history as table_history
 from sparklog.log.table import TopicTable
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.model.topic import PartitionDescription, TopicDescription, is_internal, validate_topic_name
-from sparklog.runtime.replica_manager import ReplicaManager
-from sparklog.server.controller.placement import (
+from sparklog.runtime.placement import (
     assign_new_partitions,
     assign_replicas,
     parse_replica_assignment,
     validate_replica_assignment,
 )
+from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = [
     "HISTORY_COLUMNS",

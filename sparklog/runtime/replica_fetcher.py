@@ -4,7 +4,7 @@ For every partition assigned to broker ``b`` whose leader is another live broker
 (:meth:`ReplicaFetcher.run_once`) does what docs/replication.md describes:
 
 1. **reconcile** when the follower has not yet followed the current leader epoch: truncate
-   to :func:`sparklog.server.controller.policy.truncation_offset` of its log end and last epoch
+   to :func:`sparklog.runtime.policy.truncation_offset` of its log end and last epoch
    over the partition's epoch history (from ZooKeeper);
 2. **copy** what it lacks from the leader's table
    (:func:`sparklog.log.replica_fetch.copy_from_leader`).
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from sparklog.errors import SparklogError
 from sparklog.log.replica_fetch import CopyResult, copy_from_leader, follower_position, truncate
+from sparklog.runtime.policy import truncation_offset
 from sparklog.runtime.replica_manager import ReplicaManager
-from sparklog.server.controller.policy import truncation_offset
 
 __all__ = ["FetchRound", "ReplicaFetcher"]
 

@@ -11,7 +11,7 @@ coordination) and every client (producer, consumer, Spark jobs, admin) receives 
   :class:`~sparklog.log.table.TopicTable` per (log dir, topic);
 * a partition's **leader table** (``leader = -1``: offline, ``LeaderNotAvailableError``), its
   **log-start** (the leader's) and its **high watermark**: the minimum log end over the
-  in-sync replicas (DESIGN §2, :func:`sparklog.server.controller.policy.high_watermark`),
+  in-sync replicas (DESIGN §2, :func:`sparklog.runtime.policy.high_watermark`),
   each table read once per call.
 
 Invariants: nothing here writes records; every offset comes from Delta snapshots, ZooKeeper
@@ -36,7 +36,7 @@ from sparklog.metadata.session import ZkSession
 from sparklog.metadata.store import MetadataStore
 from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.topic import validate_topic_name
-from sparklog.server.controller.policy import high_watermark
+from sparklog.runtime.policy import high_watermark
 
 # Brokers' request paths accept topic metadata (partitions, configs) read this recently from
 # ZooKeeper, as Kafka's brokers act on metadata propagated a moment ago.

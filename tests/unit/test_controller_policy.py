@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sparklog.errors import InvalidReplicationFactorError
-from sparklog.server.controller.placement import assign_replicas
-from sparklog.server.controller.policy import (
+from sparklog.runtime.placement import assign_replicas
+from sparklog.runtime.policy import (
     LeaderElection,
     append_epoch,
     controlled_shutdown_leader,
@@ -27,7 +27,7 @@ from sparklog.server.controller.policy import (
     truncation_offset,
 )
 
-POLICY = Path(__file__).resolve().parents[2] / "sparklog" / "server" / "controller" / "policy.py"
+POLICY = Path(__file__).resolve().parents[2] / "sparklog" / "runtime" / "policy.py"
 
 
 def test_policy_module_is_pure() -> None:
@@ -38,7 +38,7 @@ def test_policy_module_is_pure() -> None:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             roots.add(node.module.split(".")[0])
     engines = roots & {"pyspark", "kazoo", "deltalake", "pyarrow", "os", "socket", "time"}
-    assert not engines, f"controller/policy.py must stay pure, imports {sorted(engines)}"
+    assert not engines, f"runtime/policy.py must stay pure, imports {sorted(engines)}"
 
 
 # -- elections ---------------------------------------------------------------------------

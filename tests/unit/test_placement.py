@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from sparklog.errors import InvalidPartitionsError, InvalidReplicaAssignmentError, InvalidReplicationFactorError
-from sparklog.server.controller.placement import (
+from sparklog.runtime.placement import (
     assign_new_partitions,
     assign_replicas,
     parse_replica_assignment,

@@ -1,1 +1,2 @@
-"""The controller: leader elections, ISR upkeep and admin requests, with its pure policies (placement, election)."""
+"""The controller: leader elections, ISR upkeep and admin requests; its pure policies
+(placement, election) are :mod:`sparklog.runtime.placement` and :mod:`sparklog.runtime.policy`."""

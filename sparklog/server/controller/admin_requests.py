@@ -29,13 +29,13 @@ from dataclasses import dataclass
 
 from sparklog.errors import SparklogError
 from sparklog.metadata.zkdata import PartitionState, TopicAssignment
-from sparklog.runtime.replica_manager import ReplicaManager
-from sparklog.server.controller.policy import (
+from sparklog.runtime.policy import (
     LeaderElection,
     preferred_leader_election,
     preferred_leader_imbalance,
     reassignment_leader,
 )
+from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = ["DROP_DELAY_S", "AdminRequests", "RebalanceSettings", "split_key"]
 

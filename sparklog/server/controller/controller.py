@@ -5,13 +5,13 @@ Runs inside the broker agent that won the controller election
 in ticks. Each tick:
 
 1. **broker liveness** (``/brokers/ids``): a partition whose leader is not live gets a new
-   leader from its live ISR (:func:`~sparklog.server.controller.policy.elect_leader`; an unclean
+   leader from its live ISR (:func:`~sparklog.runtime.policy.elect_leader`; an unclean
    election only with the topic's ``unclean.leader.election.enable``, logged as data loss);
    dead brokers leave the ISR of partitions whose leader lives;
 2. **ISR upkeep** (every ``replica_lag_time_max_ms / 4``): followers that have not reached
    the leader's log end within ``replica.lag.time.max.ms`` leave the ISR
-   (:func:`~sparklog.server.controller.policy.shrink_isr`); live followers whose log end reached
-   the high watermark rejoin (:func:`~sparklog.server.controller.policy.expand_isr`);
+   (:func:`~sparklog.runtime.policy.shrink_isr`); live followers whose log end reached
+   the high watermark rejoin (:func:`~sparklog.runtime.policy.expand_isr`);
 3. **admin requests**: preferred-leader elections and reassignments under ``/admin``
    (:mod:`sparklog.server.controller.admin_requests`), and the automatic preferred-leader rebalance.
 
@@ -35,9 +35,7 @@ from sparklog import clock
 from sparklog.errors import SparklogError
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.zkdata import PartitionState
-from sparklog.runtime.replica_manager import ReplicaManager
-from sparklog.server.controller.admin_requests import AdminRequests, RebalanceSettings
-from sparklog.server.controller.policy import (
+from sparklog.runtime.policy import (
     LeaderElection,
     append_epoch,
     elect_leader,
@@ -45,6 +43,8 @@ from sparklog.server.controller.policy import (
     high_watermark,
     shrink_isr,
 )
+from sparklog.runtime.replica_manager import ReplicaManager
+from sparklog.server.controller.admin_requests import AdminRequests, RebalanceSettings
 
 __all__ = ["Controller", "ControllerSettings"]
 

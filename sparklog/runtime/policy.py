@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from sparklog.errors import PolicyError
 from sparklog.model.topic import TopicPartition, partitions_by_topic
-from sparklog.server.controller.placement import RackAwareMode, assign_replicas
+from sparklog.runtime.placement import RackAwareMode, assign_replicas
 
 __all__ = [
     "EpochHistory",
