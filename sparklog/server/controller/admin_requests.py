@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sparklog.errors import SparklogError
-from sparklog.metadata.zkdata import PartitionState, TopicAssignment
+from sparklog.metadata.zkdata import PartitionState, TopicAssignment, split_partition_key
 from sparklog.runtime.policy import (
     LeaderElection,
     preferred_leader_election,
@@ -37,16 +37,11 @@ from sparklog.runtime.policy import (
 )
 from sparklog.runtime.replica_manager import ReplicaManager
 
-__all__ = ["DROP_DELAY_S", "AdminRequests", "RebalanceSettings", "split_key"]
+__all__ = ["DROP_DELAY_S", "AdminRequests", "RebalanceSettings"]
 
 DROP_DELAY_S = 5.0  # > the fetchers' assignment refresh (sparklog.runtime.replica_fetcher.ASSIGNMENT_REFRESH_S)
 
 log = logging.getLogger(__name__)
-
-
-def split_key(key: str) -> tuple[str, int]:
-    topic, _, partition = key.rpartition("/")
-    return topic, int(partition)
 
 
 @dataclass(frozen=True)
@@ -79,7 +74,7 @@ class AdminRequests:
         requested = store.preferred_election_request()
         if requested is not None:
             for key in requested:
-                self._elect_preferred(*split_key(key), live)
+                self._elect_preferred(*split_partition_key(key), live)
             store.delete_preferred_election_request()
         settings = self.settings
         due = time.monotonic() - self.last_rebalance_check >= settings.leader_imbalance_check_interval_s
@@ -125,7 +120,7 @@ class AdminRequests:
 
     def _reassign_step(self, key: str, target: list[int], live: set[int]) -> bool:
         """One step of one partition's reassignment; True when it is complete."""
-        topic, partition = split_key(key)
+        topic, partition = split_partition_key(key)
         try:
             assignment, version = self.replicas.metadata.assignment(topic)
         except SparklogError:
