@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from sparklog.admin.topics import create_topic
 from sparklog.errors import OffsetCommitError, TopicExistsError
 from sparklog.log import group_offsets
 from sparklog.log.group_offsets import NO_GENERATION, OffsetCommit
@@ -28,6 +27,7 @@ from sparklog.metadata.group_registry import GroupRegistry
 from sparklog.model.group_ids import offsets_partition_for, validate_group_id
 from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition
 from sparklog.runtime.replica_manager import ReplicaManager
+from sparklog.runtime.topics import create_topic
 
 __all__ = ["NO_GENERATION", "GroupCoordinator", "OffsetCommit"]
 

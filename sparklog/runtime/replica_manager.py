@@ -128,7 +128,7 @@ class ReplicaManager:
     def topic_incarnation(self, topic: str, max_age_ms: int = 0) -> int:
         """Which topic of this name exists (the zxid that created it; ``TopicNotFoundError`` when
         none does): offset commits carry it, so a commit checked against a topic deleted since
-        is refused (:mod:`sparklog.group.deleted_topics`). ``max_age_ms``: see :meth:`partitions_of`."""
+        is refused (:mod:`sparklog.runtime.deleted_topics`). ``max_age_ms``: see :meth:`partitions_of`."""
         validate_topic_name(topic)
         return int(self._recent(("incarnation", topic), max_age_ms, lambda: self.metadata.topic_incarnation(topic)))
 

@@ -7,7 +7,7 @@ and ``Cluster.describe_topic`` read (entries: :mod:`~sparklog.server.kafka.confi
 
 * **Topics**: DescribeConfigs lists every topic config (or the ``configuration_keys`` asked,
   unknown ones left out; none asked means all, as Kafka), with synonyms and documentation when asked. Alters go
-  through :mod:`sparklog.admin.topics` (compare-and-set on the config znode): all the
+  through :mod:`sparklog.runtime.topics` (compare-and-set on the config znode): all the
   changes to one topic apply together or none does. A config name outside sparklog's
   topic configs (Kafka's names, exactly), a bad value, a null value, or APPEND/SUBTRACT on
   a non-list config is INVALID_CONFIG with a message naming the key and what is allowed,
@@ -31,10 +31,10 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from sparklog.admin.topics import ConfigOperation, incremental_alter_topic_config, replace_topic_config
 from sparklog.config import TOPIC_CONFIGS
 from sparklog.errors import ConfigError
 from sparklog.model.topic import validate_topic_name
+from sparklog.runtime.topics import ConfigOperation, incremental_alter_topic_config, replace_topic_config
 from sparklog.server.kafka.config_entries import ConfigEntry, broker_config_entries, topic_config_entries
 from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
 from sparklog.server.kafka.error_codes import InvalidRequestError, error_code

@@ -24,12 +24,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sparklog.admin.topics import create_topic
 from sparklog.errors import InvalidTopicError, TopicExistsError, TopicNotFoundError
 from sparklog.metadata.broker_registration import live_brokers
 from sparklog.metadata.controller_election import current_controller
 from sparklog.model.topic import is_internal, validate_topic_name
 from sparklog.runtime.replica_manager import ReplicaManager
+from sparklog.runtime.topics import create_topic
 from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
 
 __all__ = ["APIS", "topic_uuid"]

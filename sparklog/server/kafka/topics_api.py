@@ -1,7 +1,7 @@
 """CreateTopics (19, v2..v7), DeleteTopics (20, v1..v6) and CreatePartitions (37, v0..v3).
 
 Each topic of a request is answered on its own, with Kafka's error code and a message; one
-failing topic never fails the others. The work is :mod:`sparklog.admin.topics` (ZooKeeper
+failing topic never fails the others. The work is :mod:`sparklog.runtime.topics` (ZooKeeper
 metadata in one multi-op, then the replica tables; undone on failure), so a topic made over
 the wire is the topic ``Cluster.describe_topic`` shows, and any agent can serve these
 requests (there is no separate controller channel: ZooKeeper orders concurrent changes).
@@ -35,11 +35,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sparklog.admin.topics import create_partitions, create_topic, delete_topic, plan_topic
 from sparklog.config import TOPIC_CONFIGS
 from sparklog.errors import ConfigError, InvalidReplicaAssignmentError, TopicNotFoundError
 from sparklog.metadata.zkdata import TopicAssignment
 from sparklog.model.topic import is_internal, validate_topic_name
+from sparklog.runtime.topics import create_partitions, create_topic, delete_topic, plan_topic
 from sparklog.server.kafka.config_entries import topic_config_entries
 from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
 from sparklog.server.kafka.error_codes import InvalidRequestError, PolicyViolationError, error_code

@@ -12,7 +12,7 @@ Brokers hold no other copy: a coordinator's offsets in memory
 commit it did not make lands, the deletion's included, and a light consumer or Spark job
 reads committed offsets from the tables when it starts a partition.
 
-:func:`sparklog.admin.topics.delete_topic` calls it after the topic's znodes are gone (no
+:func:`sparklog.runtime.topics.delete_topic` calls it after the topic's znodes are gone (no
 commit can look the topic up any more) and before its tables are deleted: a deletion cut short
 leaves a table behind, and the next creation of the name, finding it, runs this again.
 """
