@@ -13,9 +13,9 @@ from kio.static.primitive import i32Timedelta
 
 from sparklog import errors
 from sparklog.clients.kafka_wire import KafkaConnection, nested, raise_for, request
+from sparklog.group.consumer_protocol import CONSUMER, encode_assignment
 from sparklog.group.coordinator import OffsetCommit
 from sparklog.model.topic import TopicPartition, partitions_by_topic
-from sparklog.server.groups.consumer_protocol import CONSUMER, encode_assignment
 
 __all__ = [
     "COORDINATOR_ERRORS",

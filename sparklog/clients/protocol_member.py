@@ -50,10 +50,10 @@ from sparklog.clients import group_requests as requests
 from sparklog.clients.group_requests import COORDINATOR_ERRORS
 from sparklog.clients.kafka_wire import KafkaConnection, bootstrap_addresses, raise_for
 from sparklog.group.assignors import MemberSubscription, assign
+from sparklog.group.consumer_protocol import decode_assignment, decode_subscription, encode_subscription
 from sparklog.group.coordinator import OffsetCommit
 from sparklog.metadata.group_member import Assignment, SyncResult
 from sparklog.model.topic import TopicPartition
-from sparklog.server.groups.consumer_protocol import decode_assignment, decode_subscription, encode_subscription
 
 __all__ = ["ProtocolMember"]
 

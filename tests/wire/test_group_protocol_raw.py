@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 import sparklog
-from sparklog.server.groups.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
+from sparklog.group.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
 from sparklog.server.kafka.apis import API_VERSIONS
 from sparklog.server.kafka.context import build
 from sparklog.testing import BrokerAgents

@@ -40,6 +40,7 @@ from sparklog.errors import (
     SparklogError,
     UnknownMemberError,
 )
+from sparklog.group.consumer_protocol import decode_assignment, decode_subscription
 from sparklog.group.coordinator import GroupCoordinator
 from sparklog.metadata.group_activity import GroupActivity
 from sparklog.metadata.group_publisher import GroupPublisher
@@ -47,7 +48,6 @@ from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
 from sparklog.model.group_ids import validate_instance_id
 from sparklog.model.topic import OFFSETS_TOPIC
 from sparklog.runtime.replica_manager import ReplicaManager
-from sparklog.server.groups.consumer_protocol import decode_assignment, decode_subscription
 from sparklog.server.groups.group import (
     EMPTY,
     STABLE,

@@ -2,7 +2,8 @@
 for ``protocol_type="consumer"`` (subscriptions and assigned partitions), decoded so sparklog's
 tools (``sparklog groups describe``, lag) show Kafka clients' groups. The coordinator never
 needs them to coordinate: the clients' leader assigns. Undecodable payloads (another protocol
-type, a newer version) are shown as nothing rather than failing the group.
+type, a newer version) are shown as nothing rather than failing the group. Shared by the
+brokers' group coordinator and the light consumer, which speaks the protocol to them.
 """
 
 from __future__ import annotations
