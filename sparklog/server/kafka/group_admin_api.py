@@ -16,9 +16,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sparklog.admin.groups import delete_group
 from sparklog.errors import GroupNotEmptyError, NotCoordinatorError, SparklogError
 from sparklog.group.consumer_protocol import CONSUMER, encode_assignment, encode_subscription
+from sparklog.group.deletion import delete_group
 from sparklog.model.topic import OFFSETS_TOPIC
 from sparklog.server.groups.coordinator import GroupView
 from sparklog.server.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
