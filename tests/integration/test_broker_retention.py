@@ -1,5 +1,5 @@
 """Broker agents apply retention and the Delta log step to the partitions they lead, every
-``log.retention.check.interval.ms`` (``sparklog/server/log_manager.py``, DESIGN §9).
+``log.retention.check.interval.ms`` (``sparklog/broker/log_manager.py``, DESIGN §9).
 
 Real agent processes (:class:`sparklog.testing.BrokerAgents`) checking every 500 ms, real
 Delta tables; every wait is on a condition. A round visits topics in name order, which the

@@ -43,9 +43,9 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32Timedelta
 
 import sparklog
-from sparklog.server.kafka.apis import API_VERSIONS
-from sparklog.server.kafka.context import build
-from sparklog.server.kafka.metadata_api import topic_uuid
+from sparklog.broker.kafka.apis import API_VERSIONS
+from sparklog.broker.kafka.context import build
+from sparklog.broker.kafka.metadata_api import topic_uuid
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
 from tests.integration.test_kafka_listener import recv_frame, send_frame

@@ -25,9 +25,9 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader
 
 import sparklog
+from sparklog.broker.kafka.apis import API_VERSIONS
+from sparklog.broker.kafka.metadata_api import topic_uuid
 from sparklog.model.topic import TopicDescription
-from sparklog.server.kafka.apis import API_VERSIONS
-from sparklog.server.kafka.metadata_api import topic_uuid
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
 from tests.wire.raw import recv_frame, request_bytes, send_frame

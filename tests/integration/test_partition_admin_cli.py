@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 import sparklog
+from sparklog.broker.controller.admin_requests import DROP_DELAY_S
 from sparklog.log.reader import read_ranges
 from sparklog.model.topic import PartitionDescription
-from sparklog.server.controller.admin_requests import DROP_DELAY_S
 from sparklog.testing import BrokerAgents
 from tests.helpers import assert_log_consistent, assert_unchanged
 from tests.integration.test_cli import Cli

@@ -15,7 +15,7 @@ PACKAGES = {
     "log",
     "metadata",
     "runtime",
-    "server",
+    "broker",
     "clients",
     "group",
     "admin",
@@ -58,8 +58,8 @@ CLI_ALLOWED = (
     "sparklog.clients",
     "sparklog.maintenance",
     "sparklog.spark",
-    "sparklog.server.broker",
-    "sparklog.server.embedded_broker",
+    "sparklog.broker.broker",
+    "sparklog.broker.embedded_broker",
     "sparklog.metadata.embedded",
 )
 
