@@ -1,7 +1,7 @@
 """Brokers from the shell: ``broker start`` (the agent, in the foreground or the home's
 embedded one in the background), ``broker stop|status`` and ``brokers list``.
 
-``broker start --id N --log-dir URI [--rack R]`` runs :class:`sparklog.broker.broker.BrokerAgent`
+``broker start --id N --log-dir URI [--rack R]`` runs :class:`sparklog.broker.agent.BrokerAgent`
 until SIGTERM or SIGINT, then stops cleanly (controller role resigned, replica fetcher
 stopped, ``/brokers/ids/N`` deleted).
 
@@ -125,7 +125,7 @@ def _start(args: argparse.Namespace) -> int:
         return _start_embedded(args)
     from dataclasses import replace
 
-    from sparklog.broker.broker import BrokerAgent, BrokerSettings, ControllerSettings
+    from sparklog.broker.agent import BrokerAgent, BrokerSettings, ControllerSettings
     from sparklog.errors import ConfigError
 
     if args.broker_id is None or args.log_dir is None:

@@ -58,7 +58,7 @@ CLI_ALLOWED = (
     "sparklog.clients",
     "sparklog.maintenance",
     "sparklog.spark",
-    "sparklog.broker.broker",
+    "sparklog.broker.agent",
     "sparklog.broker.embedded_broker",
     "sparklog.metadata.embedded",
 )
