@@ -1,8 +1,8 @@
 """The replica manager: where a topic's replicas live, who leads each partition, what readers see.
 
-Kafka's metadata cache and replica manager at sparklog's scale. Every server component (the
-produce path, the replica fetcher, the controller, the broker, maintenance, group
-coordination) and every client (producer, consumer, Spark jobs, admin) receives one
+Kafka's metadata cache and replica manager at sparklog's scale. Every runtime and broker
+component (the produce path, the replica fetcher, the controller, the agent, maintenance,
+group coordination) and every client (producer, consumer, Spark jobs, admin) receives one
 ``ReplicaManager`` instead of reaching back into :class:`sparklog.cluster.Cluster`. It owns:
 
 * the ZooKeeper session and the metadata store (brokers, topics, configs), and the
