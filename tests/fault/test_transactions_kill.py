@@ -93,7 +93,7 @@ def test_consume_transform_produce_killed_five_times_writes_every_record_once(
             child.start()
             target = kill * records // 7
             wait_until(
-                lambda target=target: len(committed_values(cluster, sink)) >= target,
+                lambda: len(committed_values(cluster, sink)) >= target,
                 f"the application past {target} records (run {kill})",
                 timeout_s=120,
             )

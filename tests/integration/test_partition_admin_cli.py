@@ -64,7 +64,7 @@ def wait_partitions(
     try:
         agents.wait_for(lambda: condition(partitions(cluster, topic)), _STATE_TIMEOUT_S, what)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\nlast states of {topic}: {sorted(partitions(cluster, topic).values())}") from None
+        raise AssertionError(f"{exc}\nlast states of {topic}: {sorted(partitions(cluster, topic).items())}") from None
     return partitions(cluster, topic)
 
 
@@ -85,7 +85,7 @@ def assert_exactly_once(cluster: sparklog.Cluster, topic: str, acked: Sequence[b
     twice = [v for v, n in stored.items() if n > 1]
     assert not twice, f"{len(twice)} records stored more than once, e.g. {twice[:3]}"
     unknown = set(stored) - set(acked)
-    assert not unknown, f"records nobody produced: {sorted(unknown)[:3]}"
+    assert not unknown, f"records nobody produced: {sorted(unknown, key=repr)[:3]}"
 
 
 def replica_records(cluster: sparklog.Cluster, topic: str, broker: int, partition: int) -> list[tuple[int, bytes]]:

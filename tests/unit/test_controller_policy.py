@@ -31,7 +31,7 @@ POLICY = Path(__file__).resolve().parents[2] / "sparklog" / "runtime" / "policy.
 
 
 def test_policy_module_is_pure() -> None:
-    roots = set()
+    roots: set[str] = set()
     for node in ast.walk(ast.parse(POLICY.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             roots.update(alias.name.split(".")[0] for alias in node.names)
@@ -380,7 +380,7 @@ def test_generate_reassignment_matches_kafka_per_topic() -> None:
     brokers = [0, 1, 2, 3, 4]
     got = generate_reassignment(current, brokers, rng=random.Random(3))
     draw = random.Random(3)
-    expected = {}
+    expected: dict[tuple[str, int], list[int]] = {}
     for topic, count, rf in (("a", 4, 2), ("b", 3, 3)):
         start, shift = draw.randrange(5), draw.randrange(5)
         placed = assign_replicas(brokers, count, rf, start_index=start, replica_shift=shift)

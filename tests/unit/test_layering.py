@@ -208,17 +208,17 @@ def offenders(library: str, allowed_package: str) -> list[str]:
     )
 
 
-def test_cycle_finder_finds_a_cycle():
+def test_cycle_finder_finds_a_cycle() -> None:
     edges = {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset({"a"})}
     assert cycles(edges) == [["a", "b", "c"]]
 
 
-def test_no_import_cycles():
+def test_no_import_cycles() -> None:
     found = cycles(graph())
     assert not found, "import cycles (each list imports itself around):\n" + "\n".join(map(str, found))
 
 
-def test_package_cycle_finder_finds_a_planted_cycle():
+def test_package_cycle_finder_finds_a_planted_cycle() -> None:
     # No module imports itself around, but runtime and group import each other.
     edges = {
         "sparklog.group.coordinator": frozenset({"sparklog.runtime.topics"}),
@@ -231,18 +231,18 @@ def test_package_cycle_finder_finds_a_planted_cycle():
     assert cycles(package_graph(edges)) == [["group", "runtime"]]
 
 
-def test_direction_checker_flags_an_import_against_the_table():
+def test_direction_checker_flags_an_import_against_the_table() -> None:
     allowed = {"runtime": frozenset({"errors"}), "group": frozenset({"runtime", "errors"})}
     packages = {"runtime": frozenset({"errors", "group"}), "group": frozenset({"runtime"})}
     assert violations(packages, allowed) == ["runtime -> group"]
 
 
-def test_no_package_cycles():
+def test_no_package_cycles() -> None:
     found = cycles(package_graph(graph()))
     assert not found, "package cycles (each list imports itself around):\n" + "\n".join(map(str, found))
 
 
-def test_direction_table_is_a_direction_and_covers_every_package():
+def test_direction_table_is_a_direction_and_covers_every_package() -> None:
     table = direction_table(DESIGN.read_text(encoding="utf-8"))
     assert not cycles(table), f"DESIGN §12's direction table has a cycle: {cycles(table)}"
     nodes = set(package_graph(graph())) | {t for ts in package_graph(graph()).values() for t in ts}
@@ -250,12 +250,12 @@ def test_direction_table_is_a_direction_and_covers_every_package():
     assert set(table) <= PACKAGES | {m.removesuffix(".py") for m in ROOT_MODULES} | {"sparklog"}
 
 
-def test_packages_import_only_what_the_direction_table_allows():
+def test_packages_import_only_what_the_direction_table_allows() -> None:
     found = violations(package_graph(graph()), direction_table(DESIGN.read_text(encoding="utf-8")))
     assert not found, f"imports against DESIGN §12's direction table: {found}"
 
 
-def test_only_the_cli_imports_the_broker_and_only_its_entry_points():
+def test_only_the_cli_imports_the_broker_and_only_its_entry_points() -> None:
     reached = sorted(
         f"{name} -> {target}"
         for name, targets in graph().items()
@@ -266,7 +266,7 @@ def test_only_the_cli_imports_the_broker_and_only_its_entry_points():
     assert not reached, f"the broker is imported from outside, not through its entry points: {reached}"
 
 
-def test_every_module_lives_in_a_package_of_the_cut():
+def test_every_module_lives_in_a_package_of_the_cut() -> None:
     stray = sorted(
         str(p.relative_to(PACKAGE))
         for p in PACKAGE.rglob("*.py")
@@ -276,15 +276,15 @@ def test_every_module_lives_in_a_package_of_the_cut():
     assert not stray, f"modules outside the package cut of DESIGN §12: {stray}"
 
 
-def test_only_log_imports_deltalake():
+def test_only_log_imports_deltalake() -> None:
     assert offenders("deltalake", "log") == []
 
 
-def test_only_metadata_imports_kazoo():
+def test_only_metadata_imports_kazoo() -> None:
     assert offenders("kazoo", "metadata") == []
 
 
-def test_pure_policies_import_no_engine_even_indirectly():
+def test_pure_policies_import_no_engine_even_indirectly() -> None:
     for name in sorted(m for m in modules() if m in PURE_POLICIES or package_of(m) == "model"):
         seen, todo = set(), [name]
         while todo:
@@ -297,7 +297,7 @@ def test_pure_policies_import_no_engine_even_indirectly():
             todo.extend(graph()[current])
 
 
-def test_cli_uses_the_public_api_only():
+def test_cli_uses_the_public_api_only() -> None:
     internal = {
         f"{name} -> {target}"
         for name, targets in graph().items()
@@ -308,13 +308,13 @@ def test_cli_uses_the_public_api_only():
     assert not internal, f"the CLI reaches into internals: {sorted(internal)}"
 
 
-def test_modules_stay_small():
+def test_modules_stay_small() -> None:
     sizes = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     too_big = {name: n for name, n in sizes.items() if n > 500}
     assert not too_big, f"modules over 500 lines: {too_big}"
 
 
-def test_wall_clock_is_read_in_one_place():
+def test_wall_clock_is_read_in_one_place() -> None:
     readers = sorted(
         name
         for name, path in modules().items()
