@@ -43,9 +43,12 @@ PURE_POLICIES = [
     "sparklog.group.assignors",
     "sparklog.group.reset",
 ]
+# The broker's entry points: what the CLI starts (``sparklog broker start [--embedded]``,
+# ``broker stop|status``). Nothing else outside broker/ may import broker/.
+BROKER_ENTRY_POINTS = frozenset({"sparklog.broker.agent", "sparklog.broker.embedded_broker"})
 # What the CLI may use: the public API. The embedded ZooKeeper's start/stop/status are
 # commands of their own (``sparklog zookeeper``), so that one metadata module is public too,
-# and so is the embedded broker (``sparklog broker start --embedded|stop|status``).
+# and so are the broker's entry points.
 CLI_ALLOWED = (
     "sparklog.cli",
     "sparklog.cluster",
@@ -58,13 +61,9 @@ CLI_ALLOWED = (
     "sparklog.clients",
     "sparklog.maintenance",
     "sparklog.spark",
-    "sparklog.broker.agent",
-    "sparklog.broker.embedded_broker",
+    *sorted(BROKER_ENTRY_POINTS),
     "sparklog.metadata.embedded",
 )
-# The broker's entry points: what the CLI starts (``sparklog broker start [--embedded]``,
-# ``broker stop|status``). Nothing else outside broker/ may import broker/.
-BROKER_ENTRY_POINTS = frozenset({"sparklog.broker.agent", "sparklog.broker.embedded_broker"})
 
 
 def module_name(path: Path) -> str:
