@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sparklog
+from sparklog.broker import embedded_broker
 from sparklog.errors import BrokerNotAvailableError, TopicNotFoundError
-from sparklog.server import embedded_broker
 
 TOPIC = "demo-events"
 PARTITIONS = 6

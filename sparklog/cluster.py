@@ -1,10 +1,10 @@
 """``Cluster``: a client's handle on one sparklog cluster (a ZooKeeper chroot + its brokers).
 
 A thin facade and the composition root of the Python API: it builds the
-:class:`~sparklog.server.replica_manager.ReplicaManager` (on first use: connecting costs no
+:class:`~sparklog.runtime.replica_manager.ReplicaManager` (on first use: connecting costs no
 ZooKeeper session until something needs one) and hands it to the components that do the
 work — topic admin (:mod:`sparklog.admin.topics`), log access
-(:mod:`sparklog.server.log_access`), the light clients, group coordination and
+(:mod:`sparklog.runtime.log_access`), the light clients, group coordination and
 administration. Components never call back into ``Cluster``. Metadata calls never start
 Spark. One ``Cluster`` may be shared by threads.
 """
@@ -27,8 +27,8 @@ from sparklog.config import (
 )
 from sparklog.model.offsets import OffsetSpec
 from sparklog.model.topic import TopicDescription, is_internal
-from sparklog.server import log_access
-from sparklog.server.replica_manager import PartitionOffsets, ReplicaManager
+from sparklog.runtime import log_access
+from sparklog.runtime.replica_manager import PartitionOffsets, ReplicaManager
 
 if TYPE_CHECKING:
     from sparklog.admin.groups import GroupDescription, GroupListing
@@ -133,12 +133,12 @@ class Cluster:
 
     def list_offsets(self, topic: str, spec: OffsetSpec | str = "latest") -> dict[int, int]:
         """Per partition: earliest, latest, or the first offset with timestamp >= ``spec`` ms
-        (-1: none, Kafka's "no such offset"); see :func:`sparklog.server.log_access.list_offsets`."""
+        (-1: none, Kafka's "no such offset"); see :func:`sparklog.runtime.log_access.list_offsets`."""
         return log_access.list_offsets(self.replicas, topic, spec)
 
     def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
         """Kafka's ``deleteRecords``; returns the new log-start offsets
-        (:func:`sparklog.server.log_access.delete_records`)."""
+        (:func:`sparklog.runtime.log_access.delete_records`)."""
         return log_access.delete_records(self.replicas, topic, before)
 
     def run_retention(
@@ -159,7 +159,7 @@ class Cluster:
         isolation_level: str = "read_committed",
     ) -> pa.Table:
         """Committed records of ``topic`` (one partition or all) in ``[start, end)`` as Arrow,
-        by default log-start to the high watermark (:func:`sparklog.server.log_access.read`);
+        by default log-start to the high watermark (:func:`sparklog.runtime.log_access.read`);
         ``read_committed`` (the default) stops at the last stable offset and leaves out
         aborted transactions' records."""
         return log_access.read(

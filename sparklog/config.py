@@ -243,17 +243,17 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "replica.hard.links.enable": "true",
     # Kafka's: a Metadata request allowing it creates an unknown topic with the defaults below.
     "auto.create.topics.enable": "true",
-    # The broker agent's Kafka-protocol listener (sparklog/server/kafka/), Kafka's names and defaults.
+    # The broker agent's Kafka-protocol listener (sparklog/broker/kafka/), Kafka's names and defaults.
     "listeners": "PLAINTEXT://127.0.0.1:9092",
     "advertised.listeners": None,  # default: listeners (port 0 → the port actually bound)
     "socket.request.max.bytes": "104857600",
     # How often a broker agent applies retention and the Delta log step to the partitions it
-    # leads (sparklog/server/log_manager.py); Kafka's name and default (5 minutes).
+    # leads (sparklog/broker/log_manager.py); Kafka's name and default (5 minutes).
     "log.retention.check.interval.ms": "300000",
     # What a Kafka client's CreateTopics gets for num_partitions / replication_factor -1.
     "num.partitions": "1",
     "default.replication.factor": "1",
-    # Group and transaction coordinators in the brokers (sparklog/server/groups/), Kafka's names
+    # Group and transaction coordinators in the brokers (sparklog/broker/groups/), Kafka's names
     # and defaults; the offsets topic is created with min(this, live brokers) replicas.
     "offsets.topic.replication.factor": "3",
     "group.initial.rebalance.delay.ms": "3000",

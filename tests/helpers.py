@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
+from confluent_kafka import Message
 
 from sparklog.cluster import Cluster
+from sparklog.metadata.zkdata import GroupStateRecord
 from sparklog.model.batches import normalise_input
 
 
@@ -30,8 +32,33 @@ def spawn_context() -> SpawnContext:
     return multiprocessing.get_context("spawn")
 
 
+def consumed(message: Message) -> tuple[int, int, bytes]:
+    """``(partition, offset, value)`` of a record a confluent-kafka consumer returned: its types
+    leave them optional, unset only on error events (which callers check first) and tombstones
+    (which these tests never consume)."""
+    partition, offset, value = message.partition(), message.offset(), message.value()
+    assert partition is not None and offset is not None and value is not None, message.error()
+    return partition, offset, value
+
+
+def group_state(cluster: Cluster, group_id: str) -> GroupStateRecord:
+    """The group's state record in ZooKeeper (the group must have one)."""
+    record, _version = cluster.groups.registry.state_record(group_id)
+    assert record is not None, f"group {group_id} has no state record"
+    return record
+
+
+def send_signal(process: BaseProcess, signum: int) -> None:
+    """``kill -<signum>`` a started child process."""
+    assert process.pid is not None, f"{process.name} was never started"
+    os.kill(process.pid, signum)
+
+
+P = TypeVar("P", bound=BaseProcess)
+
+
 @contextmanager
-def reaping(processes: list[BaseProcess]) -> Iterator[list[BaseProcess]]:
+def reaping(processes: list[P]) -> Iterator[list[P]]:
     """On the way out (also when a test fails), SIGKILL and reap any child still running, so
     no producer outlives its test. ``processes`` may grow inside the block."""
     try:
@@ -134,7 +161,9 @@ def assert_acks_stored(records: Iterable[StoredRecord], acks: Iterable[Ack]) -> 
     where: dict[bytes | None, list[tuple[int, int]]] = {}
     for (partition, offset), value in at.items():
         where.setdefault(value, []).append((partition, offset))
-    missing, moved = [], []
+    # (ack, what is stored at its offset, where its value is stored)
+    missing: list[tuple[Ack, bytes | None, list[tuple[int, int]] | None]] = []
+    moved: list[tuple[Ack, bytes | None, list[tuple[int, int]] | None]] = []
     count = 0
     for ack in acks:
         count += 1

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sparklog.errors import BrokerNotAvailableError
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.controller_election import current_controller
-from sparklog.server.replica_manager import ReplicaManager
+from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = ["BrokerDescription", "describe_brokers", "live_brokers", "require_brokers", "require_fetch_selection"]
 

@@ -1,7 +1,8 @@
 """Consumer-group administration: Kafka's ``kafka-consumer-groups`` as a library.
 
 Reads: :func:`list_groups`, :func:`describe_group`, :func:`consumer_lag` (all groups' lag as
-Arrow). Writes: :func:`delete_groups`, :func:`delete_group_offsets`, :func:`reset_group_offsets`,
+Arrow). Writes: :func:`delete_groups` (:mod:`sparklog.group.deletion`, which the brokers'
+DeleteGroups runs too), :func:`delete_group_offsets`, :func:`reset_group_offsets`,
 whose planner is pure (:func:`reset_scenario` validates, :func:`plan_reset` computes); the I/O
 functions gather its inputs (committed offsets, log bounds) and apply its result.
 
@@ -37,8 +38,8 @@ from sparklog.errors import (
     TopicNotFoundError,
     UnknownPartitionError,
 )
-from sparklog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
-from sparklog.group.ids import validate_group_id
+from sparklog.group.coordinator import GroupCoordinator
+from sparklog.group.deletion import active_members, committed_offsets, delete_group, delete_groups, group_exists
 from sparklog.group.reset import (
     SCENARIOS,
     Bounds,
@@ -51,10 +52,11 @@ from sparklog.group.reset import (
     plan_reset,
     reset_scenario,
 )
-from sparklog.metadata.group_registry import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, GroupSnapshot
+from sparklog.metadata.group_registry import COMPLETING, DEAD, EMPTY, PREPARING, STABLE
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
-from sparklog.model.topic import validate_topic_name
-from sparklog.server import log_access
+from sparklog.model.group_ids import validate_group_id
+from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition, validate_topic_name
+from sparklog.runtime import log_access
 
 __all__ = [
     "COMPLETING",
@@ -87,7 +89,6 @@ __all__ = [
     "reset_scenario",
 ]
 
-TopicPartition = tuple[str, int]
 GROUP_STATES = (EMPTY, PREPARING, COMPLETING, STABLE, DEAD)
 LAG_SCHEMA = pa.schema(
     [
@@ -156,19 +157,6 @@ def list_groups(groups: GroupCoordinator, states: Iterable[str] | None = None) -
     return [listing for listing in listings if wanted is None or listing.state in wanted]
 
 
-def _committed(groups: GroupCoordinator, group_id: str) -> dict[TopicPartition, int]:
-    return {tp: c.offset for tp, c in groups.committed_all(group_id).items() if c.offset is not None}
-
-
-def _exists(groups: GroupCoordinator, group_id: str, committed: Mapping[TopicPartition, int]) -> bool:
-    return bool(committed) or groups.registry.exists(group_id)
-
-
-def _members(snap: GroupSnapshot) -> list[MemberRecord]:
-    """Live members and static members away within their session timeout (they keep their place)."""
-    return [*snap.members.values(), *(d.member for d in snap.departed.values())]
-
-
 def _coordinator(groups: GroupCoordinator, group_id: str) -> tuple[int, str]:
     broker = groups.replicas.config.broker_id
     if OFFSETS_TOPIC in groups.replicas.list_topics():  # never create the offsets topic by reading
@@ -189,13 +177,13 @@ def _describe(
 ) -> GroupDescription:
     validate_group_id(group_id)
     registry = groups.registry
-    committed = _committed(groups, group_id)
-    if not _exists(groups, group_id, committed):
+    committed = committed_offsets(groups, group_id)
+    if not group_exists(groups, group_id, committed):
         raise GroupIdNotFoundError(f"Consumer group '{group_id}' does not exist.")
     snap = registry.snapshot(group_id)
     members = tuple(
         MemberDescription(m.member_id, m.instance_id, m.client_id, m.host, _assigned(snap.record, m))
-        for m in sorted(_members(snap), key=lambda m: m.member_id)
+        for m in sorted(active_members(snap), key=lambda m: m.member_id)
     )
 
     def log_end(topic: str, partition: int) -> int | None:
@@ -253,40 +241,6 @@ def consumer_lag(groups: GroupCoordinator) -> pa.Table:
 
 
 # -- deletes ---------------------------------------------------------------------------------
-def delete_groups(groups: GroupCoordinator, group_ids: Sequence[str]) -> list[str]:
-    """Delete inactive groups (offsets, then znodes); the others fail as in Kafka, all named in
-    one error raised after the deletable ones are gone. Returns the groups deleted."""
-    registry, deleted, failures = groups.registry, [], []
-    for group_id in [validate_group_id(g) for g in group_ids]:
-        snap = registry.snapshot(group_id)
-        committed = _committed(groups, group_id)
-        if snap.active:
-            why = f"it is {snap.state} with {len(_members(snap))} active member(s); stop its consumers and retry"
-            failures.append((group_id, "NON_EMPTY_GROUP", why))
-        elif not _exists(groups, group_id, committed):
-            failures.append((group_id, "GROUP_ID_NOT_FOUND", "the group does not exist"))
-        else:
-            if committed:
-                groups.reset(group_id, dict.fromkeys(committed))  # tombstones
-            registry.delete_group(group_id)
-            deleted.append(group_id)
-    if failures:
-        message = "Deletion of some consumer groups failed: " + " ".join(
-            f"* Group '{g}' could not be deleted due to: {code} ({why})." for g, code, why in failures
-        )
-        if deleted:  # Kafka deletes what it can
-            message += " These consumer groups were deleted successfully: " + ", ".join(f"'{g}'" for g in deleted) + "."
-        error = (
-            GroupNotEmptyError if any(code == "NON_EMPTY_GROUP" for _g, code, _w in failures) else GroupIdNotFoundError
-        )
-        raise error(message)
-    return deleted
-
-
-def delete_group(groups: GroupCoordinator, group_id: str) -> None:
-    delete_groups(groups, [group_id])  # one group: its failure is the error
-
-
 def _subscribes(member: MemberRecord, topic: str) -> bool:
     return topic in member.topics or (member.pattern is not None and re.fullmatch(member.pattern, topic) is not None)
 
@@ -327,15 +281,15 @@ def delete_group_offsets(
     the partitions handled (Kafka reports each as successful)."""
     validate_group_id(group_id)
     selection = {topic: partitions} if isinstance(topic, str) else dict(topic)
-    committed = _committed(groups, group_id)
-    if not _exists(groups, group_id, committed):
+    committed = committed_offsets(groups, group_id)
+    if not group_exists(groups, group_id, committed):
         raise GroupIdNotFoundError(
             f"Offsets of group '{group_id}' cannot be deleted: consumer group '{group_id}' does not exist."
         )
     targets = sorted(tp for t, wanted in selection.items() for tp in _select(groups, group_id, t, wanted, committed))
     snap = groups.registry.snapshot(group_id)
     if snap.active:
-        subscribed = sorted({t for t, _ in targets if any(_subscribes(m, t) for m in _members(snap))})
+        subscribed = sorted({t for t, _ in targets if any(_subscribes(m, t) for m in active_members(snap))})
         reason = (
             f"GROUP_SUBSCRIBED_TO_TOPIC (it is subscribed to {', '.join(subscribed)})"
             if subscribed
@@ -396,9 +350,9 @@ def plan_group_reset(
     if snap.active:
         raise GroupNotEmptyError(
             f"Assignments can only be reset if the group '{group_id}' is inactive, but the current state is "
-            f"{snap.state}. Stop its {len(_members(snap))} active member(s) and retry."
+            f"{snap.state}. Stop its {len(active_members(snap))} active member(s) and retry."
         )
-    committed = _committed(groups, group_id)
+    committed = committed_offsets(groups, group_id)
     scope = _scope(groups, group_id, scenario, committed, topics, partitions, all_topics)
     bounds: dict[TopicPartition, Bounds] = {}
     by_time: dict[TopicPartition, int | None] = {}

@@ -24,11 +24,11 @@ from sparklog.errors import CoordinationError, UnknownPartitionError
 from sparklog.metadata import zkdata
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.controller_election import current_controller
-from sparklog.metadata.zkdata import ElectionRequestRecord, ReassignmentRecord
-from sparklog.server.controller.admin_requests import split_key
-from sparklog.server.controller.placement import validate_replica_assignment
-from sparklog.server.controller.policy import generate_reassignment as plan_reassignment
-from sparklog.server.replica_manager import ReplicaManager
+from sparklog.metadata.zkdata import ElectionRequestRecord, ReassignmentRecord, partition_key, split_partition_key
+from sparklog.model.topic import TopicPartition
+from sparklog.runtime.placement import validate_replica_assignment
+from sparklog.runtime.policy import generate_reassignment as plan_reassignment
+from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = [
     "current_assignment",
@@ -38,12 +38,6 @@ __all__ = [
     "pending_reassignments",
     "verify_reassignment",
 ]
-
-TopicPartition = tuple[str, int]
-
-
-def _key(tp: TopicPartition) -> str:
-    return f"{tp[0]}/{tp[1]}"
 
 
 def _require_controller(replicas: ReplicaManager) -> None:
@@ -82,7 +76,7 @@ def elect_preferred_leaders(
     before = {tp: replicas.states(tp[0], [tp[1]])[tp[1]] for tp in wanted}
     replicas.metadata.create_admin_request(
         zkdata.ADMIN_PREFERRED_ELECTION,
-        ElectionRequestRecord(partitions=[_key(tp) for tp in wanted]),
+        ElectionRequestRecord(partitions=[partition_key(*tp) for tp in wanted]),
         "preferred leader election",
     )
     _await_taken(lambda: replicas.metadata.preferred_election_request() is None, timeout_s, "preferred leader election")
@@ -136,7 +130,7 @@ def execute_reassignment(
     current = current_assignment(replicas, {t for t, _ in target})
     replicas.metadata.create_admin_request(
         zkdata.ADMIN_REASSIGN,
-        ReassignmentRecord(partitions={_key(tp): list(r) for tp, r in sorted(target.items())}),
+        ReassignmentRecord(partitions={partition_key(*tp): list(r) for tp, r in sorted(target.items())}),
         "partition reassignment",
     )
     return {tp: current[tp] for tp in sorted(target)}
@@ -144,7 +138,7 @@ def execute_reassignment(
 
 def pending_reassignments(replicas: ReplicaManager) -> set[TopicPartition]:
     """Partitions whose reassignment the controller has not finished yet."""
-    return {split_key(key) for key in replicas.metadata.reassignment_request() or {}}
+    return {split_partition_key(key) for key in replicas.metadata.reassignment_request() or {}}
 
 
 def verify_reassignment(
@@ -153,7 +147,7 @@ def verify_reassignment(
     """Per partition: has its assignment reached the target (and the controller finished it)?"""
     pending = replicas.metadata.reassignment_request() or {}
     current = current_assignment(replicas, {t for t, _ in target})
-    return {tp: current.get(tp) == list(r) and _key(tp) not in pending for tp, r in sorted(target.items())}
+    return {tp: current.get(tp) == list(r) and partition_key(*tp) not in pending for tp, r in sorted(target.items())}
 
 
 def _await_taken(taken: Callable[[], bool], timeout_s: float, what: str, raise_on_timeout: bool = True) -> None:

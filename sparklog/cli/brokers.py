@@ -1,12 +1,12 @@
 """Brokers from the shell: ``broker start`` (the agent, in the foreground or the home's
 embedded one in the background), ``broker stop|status`` and ``brokers list``.
 
-``broker start --id N --log-dir URI [--rack R]`` runs :class:`sparklog.server.broker.BrokerAgent`
+``broker start --id N --log-dir URI [--rack R]`` runs :class:`sparklog.broker.agent.BrokerAgent`
 until SIGTERM or SIGINT, then stops cleanly (controller role resigned, replica fetcher
 stopped, ``/brokers/ids/N`` deleted).
 
 ``broker start --embedded`` starts the embedded broker of ``--home`` in the background
-unless it runs already (:mod:`sparklog.server.embedded_broker`): id ``broker.id``, log dir
+unless it runs already (:mod:`sparklog.broker.embedded_broker`): id ``broker.id``, log dir
 ``log.dirs``, listeners ``listeners`` (default PLAINTEXT://127.0.0.1:9092) from the
 cluster config, or ``--listeners``. A broker of the home already running is reused: with
 ``--listeners`` only if it listens there, without them whatever it listens on (a note on
@@ -36,8 +36,8 @@ from sparklog.cli.output import (
 )
 
 if TYPE_CHECKING:
+    from sparklog.broker.embedded_broker import EmbeddedBrokerStatus
     from sparklog.config import ClusterConfig
-    from sparklog.server.embedded_broker import EmbeddedBrokerStatus
 
 __all__ = ["register", "status_line"]
 
@@ -125,8 +125,8 @@ def _start(args: argparse.Namespace) -> int:
         return _start_embedded(args)
     from dataclasses import replace
 
+    from sparklog.broker.agent import BrokerAgent, BrokerSettings, ControllerSettings
     from sparklog.errors import ConfigError
-    from sparklog.server.broker import BrokerAgent, BrokerSettings, ControllerSettings
 
     if args.broker_id is None or args.log_dir is None:
         raise UsageError("--id and --log-dir are required (or --embedded: the home's broker in the background)")
@@ -170,7 +170,7 @@ def _log_warnings() -> None:
 
 
 def _start_embedded(args: argparse.Namespace) -> int:
-    from sparklog.server import embedded_broker
+    from sparklog.broker import embedded_broker
 
     given = [name for name in _AGENT_OPTIONS if getattr(args, name) is not None]
     if given:
@@ -193,15 +193,15 @@ def _start_embedded(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from sparklog.server import embedded_broker
+    from sparklog.broker import embedded_broker
 
     status = embedded_broker.status(cluster_config(args))  # the running agent's own listeners
     return report_status(args, status, status_line(status))
 
 
 def _stop(args: argparse.Namespace) -> int:
+    from sparklog.broker import embedded_broker
     from sparklog.cli.zookeeper import stopped_line
-    from sparklog.server import embedded_broker
 
     home = cluster_config(args).home
     pid = embedded_broker.recorded_pid(home)

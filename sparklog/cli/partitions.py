@@ -20,7 +20,7 @@ from typing import Any
 from sparklog.cli.options import UsageError, add_command, connect
 from sparklog.cli.output import write_lines
 from sparklog.errors import InvalidReplicaAssignmentError, SparklogError
-from sparklog.model.topic import validate_topic_name
+from sparklog.model.topic import TopicPartition, validate_topic_name
 
 __all__ = [
     "ELECT_DESCRIPTION",
@@ -32,8 +32,6 @@ __all__ = [
     "parse_topics_to_move_json",
     "register",
 ]
-
-TopicPartition = tuple[str, int]
 
 ELECT_DESCRIPTION = """\
 Elect preferred leaders (kafka-leader-election).

@@ -9,7 +9,7 @@ not running``; ``stop`` prints ``Stopped ZooKeeper (pid N)``. Exit codes follow 
 init-script convention for ``status``: 0 running, 3 not running.
 
 ``stop`` first stops the home's embedded broker (``sparklog broker start --embedded``,
-:mod:`sparklog.server.embedded_broker`) when it runs against this ZooKeeper: a broker whose
+:mod:`sparklog.broker.embedded_broker`) when it runs against this ZooKeeper: a broker whose
 ZooKeeper is gone can serve nobody, and the next start picks another port for ZooKeeper.
 """
 
@@ -70,8 +70,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
+    from sparklog.broker import embedded_broker
     from sparklog.metadata import embedded
-    from sparklog.server import embedded_broker
 
     home = _home(args)
     broker_pid = embedded_broker.recorded_pid(home)

@@ -43,9 +43,10 @@ from sparklog.errors import (
     ZooKeeperUnavailableError,
 )
 from sparklog.group.coordinator import NO_GENERATION, GroupCoordinator, OffsetCommit
-from sparklog.group.ids import validate_group_id, validate_instance_id
 from sparklog.log.reader import empty_read_table, offset_for_timestamp, read_ranges
-from sparklog.server.replica_manager import LeaderSnapshot, ReplicaManager
+from sparklog.model.group_ids import validate_group_id, validate_instance_id
+from sparklog.model.topic import TopicPartition
+from sparklog.runtime.replica_manager import LeaderSnapshot, ReplicaManager
 
 if TYPE_CHECKING:
     from sparklog.metadata.group_member import GroupMember
@@ -54,7 +55,6 @@ __all__ = ["Consumer", "ConsumerRecord", "GroupMetadata", "TopicPartition"]
 
 log = logging.getLogger("sparklog.clients.consumer")
 
-TopicPartition = tuple[str, int]
 _IDLE_WAIT_S = 0.02  # between looks at the log when nothing is new
 _COORDINATION_BACKOFF_S = 0.1  # between tries while ZooKeeper is unreachable
 T = TypeVar("T")

@@ -13,9 +13,9 @@ from kio.static.primitive import i32Timedelta
 
 from sparklog import errors
 from sparklog.clients.kafka_wire import KafkaConnection, nested, raise_for, request
+from sparklog.group.consumer_protocol import CONSUMER, encode_assignment
 from sparklog.group.coordinator import OffsetCommit
-from sparklog.model.topic import partitions_by_topic
-from sparklog.server.groups.consumer_protocol import CONSUMER, encode_assignment
+from sparklog.model.topic import TopicPartition, partitions_by_topic
 
 __all__ = [
     "COORDINATOR_ERRORS",
@@ -31,7 +31,6 @@ __all__ = [
     "sync_group",
 ]
 
-TopicPartition = tuple[str, int]
 COORDINATOR_ERRORS = (
     ErrorCode.not_coordinator,
     ErrorCode.coordinator_not_available,

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 from sparklog.errors import TopicNotFoundError
 from sparklog.group.assignors import MemberSubscription, assign
 from sparklog.group.coordinator import GroupCoordinator
-from sparklog.group.ids import new_member_id
-from sparklog.model.topic import is_internal
-from sparklog.server.replica_manager import ReplicaManager
+from sparklog.model.group_ids import new_member_id
+from sparklog.model.topic import TopicPartition, is_internal
+from sparklog.runtime.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
     from sparklog.clients.protocol_member import ProtocolMember
@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from sparklog.metadata.session import ZkSession
 
 __all__ = ["protocol_member", "zookeeper_member"]
-
-TopicPartition = tuple[str, int]
 
 
 def protocol_member(

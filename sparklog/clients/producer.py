@@ -16,7 +16,7 @@ that says they may be stale (unknown partition, leader moved, record too large, 
 So new partitions get records (keyless round-robin, keyed by murmur2 over the new count)
 within ``metadata.max.age.ms``. The cached limit only fails a record early; what binds is
 the produce request, which reads the topic's configs when served
-(:mod:`sparklog.server.produce_request`): a record over the current limit fails alone.
+(:mod:`sparklog.runtime.produce_request`): a record over the current limit fails alone.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from sparklog.metadata.lease import WriterLease
 from sparklog.model.batches import normalise_input
 from sparklog.model.records import RecordMetadata, partition_for_key, records_to_arrow, to_bytes
 from sparklog.model.sizes import record_size
-from sparklog.server.produce_request import RequestSettings, produce_request
-from sparklog.server.replica_manager import ReplicaManager
+from sparklog.runtime.produce_request import RequestSettings, produce_request
+from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = ["BatchMetadata", "Producer"]
 
@@ -379,7 +379,7 @@ class Producer:
         return lease
 
     def _produce(self, topic: str, batches: Mapping[int, pa.Table]) -> AppendResult:
-        """One produce request (:mod:`sparklog.server.produce_request`): leaders, leases, appends, acks."""
+        """One produce request (:mod:`sparklog.runtime.produce_request`): leaders, leases, appends, acks."""
         with self._produce_lock:
             sequence = self._sequences.get(topic, 0) + 1
             self._sequences[topic] = sequence

@@ -50,15 +50,15 @@ from sparklog.clients import group_requests as requests
 from sparklog.clients.group_requests import COORDINATOR_ERRORS
 from sparklog.clients.kafka_wire import KafkaConnection, bootstrap_addresses, raise_for
 from sparklog.group.assignors import MemberSubscription, assign
+from sparklog.group.consumer_protocol import decode_assignment, decode_subscription, encode_subscription
 from sparklog.group.coordinator import OffsetCommit
 from sparklog.metadata.group_member import Assignment, SyncResult
-from sparklog.server.groups.consumer_protocol import decode_assignment, decode_subscription, encode_subscription
+from sparklog.model.topic import TopicPartition
 
 __all__ = ["ProtocolMember"]
 
 log = logging.getLogger("sparklog.clients.protocol_member")
 
-TopicPartition = tuple[str, int]
 REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms default
 RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms default
 METADATA_CHECK_S = 1.0  # how often subscriptions and partition counts are looked at again

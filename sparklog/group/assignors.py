@@ -23,19 +23,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sparklog.errors import ConfigError, GroupError
+from sparklog.model.topic import TopicPartition
 
 __all__ = [
     "ASSIGNORS",
     "AssignorName",
     "MemberSubscription",
-    "TopicPartition",
     "assign",
     "range_assign",
     "roundrobin_assign",
     "sticky_assign",
 ]
 
-TopicPartition = tuple[str, int]
 AssignorName = Literal["range", "roundrobin", "sticky"]
 ASSIGNORS: tuple[str, ...] = ("range", "roundrobin", "sticky")
 

@@ -18,35 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from sparklog.admin.topics import create_topic
 from sparklog.errors import OffsetCommitError, TopicExistsError
-from sparklog.group.ids import validate_group_id
 from sparklog.log import group_offsets
 from sparklog.log.group_offsets import NO_GENERATION, OffsetCommit
 from sparklog.log.table import TopicTable
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.metadata.group_registry import GroupRegistry
-from sparklog.model.topic import OFFSETS_TOPIC
-from sparklog.server.replica_manager import ReplicaManager
+from sparklog.model.group_ids import offsets_partition_for, validate_group_id
+from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition
+from sparklog.runtime.replica_manager import ReplicaManager
+from sparklog.runtime.topics import create_topic
 
-__all__ = ["NO_GENERATION", "OFFSETS_TOPIC", "GroupCoordinator", "OffsetCommit", "java_string_hash"]
-
-TopicPartition = tuple[str, int]
-
-
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode`` (UTF-16 code units), as Kafka uses to place a group."""
-    data = text.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def offsets_partition_for(group_id: str, num_partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``."""
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+__all__ = ["NO_GENERATION", "GroupCoordinator", "OffsetCommit"]
 
 
 class GroupCoordinator:

@@ -24,8 +24,8 @@ from typing import Literal, get_args
 
 from sparklog import clock
 from sparklog.errors import InvalidOffsetSpecError
-from sparklog.group.ids import validate_group_id
-from sparklog.model.topic import validate_topic_name
+from sparklog.model.group_ids import validate_group_id
+from sparklog.model.topic import TopicPartition, validate_topic_name
 
 __all__ = [
     "SCENARIOS",
@@ -41,7 +41,6 @@ __all__ = [
     "reset_scenario",
 ]
 
-TopicPartition = tuple[str, int]
 Bounds = tuple[int, int]  # (log-start, log-end)
 Warn = Callable[[str], None]  # receives Kafka's warning text for each clamped offset
 ResetKind = Literal[

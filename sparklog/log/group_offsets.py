@@ -55,6 +55,7 @@ from sparklog.log.segment import SegmentFile, discarded_unless_committed, write_
 from sparklog.log.table import CommitConflict, TopicTable, end_app_id
 from sparklog.model.records import records_to_arrow
 from sparklog.model.schema import FILE_SCHEMA
+from sparklog.model.topic import TopicPartition
 from sparklog.retries import DELTA_COMMIT
 
 __all__ = [
@@ -78,8 +79,6 @@ __all__ = [
 ]
 
 NO_GENERATION = -1  # commits from outside any generation (admin, standalone consumers)
-TopicPartition = tuple[str, int]
-
 
 _FENCE_PREFIX = "sparklog.group/"
 _OFFSET_PREFIX = "sparklog.offset/"

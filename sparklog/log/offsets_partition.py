@@ -72,11 +72,11 @@ from sparklog.log.segment import SegmentFile, discard_segments, write_segment
 from sparklog.log.table import CommitConflict, TopicTable
 from sparklog.log.transactions import end_app_id, leader_app_id, leader_fence_app_id, rewrite_app_id
 from sparklog.model.records import records_to_arrow
+from sparklog.model.topic import TopicPartition
 
 __all__ = ["COMPACT_EVERY", "GroupCommit", "OffsetsPartitionLog", "RoundResult"]
 
 COMPACT_EVERY = 64  # appends between two rewrites of the partition's live files
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ The Delta side of docs/replication.md. A follower replica of partition ``p`` is 
   truncation offset are removed, a file straddling it is replaced by its prefix, and the
   commit sets ``sparklog.end.<p>`` to the offset and ``sparklog.leader.<p>`` to the epoch the
   follower now follows. The caller computes the offset with
-  :func:`sparklog.server.controller.policy.truncation_offset`.
+  :func:`sparklog.runtime.policy.truncation_offset`.
 * :func:`copy_from_leader`: the leader's files holding offsets at or above the follower's
   log end, in offset order: a file wholly above is copied byte for byte (same records, same
   offsets, same stats), a straddling one sliced; the leader's log-start is copied (files

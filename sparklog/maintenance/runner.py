@@ -31,7 +31,7 @@ from sparklog.log.retention import RetentionResult, apply_delete_policy
 from sparklog.log.segment import rewrite_compression
 from sparklog.log.vacuum import VacuumResult, vacuum_topic
 from sparklog.model.topic import is_internal
-from sparklog.server.replica_manager import ReplicaManager
+from sparklog.runtime.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
     from sparklog.log.table import TopicTable

@@ -1,6 +1,6 @@
 """A detached background server of one ``sparklog.home``: what the embedded ZooKeeper
 (:mod:`sparklog.metadata.embedded`) and the embedded broker
-(:mod:`sparklog.server.embedded_broker`) share.
+(:mod:`sparklog.broker.embedded_broker`) share.
 
 A :class:`Daemon` is a directory ``<home>/<name>/`` holding:
 

@@ -60,13 +60,12 @@ from sparklog.metadata.group_registry import (
 )
 from sparklog.metadata.session import ZkSession, zk_errors
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord, encode
-from sparklog.model.topic import is_internal
+from sparklog.model.topic import TopicPartition, is_internal
 
 __all__ = ["AssignFn", "Assignment", "GroupMember", "SyncAction", "SyncResult"]
 
 log = logging.getLogger("sparklog.group")
 
-TopicPartition = tuple[str, int]
 # (protocol, members, partition counts, previous assignment) -> key -> partitions
 AssignFn = Callable[
     [str, Sequence[MemberRecord], Mapping[str, Sequence[str]], Mapping[str, int], Mapping[str, list[TopicPartition]]],
@@ -277,7 +276,7 @@ class GroupMember:
 
     def _rejoin(self, record: GroupStateRecord | None) -> SyncResult:
         """Our session expired (or our znode vanished): join again, with nothing assigned."""
-        from sparklog.group.ids import new_member_id
+        from sparklog.model.group_ids import new_member_id
 
         self._session_lost = False
         self._leader_version = None

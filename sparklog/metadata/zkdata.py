@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sparklog.errors import CoordinationError
-from sparklog.group.ids import validate_group_id, validate_instance_id
+from sparklog.model.group_ids import validate_group_id, validate_instance_id
 from sparklog.model.topic import validate_topic_name
 
 __all__ = [
@@ -51,9 +51,11 @@ __all__ = [
     "group_path",
     "group_state_path",
     "group_static_path",
+    "partition_key",
     "partition_path",
     "partition_state_path",
     "partitions_path",
+    "split_partition_key",
     "topic_config_path",
     "topic_path",
     "transaction_offsets_path",
@@ -417,6 +419,17 @@ class ControllerRecord:
     def decode(cls, data: bytes, path: str) -> ControllerRecord:
         raw = decode_json(data, path)
         return cls(broker_id=int(raw["broker_id"]), epoch=int(raw["epoch"]))
+
+
+def partition_key(topic: str, partition: int) -> str:
+    """``"<topic>/<partition>"``: how the ``/admin`` requests name a partition."""
+    return f"{topic}/{partition}"
+
+
+def split_partition_key(key: str) -> tuple[str, int]:
+    """``(topic, partition)`` of a :func:`partition_key`."""
+    topic, _, partition = key.rpartition("/")
+    return topic, int(partition)
 
 
 @dataclass(frozen=True)

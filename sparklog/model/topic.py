@@ -18,6 +18,7 @@ __all__ = [
     "OFFSETS_TOPIC",
     "PartitionDescription",
     "TopicDescription",
+    "TopicPartition",
     "is_internal",
     "partitions_by_topic",
     "validate_topic_name",
@@ -25,6 +26,7 @@ __all__ = [
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+TopicPartition = tuple[str, int]  # (topic, partition): the one spelling of a partition's name
 OFFSETS_TOPIC = "__consumer_offsets"  # Kafka's internal topic of committed group offsets
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 

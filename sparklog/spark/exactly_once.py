@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from sparklog.group.coordinator import GroupCoordinator
-    from sparklog.server.replica_manager import ReplicaManager
+    from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = ["ConsumeIntoResult", "consume_into"]
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sparklog.config import CLUSTER_KEYS
 from sparklog.errors import ConfigError, GroupNotEmptyError, OffsetOutOfRangeError, TopicNotFoundError
 from sparklog.model.offsets import EARLIEST, LATEST, parse_offsets_json
+from sparklog.model.topic import TopicPartition
 from sparklog.spark.option_names import positive_int_option
 from sparklog.spark.options import connect_replicas, option_flag, session_options
 
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 __all__ = [
     "GroupBatch",
     "Ranges",
-    "TopicPartition",
     "advances",
     "commit_advances",
     "connect_group",
@@ -46,7 +46,6 @@ __all__ = [
 
 log = logging.getLogger("sparklog.spark")
 
-TopicPartition = tuple[str, int]
 Ranges = dict[TopicPartition, tuple[int, int]]
 _OPTIONS = {
     "startingoffsets": "startingOffsets",
@@ -98,7 +97,7 @@ def _settings(options: Mapping[str, str]) -> _Settings:
 
 
 def input_partitions(groups: GroupCoordinator, group_id: str, topics: str | Iterable[str]) -> list[TopicPartition]:
-    from sparklog.group.ids import validate_group_id
+    from sparklog.model.group_ids import validate_group_id
     from sparklog.model.topic import validate_topic_name
 
     validate_group_id(group_id)

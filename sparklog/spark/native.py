@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from sparklog.group.coordinator import GroupCoordinator
     from sparklog.log.table import FileEntry
-    from sparklog.server.replica_manager import ReplicaManager
+    from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = ["LAG_VIEW", "lag_frame", "read_topics"]
 

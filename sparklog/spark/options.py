@@ -19,7 +19,7 @@ from sparklog.config import CLUSTER_KEYS, ClusterConfig, read_committed, resolve
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from sparklog.server.replica_manager import ReplicaManager
+    from sparklog.runtime.replica_manager import ReplicaManager
 from sparklog.errors import ConfigError
 
 __all__ = [
@@ -91,7 +91,7 @@ def option_read_committed(options: Mapping[str, Any]) -> bool:
 
 def connect_replicas(options: Mapping[str, str]) -> ReplicaManager:
     """A replica manager for the cluster ``options`` name (close it, or use ``with``)."""
-    from sparklog.server.replica_manager import ReplicaManager
+    from sparklog.runtime.replica_manager import ReplicaManager
 
     return ReplicaManager.connect(cluster_config_from_options(options))
 

@@ -29,7 +29,7 @@ from sparklog.spark.option_names import positive_int_option
 from sparklog.spark.options import connect_replicas, option_flag, option_read_committed
 
 if TYPE_CHECKING:
-    from sparklog.server.replica_manager import ReplicaManager
+    from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = ["SegmentSlice", "SparklogBatchReader", "resolve_read_ranges", "subscribed_topics"]
 

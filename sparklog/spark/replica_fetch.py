@@ -2,7 +2,7 @@
 
 :func:`run_replica_fetch` ships one small task per broker (``parallelize(brokers,
 len(brokers))``); the task opens the cluster from the shipped settings and runs one round of
-:class:`sparklog.server.replica_fetcher.ReplicaFetcher` for that broker: reconcile after leader changes,
+:class:`sparklog.runtime.replica_fetcher.ReplicaFetcher` for that broker: reconcile after leader changes,
 then copy what its replicas lack (each partition one Delta commit on the follower's table,
 made by the task: only that broker's fetch writes its follower replicas, so tasks never
 contend). Rounds repeat until no task copies anything, or ``max_rounds``.
@@ -20,7 +20,7 @@ from sparklog.spark.task_errors import reraise_sparklog_error
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from sparklog.server.replica_manager import ReplicaManager
+    from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = ["ReplicaFetchReport", "ReplicaFetchTask", "replica_fetch_task", "run_replica_fetch"]
 
@@ -43,8 +43,8 @@ class ReplicaFetchReport:
 def replica_fetch_task(task: ReplicaFetchTask) -> ReplicaFetchReport:
     """One fetch round for one broker (runs in a Spark task)."""
     from sparklog.config import resolve_cluster_config
-    from sparklog.server.replica_fetcher import ReplicaFetcher
-    from sparklog.server.replica_manager import ReplicaManager
+    from sparklog.runtime.replica_fetcher import ReplicaFetcher
+    from sparklog.runtime.replica_manager import ReplicaManager
 
     replicas = ReplicaManager.connect(resolve_cluster_config(task.options))
     try:

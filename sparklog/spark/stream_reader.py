@@ -47,7 +47,7 @@ from sparklog.spark.options import connect_replicas, option_flag, option_read_co
 from sparklog.spark.reader import SparklogBatchReader, resolve_read_ranges, subscribed_topics
 
 if TYPE_CHECKING:
-    from sparklog.server.replica_manager import ReplicaManager
+    from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = ["Offsets", "SparklogStreamReader", "offsets_from_json", "offsets_to_json", "rate_limit"]
 

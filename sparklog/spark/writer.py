@@ -177,7 +177,7 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
     from sparklog.log.segment import parquet_compression
     from sparklog.metadata.lease import WriterLease
     from sparklog.metadata.session import resolve_connect
-    from sparklog.server.replica_manager import ReplicaManager
+    from sparklog.runtime.replica_manager import ReplicaManager
 
     config = cluster_config_from_options(options)
     replicas = ReplicaManager.connect(config)

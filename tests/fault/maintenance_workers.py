@@ -33,7 +33,7 @@ def compaction_job(
     now_ms: int,
     ready: Semaphore,
     go: Event,
-    results: Queue,  # type: ignore[type-arg]
+    results: Queue,
 ) -> None:
     """Releases ``ready`` once at the start line (or on failing before it: the parent then
     finds the traceback in ``results``), runs when ``go`` is set."""

@@ -13,7 +13,6 @@ Members journal what they consumed, the assignments they adopted and their commi
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections import defaultdict
@@ -25,7 +24,7 @@ import pytest
 
 import sparklog
 from tests.fault.group_workers import member, produce_forever, read_journal
-from tests.helpers import reaping, spawn_context, wait_for
+from tests.helpers import group_state, reaping, send_signal, spawn_context, wait_for
 
 TOPIC = "orders"
 GROUP = "billing"
@@ -77,7 +76,7 @@ class Members:
 
     def kill(self, slot: int) -> None:
         process, _ = self.live.pop(slot)
-        os.kill(process.pid, signal.SIGKILL)
+        send_signal(process, signal.SIGKILL)
         process.join(10)
 
     def stop_all(self) -> None:
@@ -92,7 +91,7 @@ class Members:
 
 @pytest.fixture
 def processes() -> Iterator[list[BaseProcess]]:
-    with reaping([]) as children:
+    with reaping(list[BaseProcess]()) as children:
         yield children
 
 
@@ -183,7 +182,9 @@ def assert_one_owner_per_generation(journals: list[list[list[str]]]) -> None:
                     )
 
 
-def three_members_while_producing(cluster, cluster_options, tmp_path, processes) -> tuple[Members, OffsetsWatch, Path]:
+def three_members_while_producing(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path, processes: list[BaseProcess]
+) -> tuple[Members, OffsetsWatch, Path]:
     """A topic being produced to, consumed by three member processes; returns the stop file."""
     cluster.create_topic(TOPIC, PARTITIONS)
     members = Members(cluster_options, tmp_path, processes)
@@ -195,7 +196,9 @@ def three_members_while_producing(cluster, cluster_options, tmp_path, processes)
     return members, watch, stop_producer
 
 
-def test_rolling_and_full_bounces_while_producing_lose_nothing(cluster, cluster_options, tmp_path, processes) -> None:
+def test_rolling_and_full_bounces_while_producing_lose_nothing(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path, processes: list[BaseProcess]
+) -> None:
     members, watch, stop_producer = three_members_while_producing(cluster, cluster_options, tmp_path, processes)
     for _round in range(5):  # rolling bounce: one member at a time
         for slot in range(3):
@@ -218,7 +221,9 @@ def test_rolling_and_full_bounces_while_producing_lose_nothing(cluster, cluster_
     assert sum(hw.values()) == int((tmp_path / "produced").read_text())
 
 
-def test_killed_members_lose_no_record(cluster, cluster_options, tmp_path, processes) -> None:
+def test_killed_members_lose_no_record(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path, processes: list[BaseProcess]
+) -> None:
     members, watch, stop_producer = three_members_while_producing(cluster, cluster_options, tmp_path, processes)
     for kill in range(5):
         slot = kill % 3
@@ -233,7 +238,9 @@ def test_killed_members_lose_no_record(cluster, cluster_options, tmp_path, proce
     assert_one_owner_per_generation(journals)
 
 
-def test_member_paused_past_its_session_is_fenced_on_resume(cluster, cluster_options, tmp_path, processes) -> None:
+def test_member_paused_past_its_session_is_fenced_on_resume(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path, processes: list[BaseProcess]
+) -> None:
     cluster.create_topic(TOPIC, PARTITIONS)
     with cluster.producer() as producer:
         for i in range(600):
@@ -247,12 +254,12 @@ def test_member_paused_past_its_session_is_fenced_on_resume(cluster, cluster_opt
     # It must hold offsets of its own to commit when resumed.
     wait_for(lambda: any(line[:2] == ["C", "ok"] for line in members.journal(0)), 60, "a commit by the member to pause")
     stop_producer = start_producer(cluster_options, tmp_path, processes)
-    os.kill(paused.pid, signal.SIGSTOP)
+    send_signal(paused, signal.SIGSTOP)
     try:
         wait_settled(cluster, members, watch, slots=[1, 2])  # its session expires; the others take over
         commits = sum(line[0] == "C" for line in members.journal(0))
     finally:
-        os.kill(paused.pid, signal.SIGCONT)
+        send_signal(paused, signal.SIGCONT)
     wait_for(
         lambda: sum(line[0] == "C" for line in members.journal(0)) > commits, 60, "the resumed member's commit attempt"
     )
@@ -274,14 +281,14 @@ def test_member_paused_past_its_session_is_fenced_on_resume(cluster, cluster_opt
 
 
 def test_static_member_killed_and_restarted_within_its_session_keeps_its_partitions(
-    cluster, cluster_options, tmp_path, processes
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path, processes: list[BaseProcess]
 ) -> None:
     cluster.create_topic(TOPIC, PARTITIONS)
     members = Members(cluster_options, tmp_path, processes, {"session_timeout_ms": 15_000})
     for slot in range(3):
         members.start(slot, group_instance_id=f"node-{slot}")
     wait_settled(cluster, members, OffsetsWatch(cluster))
-    before = cluster.groups.registry.state_record(GROUP)[0]
+    before = group_state(cluster, GROUP)
     assert before is not None and len(before.members) == 3
     members.kill(1)
     members.start(1, group_instance_id="node-1")
@@ -292,7 +299,7 @@ def test_static_member_killed_and_restarted_within_its_session_keeps_its_partiti
     # for a while (the others may react to the new member's znode) and sample it throughout.
     deadline = time.monotonic() + 4
     while True:
-        after = cluster.groups.registry.state_record(GROUP)[0]
+        after = group_state(cluster, GROUP)
         assert after.generation == before.generation and after.assignment == before.assignment
         if time.monotonic() > deadline:
             break

@@ -27,6 +27,7 @@ from tests.helpers import (
     assert_log_consistent,
     assert_values_unique,
     reaping,
+    send_signal,
     spawn_context,
 )
 
@@ -84,14 +85,14 @@ def run_kill_loop(
             if child.kill_at is None and child.ready_path.exists():
                 child.kill_at = time.monotonic() + rng.uniform(0.05, 1.2)
             if child.kill_at is not None and time.monotonic() >= child.kill_at:
-                os.kill(child.process.pid, signal.SIGKILL)
+                send_signal(child.process, signal.SIGKILL)
                 child.process.join(10)
                 assert child.process.exitcode == -signal.SIGKILL
                 alive.remove(child)
                 kills += 1
         time.sleep(0.01)  # the kill schedule's resolution, not a wait
     for child in alive:  # the survivors die too
-        os.kill(child.process.pid, signal.SIGKILL)
+        send_signal(child.process, signal.SIGKILL)
         child.process.join(10)
 
 
@@ -101,7 +102,7 @@ def test_kill9_producers(cluster: sparklog.Cluster, cluster_options: dict[str, s
     print(f"kill schedule seed: SPARKLOG_TEST_SEED={seed}")  # shown with a failure, to replay it
     rng = random.Random(seed)
     children: list[Child] = []
-    with reaping([]) as processes:
+    with reaping(list[BaseProcess]()) as processes:
         run_kill_loop(cluster_options, tmp_path, rng, children, processes)
         # After all that, a fresh producer still gets through (leases of the dead expire).
         final = start_child(cluster_options, tmp_path, len(children), limit=20)

@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -38,6 +39,9 @@ from tests.fault.maintenance_workers import compaction_job, consume_until_stoppe
 from tests.fault.workers import arrow_batch_id, produce_until_killed, read_ack_log
 from tests.helpers import reaping, spawn_context, wait_for
 from tests.integration.test_compaction import Record, records_of, send_file
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 HOUR_MS = 3_600_000
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"}
@@ -166,18 +170,21 @@ def assert_policy_removed_only(
             )
         kept = set(offsets)
         newest: dict[str, int] = {}
-        for o, v in produced[p].items():
-            if o >= log_starts[p] and key_of(v) is not None:
-                newest[key_of(v)] = max(o, newest.get(key_of(v), -1))  # type: ignore[index]
-        for o, v in sorted(produced[p].items()):
+        for o, value in produced[p].items():
+            key = key_of(value)
+            if o >= log_starts[p] and key is not None:
+                newest[key] = max(o, newest.get(key, -1))
+        for o, value in sorted(produced[p].items()):
             if o < log_starts[p] or o in kept:
                 continue
-            key = key_of(v)
-            assert key is not None, f"{TOPIC}-{p}@{o}: keyless record {v} lost (compaction never removes those)"
-            assert newest[key] > o, f"{TOPIC}-{p}@{o}: {v}, the newest record of {key}, was lost"
+            key = key_of(value)
+            assert key is not None, f"{TOPIC}-{p}@{o}: keyless record {value} lost (compaction never removes those)"
+            assert newest[key] > o, f"{TOPIC}-{p}@{o}: {value}, the newest record of {key}, was lost"
 
 
-def test_maintenance_beside_a_live_producer_and_consumer(cluster, cluster_options, spark, tmp_path) -> None:
+def test_maintenance_beside_a_live_producer_and_consumer(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], spark: SparkSession, tmp_path: Path
+) -> None:
     config = {**COMPACT, "cleanup.policy": "compact,delete", "retention.ms": str(2 * HOUR_MS)}
     cluster.create_topic(TOPIC, PARTITIONS, config=config)
     produced = prefill(cluster, int(time.time() * 1000))
@@ -231,7 +238,9 @@ def test_maintenance_beside_a_live_producer_and_consumer(cluster, cluster_option
 
 
 # -- 2. racing compaction jobs -------------------------------------------------------------
-def test_three_compaction_jobs_at_once_equal_one_run(cluster, cluster_options, spark, tmp_path) -> None:
+def test_three_compaction_jobs_at_once_equal_one_run(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], spark: SparkSession, tmp_path: Path
+) -> None:
     rng = seeded()
     cluster.create_topic("race", 4, config=COMPACT)
     ctx = spawn_context()
@@ -287,7 +296,9 @@ def assert_each_partition_before_or_after(
     return sum(1 for p in now if now[p] == after[p] and after[p] != before[p])
 
 
-def test_killed_maintenance_leaves_the_previous_state_and_a_rerun_completes(cluster, cluster_options, tmp_path) -> None:
+def test_killed_maintenance_leaves_the_previous_state_and_a_rerun_completes(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     rng = seeded()
     cluster.create_topic("kill", 8, config=COMPACT)
     now = int(time.time() * 1000)
@@ -323,7 +334,9 @@ def test_killed_maintenance_leaves_the_previous_state_and_a_rerun_completes(clus
 
 
 @pytest.mark.slow
-def test_killed_spark_maintenance_job_then_rerun(cluster, cluster_options, spark, tmp_path) -> None:
+def test_killed_spark_maintenance_job_then_rerun(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], spark: SparkSession, tmp_path: Path
+) -> None:
     cluster.create_topic("skill", 6, config=COMPACT)
     now = int(time.time() * 1000)
     fill(cluster, "skill", 6, files=3, per_file=500, keys=50, now=now, rng=random.Random(7))

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 import sparklog
-from sparklog.group.coordinator import OFFSETS_TOPIC
+from sparklog.model.topic import OFFSETS_TOPIC
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
 

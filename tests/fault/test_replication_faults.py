@@ -12,7 +12,6 @@ on it does and says so.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
 import threading
 import time
@@ -34,13 +33,14 @@ from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.records import records_to_arrow
 from sparklog.testing import BrokerAgents
 from tests.fault.workers import produce_until_killed, read_ack_log
+from tests.helpers import send_signal
 
 TOPIC = "replicated"
 PARTITIONS = 2
 
 
 @pytest.fixture
-def agents(zk_connect, sparklog_home, tmp_path) -> Iterator[BrokerAgents]:
+def agents(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
     with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers", replica_lag_time_max_ms=3_000) as running:
         running.start(1, 2, 3)
         yield running
@@ -79,7 +79,7 @@ class Producer:
             time.sleep(0.05)
 
     def kill(self) -> list[tuple[int, int, bytes]]:
-        os.kill(self.process.pid, signal.SIGKILL)
+        send_signal(self.process, signal.SIGKILL)
         self.process.join(10)
         return read_ack_log(self.ack_path)
 
@@ -123,7 +123,9 @@ def assert_replicated_exactly_once(
 
 
 @pytest.mark.parametrize("fault", ["stop", "kill", "bounce", "kill-controller"])
-def test_acked_records_survive_leader_failures(fault, cluster, cluster_options, agents, tmp_path) -> None:
+def test_acked_records_survive_leader_failures(
+    fault: str, cluster: sparklog.Cluster, cluster_options: dict[str, str], agents: BrokerAgents, tmp_path: Path
+) -> None:
     create_topic(cluster, agents)
     producer = Producer(cluster_options, tmp_path)
     producer.wait_acks(20)
@@ -139,7 +141,7 @@ def test_acked_records_survive_leader_failures(fault, cluster, cluster_options, 
         for _ in range(5):
             leader = leader_of(cluster)
             agents.kill(leader)
-            agents.wait_for(lambda old=leader: leader_of(cluster) not in (old, -1), 30, "a new leader")
+            agents.wait_for(lambda: leader_of(cluster) not in (leader, -1), 30, "a new leader")
             producer.wait_acks(10)
             agents.start(leader)
     if fault != "bounce":
@@ -154,7 +156,7 @@ def test_acked_records_survive_leader_failures(fault, cluster, cluster_options, 
     assert_replicated_exactly_once(cluster, agents, acked)
 
 
-def test_two_of_three_down_refuses_produces_until_one_returns(cluster, agents) -> None:
+def test_two_of_three_down_refuses_produces_until_one_returns(cluster: sparklog.Cluster, agents: BrokerAgents) -> None:
     create_topic(cluster, agents, "two-down")
     with cluster.producer(acks="all", linger_ms=0) as producer:
         producer.send("two-down", value=b"before", partition=0).result(timeout=60)
@@ -253,7 +255,7 @@ def assert_fenced_when_visible(
     assert "leadership moved" in str(sight.append_error)
 
 
-def test_paused_leader_cannot_commit_under_its_old_epoch(cluster, agents) -> None:
+def test_paused_leader_cannot_commit_under_its_old_epoch(cluster: sparklog.Cluster, agents: BrokerAgents) -> None:
     """Never two replicas accepting writes: when the new leader becomes visible, every other
     replica (the paused old leader included) is already fenced at the new epoch."""
     create_topic(cluster, agents, "paused")
@@ -278,7 +280,7 @@ def test_paused_leader_cannot_commit_under_its_old_epoch(cluster, agents) -> Non
 
 
 def test_preferred_election_fences_the_live_leader_before_publishing(
-    cluster, cluster_options, agents, tmp_path
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], agents: BrokerAgents, tmp_path: Path
 ) -> None:
     """The same at a preferred-leader election, where the old leader is live and a producer
     keeps writing to it: no instant at which both it and the new leader take writes."""
@@ -308,7 +310,7 @@ def controller_ticks(cluster: sparklog.Cluster, topic: str, ticks: int) -> None:
         assert elect_preferred_leaders(cluster.replicas, [(topic, 0)]) == {(topic, 0): "already"}
 
 
-def test_unclean_election_only_when_enabled_and_reported(cluster, agents) -> None:
+def test_unclean_election_only_when_enabled_and_reported(cluster: sparklog.Cluster, agents: BrokerAgents) -> None:
     create_topic(cluster, agents, "unclean")
     leader = leader_of(cluster, 0, "unclean")
     stale = next(b for b in (1, 2, 3) if b != leader)

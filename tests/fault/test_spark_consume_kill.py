@@ -132,11 +132,11 @@ def run_with_kills(
     finally:
         for child in children:
             kill_group(child)
-    runs = [records for records, _seconds, _index in finished_runs(runs_path)]
+    per_run = [records for records, _seconds, _index in finished_runs(runs_path)]
     print(
-        f"{len(runs)} finished runs, {sum(runs)} records, {kills} kills; runs (records, s, index): {finished_runs(runs_path)}"
+        f"{len(per_run)} finished runs, {sum(per_run)} records, {kills} kills; runs (records, s, index): {finished_runs(runs_path)}"
     )
-    assert runs[-1] == 0 and sum(runs) <= RECORDS
+    assert per_run[-1] == 0 and sum(per_run) <= RECORDS
 
 
 def assert_offsets_stored(cluster: sparklog.Cluster, stored: dict[str, int | None]) -> None:
@@ -149,7 +149,9 @@ def kills(default: int) -> int:
     return int(os.environ.get("SPARKLOG_CONSUME_KILLS", default))
 
 
-def test_consume_into_topic_survives_kill9(cluster, cluster_options, tmp_path):
+def test_consume_into_topic_survives_kill9(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     values = prefill(cluster)
     cluster.create_topic("mirrored", partitions=3)
     options = {**cluster_options, "spark.writer.lease.ms": str(LEASE_MS)}
@@ -170,7 +172,9 @@ def test_consume_into_topic_survives_kill9(cluster, cluster_options, tmp_path):
     )
 
 
-def test_consume_into_delta_survives_kill9(cluster, cluster_options, tmp_path):
+def test_consume_into_delta_survives_kill9(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     values = prefill(cluster)
     path = str(tmp_path / "lake" / "clicks")
     run_with_kills(cluster_options, tmp_path, kills(3), DELTA_CAP, None, path)

@@ -142,7 +142,7 @@ def test_streaming_copy_survives_kill9(
             if session_pids(worker.process.pid):
                 kill_session(worker.process)
     records = assert_log_consistent(cluster, "b")
-    counts = Counter(r.value.decode() for r in records if r.value is not None)
+    counts = Counter((r.value or b"").decode() for r in records if r.value is not None)
     twice = {v: n for v, n in counts.items() if n > 1}
     assert not twice, f"{len(twice)} records of A copied more than once, e.g. {next(iter(twice.items()))}"
     missing = set(values) - set(counts)

@@ -93,7 +93,7 @@ def test_consume_transform_produce_killed_five_times_writes_every_record_once(
             child.start()
             target = kill * records // 7
             wait_until(
-                lambda target=target: len(committed_values(cluster, sink)) >= target,
+                lambda: len(committed_values(cluster, sink)) >= target,
                 f"the application past {target} records (run {kill})",
                 timeout_s=120,
             )
@@ -170,7 +170,8 @@ def test_markers_cross_brokers_and_a_new_coordinator_aborts_what_its_predecessor
 
 
 def _coordinator_of(cluster: sparklog.Cluster, transactional_id: str) -> int:
-    from sparklog.group.coordinator import OFFSETS_TOPIC, offsets_partition_for
+    from sparklog.model.group_ids import offsets_partition_for
+    from sparklog.model.topic import OFFSETS_TOPIC
 
     partitions = len(cluster.replicas.partitions_of(OFFSETS_TOPIC))
     partition = offsets_partition_for(transactional_id, partitions)

@@ -8,7 +8,6 @@ old snapshot must conflict, and its retry through ``append`` must raise ``Fenced
 
 from __future__ import annotations
 
-import os
 import signal
 import uuid
 
@@ -18,7 +17,7 @@ import sparklog
 from sparklog.log.append import append
 from sparklog.metadata.lease import WriterLease
 from tests.fault.workers import zombie_writer
-from tests.helpers import assert_log_consistent, reaping, segment_batch, spawn_context, values_at, wait_for
+from tests.helpers import assert_log_consistent, reaping, segment_batch, send_signal, spawn_context, values_at, wait_for
 
 LEASE_MS = 500
 SESSION_MS = 1000  # the embedded server's tickTime is 250 ms: 1 s sessions are allowed
@@ -47,7 +46,7 @@ def test_zombie_writer_is_fenced(
     child.start()
     try:
         assert ready.wait(60), "the zombie never got ready"
-        os.kill(child.pid, signal.SIGSTOP)
+        send_signal(child, signal.SIGSTOP)
         # Frozen: its session expires (its ephemeral znode goes) and its lease runs out.
         wait_for(
             lambda: cluster.replicas.zk.client.exists(alive_path) is None,
@@ -63,11 +62,11 @@ def test_zombie_writer_is_fenced(
         assert result.base_offsets == {0: 3}
         successor.release()
 
-        os.kill(child.pid, signal.SIGCONT)
+        send_signal(child, signal.SIGCONT)
         go.set()  # only after SIGCONT: setting a multiprocessing Event waits for its sleepers to wake
         report = results.get(timeout=60)
     finally:  # never leave a frozen child behind, whatever failed
-        os.kill(child.pid, signal.SIGCONT)
+        send_signal(child, signal.SIGCONT)
         go.set()
         with reaping([child]):
             child.join(30)

@@ -35,6 +35,7 @@ import pytest
 
 import sparklog
 from sparklog.errors import ZooKeeperUnavailableError
+from sparklog.metadata.group_member import GroupMember
 from sparklog.metadata.lease import WriterLease
 from sparklog.metadata.session import ZkSession
 from sparklog.metadata.zkdata import writer_path
@@ -160,7 +161,7 @@ def wait_progress(ensemble: ZooKeeperEnsemble, workers: Workers, what: str) -> N
 
 def test_zookeeper_leader_failover_is_invisible(ensemble: ZooKeeperEnsemble, tmp_path: Path) -> None:
     options = cluster_options(ensemble, tmp_path)
-    with sparklog.connect(options) as cluster, reaping([]) as processes:
+    with sparklog.connect(options) as cluster, reaping(list[BaseProcess]()) as processes:
         cluster.create_topic(TOPIC, partitions=PARTITIONS)
         workers = Workers(options, tmp_path, processes)
         wait_progress(ensemble, workers, "before the failover")
@@ -183,12 +184,14 @@ def test_zookeeper_leader_failover_is_invisible(ensemble: ZooKeeperEnsemble, tmp
             process.join(120)
             assert process.exitcode == 0, f"producer {process.name} exited {process.exitcode}\n{workers.errors()}"
         high = cluster.high_watermarks(TOPIC)
+
         # The group catches up with everything produced, committing as it goes.
+        def caught_up() -> bool:
+            workers.check_alive(producers=False)
+            return cluster.committed_offsets(GROUP, [TOPIC]) == {(TOPIC, p): o for p, o in high.items()}
+
         ensemble.wait_for(
-            lambda: (
-                workers.check_alive(producers=False) is None
-                and cluster.committed_offsets(GROUP, [TOPIC]) == {(TOPIC, p): o for p, o in high.items()}
-            ),
+            caught_up,
             90,
             f"group {GROUP} to commit up to the high watermarks {high}",
         )
@@ -297,7 +300,7 @@ def test_a_group_member_keeps_its_membership_when_its_zookeeper_server_hangs(
         consumer.subscribe(["t"])
         poll_until(consumer, lambda _: len(consumer.assignment()) == 2, "the assignment")
         member, before = consumer._member, consumer.group_metadata()  # white box: the member's session
-        assert member is not None
+        assert isinstance(member, GroupMember), member
 
         member.wakeup()  # the next poll reads the group state: in flight while the server hangs
         outcome = in_flight_at_hung_server(ensemble, member.zk, lambda: consumer.poll(0))

@@ -61,7 +61,9 @@ def transform_app(bootstrap: str, group_id: str, source: str, sink: str, transac
             continue
         producer.begin_transaction()
         for message in records:
-            producer.produce(sink, key=message.key(), value=b"out-" + message.value(), partition=message.partition())
+            value, partition = message.value(), message.partition()
+            assert value is not None and partition is not None, message.error()
+            producer.produce(sink, key=message.key(), value=b"out-" + value, partition=partition)
         positions = _positions(records)
         producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), TIMEOUT_S)
         try:

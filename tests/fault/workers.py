@@ -145,7 +145,7 @@ def zombie_writer(
     alive_path: str,
     ready: Event,
     go: Event,
-    results: Queue,  # type: ignore[type-arg]
+    results: Queue,
 ) -> None:
     """Take partition 0's lease, (maybe) snapshot and write a segment, then wait to be paused.
 
@@ -200,7 +200,7 @@ def idempotent_appends(
     producer_id: str,
     rounds: int,
     barrier: Barrier,
-    results: Queue,  # type: ignore[type-arg]
+    results: Queue,
 ) -> None:
     """For each round: wait at the barrier with the rival process, then append the round's
     batch with the shared producer id and sequence. Reports (round, duplicate, base offsets)."""

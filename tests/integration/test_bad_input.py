@@ -139,8 +139,11 @@ def test_alter_delete_unknown_key(cluster: sparklog.Cluster, sparklog_home: Path
 @pytest.mark.parametrize("partitions", [0, -1, True, 1.5, "3"])
 def test_bad_partition_count(cluster: sparklog.Cluster, sparklog_home: Path, partitions: object) -> None:
     fails_cleanly(
-        cluster, sparklog_home, InvalidPartitionsError, lambda: cluster.create_topic("t", partitions=partitions)
-    )  # type: ignore[arg-type]
+        cluster,
+        sparklog_home,
+        InvalidPartitionsError,
+        lambda: cluster.create_topic("t", partitions=partitions),  # type: ignore[arg-type]
+    )
 
 
 @pytest.mark.parametrize("total", [1, 2, 0])
@@ -219,8 +222,11 @@ def test_send_partition_must_be_an_int(
 ) -> None:
     with cluster.producer() as producer:
         fails_cleanly(
-            cluster, sparklog_home, UnknownPartitionError, lambda: producer.send(existing, b"v", partition=partition)
-        )  # type: ignore[arg-type]
+            cluster,
+            sparklog_home,
+            UnknownPartitionError,
+            lambda: producer.send(existing, b"v", partition=partition),  # type: ignore[arg-type]
+        )
 
 
 @pytest.mark.parametrize("partition", [2, -1, 100])
@@ -284,8 +290,11 @@ def test_send_bad_value_type(cluster: sparklog.Cluster, sparklog_home: Path, exi
         fails_cleanly(cluster, sparklog_home, SchemaMismatchError, lambda: producer.send(existing, value))  # type: ignore[arg-type]
         fails_cleanly(cluster, sparklog_home, SchemaMismatchError, lambda: producer.send(existing, b"v", key=value))  # type: ignore[arg-type]
         fails_cleanly(
-            cluster, sparklog_home, SchemaMismatchError, lambda: producer.send(existing, b"v", headers=[(1, b"x")])
-        )  # type: ignore[list-item]
+            cluster,
+            sparklog_home,
+            SchemaMismatchError,
+            lambda: producer.send(existing, b"v", headers=[(1, b"x")]),  # type: ignore[list-item]
+        )
 
 
 @pytest.mark.parametrize("text", ["{", "[]", '{"t": 5}', '{"t": {"x": 1}}', '{"t": {"0": -3}}', '{"t": {"0": "a"}}'])

@@ -1,5 +1,5 @@
 """Broker agents apply retention and the Delta log step to the partitions they lead, every
-``log.retention.check.interval.ms`` (``sparklog/server/log_manager.py``, DESIGN §9).
+``log.retention.check.interval.ms`` (``sparklog/broker/log_manager.py``, DESIGN §9).
 
 Real agent processes (:class:`sparklog.testing.BrokerAgents`) checking every 500 ms, real
 Delta tables; every wait is on a condition. A round visits topics in name order, which the
@@ -61,7 +61,7 @@ def delta_log(agents: BrokerAgents, broker_id: int, topic: str) -> Path:
     return agents.log_dir(broker_id) / "topics" / topic / "_delta_log"
 
 
-def retention_commits(cluster: sparklog.Cluster, topic: str, broker_id: int) -> list[dict[str, int]]:
+def retention_commits(cluster: sparklog.Cluster, topic: str, broker_id: int) -> list[dict[int, int]]:
     """The log-starts each RETENTION commit in ``broker_id``'s table of ``topic`` raised."""
     rows = topic_history(cluster.replicas.replica_table(topic, broker_id))
     return [

@@ -10,6 +10,8 @@ import random
 import re
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
@@ -26,6 +28,10 @@ from sparklog.log.segment import write_segment
 from sparklog.log.table import CommitConflict, end_app_id
 from sparklog.maintenance.runner import run_compaction, run_maintenance
 from tests.helpers import assert_unchanged, segment_batch
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyspark.sql import SparkSession
 
 HOUR_MS = 3_600_000
 Row = tuple[bytes | None, bytes | None, int]  # key, value, timestamp ms
@@ -74,7 +80,7 @@ def expected_survivors(
     kept = []
     for offset, key, value, ts in records:
         cleanable = offset < first_uncleanable and key is not None
-        if cleanable and (newest[key] != offset or (value is None and ts < horizon)):
+        if cleanable and key is not None and (newest[key] != offset or (value is None and ts < horizon)):
             continue
         kept.append((offset, key, value))
     return kept
@@ -90,7 +96,9 @@ def compact_topic(cluster: sparklog.Cluster, **config: str) -> None:
 
 
 # -- exact survivors -----------------------------------------------------------------------
-def test_compact_keeps_the_newest_record_per_key_with_offsets_and_the_head(cluster, spark) -> None:
+def test_compact_keeps_the_newest_record_per_key_with_offsets_and_the_head(
+    cluster: sparklog.Cluster, spark: SparkSession
+) -> None:
     compact_topic(cluster)
     now = int(time.time() * 1000)
     with cluster.producer() as producer:
@@ -130,7 +138,7 @@ def test_compact_keeps_the_newest_record_per_key_with_offsets_and_the_head(clust
     assert again[0].status == "skipped" and "nothing to clean" in again[0].reason
 
 
-def test_compact_delete_topic_runs_retention_then_compaction(cluster, spark) -> None:
+def test_compact_delete_topic_runs_retention_then_compaction(cluster: sparklog.Cluster, spark: SparkSession) -> None:
     cluster.create_topic("cd", 1, config={"cleanup.policy": "compact,delete", "retention.ms": str(2 * HOUR_MS)})
     cluster.create_topic("plain", 1, config={"retention.ms": str(2 * HOUR_MS)})
     now = int(time.time() * 1000)
@@ -151,7 +159,7 @@ def test_compact_delete_topic_runs_retention_then_compaction(cluster, spark) -> 
 
 
 # -- tombstones, lag, dirty ratio ------------------------------------------------------------
-def test_tombstone_kept_until_delete_retention_ms_then_removed(cluster, spark) -> None:
+def test_tombstone_kept_until_delete_retention_ms_then_removed(cluster: sparklog.Cluster, spark: SparkSession) -> None:
     compact_topic(cluster, **{"min.cleanable.dirty.ratio": "0.01"})
     now = int(time.time() * 1000)
     with cluster.producer() as producer:
@@ -170,7 +178,7 @@ def test_tombstone_kept_until_delete_retention_ms_then_removed(cluster, spark) -
     )
 
 
-def test_min_compaction_lag_keeps_recent_segments(cluster, spark) -> None:
+def test_min_compaction_lag_keeps_recent_segments(cluster: sparklog.Cluster, spark: SparkSession) -> None:
     compact_topic(cluster, **{"min.compaction.lag.ms": str(HOUR_MS)})
     now = int(time.time() * 1000)
     with cluster.producer() as producer:
@@ -184,7 +192,7 @@ def test_min_compaction_lag_keeps_recent_segments(cluster, spark) -> None:
     )
 
 
-def test_dirty_ratio_below_threshold_skips_the_partition(cluster, spark) -> None:
+def test_dirty_ratio_below_threshold_skips_the_partition(cluster: sparklog.Cluster, spark: SparkSession) -> None:
     compact_topic(cluster, **{"min.cleanable.dirty.ratio": "0.5"})
     now = int(time.time() * 1000)
     with cluster.producer() as producer:
@@ -210,7 +218,7 @@ def test_dirty_ratio_below_threshold_skips_the_partition(cluster, spark) -> None
 
 
 # -- equivalence on random data ------------------------------------------------------------
-def test_compaction_equals_the_reference_on_random_keyed_data(cluster, spark) -> None:
+def test_compaction_equals_the_reference_on_random_keyed_data(cluster: sparklog.Cluster, spark: SparkSession) -> None:
     rng = random.Random(20240611)
     cluster.create_topic(
         "r",
@@ -249,7 +257,7 @@ def test_compaction_equals_the_reference_on_random_keyed_data(cluster, spark) ->
 
 
 # -- readers after compaction ----------------------------------------------------------------
-def test_consumers_read_survivors_with_offset_gaps(cluster, spark) -> None:
+def test_consumers_read_survivors_with_offset_gaps(cluster: sparklog.Cluster, spark: SparkSession) -> None:
     compact_topic(cluster)
     now = int(time.time() * 1000)
     with cluster.producer() as producer:
@@ -269,7 +277,7 @@ def test_consumers_read_survivors_with_offset_gaps(cluster, spark) -> None:
     assert cluster.list_offsets("t", "earliest") == {0: 0}, "log-start stays: a consumer at 0 is not out of range"
 
 
-def test_consumer_moves_past_a_gap_wider_than_max_records(cluster, spark) -> None:
+def test_consumer_moves_past_a_gap_wider_than_max_records(cluster: sparklog.Cluster, spark: SparkSession) -> None:
     compact_topic(cluster)
     now = int(time.time() * 1000)
     with cluster.producer() as producer:
@@ -282,7 +290,7 @@ def test_consumer_moves_past_a_gap_wider_than_max_records(cluster, spark) -> Non
     assert seen == [29, 30]
 
 
-def test_fully_compacted_prefix_keeps_log_start(cluster, spark) -> None:
+def test_fully_compacted_prefix_keeps_log_start(cluster: sparklog.Cluster, spark: SparkSession) -> None:
     compact_topic(cluster, **{"delete.retention.ms": "0"})
     now = int(time.time() * 1000)
     with cluster.producer() as producer:
@@ -300,7 +308,7 @@ def test_fully_compacted_prefix_keeps_log_start(cluster, spark) -> None:
     assert [r.offset for r in df.collect()] == [2]
 
 
-def test_records_below_log_start_are_not_resurrected(cluster, spark) -> None:
+def test_records_below_log_start_are_not_resurrected(cluster: sparklog.Cluster, spark: SparkSession) -> None:
     compact_topic(cluster)
     now = int(time.time() * 1000)
     with cluster.producer() as producer:
@@ -315,7 +323,7 @@ def test_records_below_log_start_are_not_resurrected(cluster, spark) -> None:
 
 
 # -- dry run, job --------------------------------------------------------------------------
-def test_dry_run_changes_nothing(cluster, spark, sparklog_home) -> None:
+def test_dry_run_changes_nothing(cluster: sparklog.Cluster, spark: SparkSession, sparklog_home: Path) -> None:
     cluster.create_topic("cd", 2, config={"cleanup.policy": "compact,delete", "retention.ms": str(HOUR_MS)})
     now = int(time.time() * 1000)
     with cluster.producer() as producer:
@@ -334,7 +342,13 @@ def test_dry_run_changes_nothing(cluster, spark, sparklog_home) -> None:
     ], "a dry run plans on the unchanged table (the old file is still there)"
 
 
-def test_maintenance_job_prints_a_line_per_partition(cluster, spark, cluster_options, monkeypatch, capsys) -> None:
+def test_maintenance_job_prints_a_line_per_partition(
+    cluster: sparklog.Cluster,
+    spark: SparkSession,
+    cluster_options: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from jobs.retention import main
 
     cluster.create_topic("c", 2, config={"cleanup.policy": "compact"})
@@ -371,7 +385,7 @@ def test_maintenance_job_prints_a_line_per_partition(cluster, spark, cluster_opt
 
 
 # -- conflicts -----------------------------------------------------------------------------
-def test_losing_compaction_deletes_its_files_and_does_nothing(cluster) -> None:
+def test_losing_compaction_deletes_its_files_and_does_nothing(cluster: sparklog.Cluster) -> None:
     """Two jobs plan and rewrite the same partition; the second commit finds the plan stale."""
     compact_topic(cluster)
     now = int(time.time() * 1000)
@@ -394,7 +408,9 @@ def test_losing_compaction_deletes_its_files_and_does_nothing(cluster) -> None:
     assert again.status == "compacted" and again.cleaned_up_to == 3, "a re-plan sees the new head only"
 
 
-def test_an_append_between_check_and_commit_costs_a_retry_not_a_rewrite(cluster, cluster_options) -> None:
+def test_an_append_between_check_and_commit_costs_a_retry_not_a_rewrite(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     compact_topic(cluster)
     now = int(time.time() * 1000)
     with cluster.producer() as producer:
@@ -426,7 +442,7 @@ def test_an_append_between_check_and_commit_costs_a_retry_not_a_rewrite(cluster,
     assert records_of(cluster, "t", 0) == [(1, b"a", b"2"), (2, b"a", b"3"), (3, b"b", b"4")]
 
 
-def test_delta_rs_conflict_facts(cluster) -> None:
+def test_delta_rs_conflict_facts(cluster: sparklog.Cluster) -> None:
     """Measured with deltalake 1.6.6: why compaction commits with max_commit_retries=0 after
     its own check. Two removals of one file from one snapshot: the second fails, except when
     the loser lets delta-rs rebase (max_commit_retries > 0) over a winner that removed it with
@@ -442,7 +458,7 @@ def test_delta_rs_conflict_facts(cluster) -> None:
         [old, _head] = table.files(table.snapshot(), {0})
         pinned = table.snapshot(table.snapshot().version())
 
-        def rewrite(data_change: bool, retries: int, dt: object) -> None:
+        def rewrite(data_change: bool, retries: int, dt: DeltaTable) -> None:
             seg = write_segment(table.root, 0, 0, segment_batch([b"r"], [b"a"]))
             table.commit(
                 dt,
@@ -450,7 +466,7 @@ def test_delta_rs_conflict_facts(cluster) -> None:
                 {},
                 removes=[old],
                 data_change=data_change,
-                max_commit_retries=retries,  # type: ignore[arg-type]
+                max_commit_retries=retries,
             )
 
         rewrite(winner_data_change, 0, table.snapshot())

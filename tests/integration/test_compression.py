@@ -4,11 +4,15 @@ back from the files' own column-chunk metadata."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
+import sparklog
 from sparklog.log.append import append
 from sparklog.log.optimize import optimize_topic
 from sparklog.log.replica_fetch import copy_from_leader, truncate
@@ -17,6 +21,9 @@ from sparklog.maintenance.runner import run_compaction, run_optimize
 from sparklog.model.records import records_to_arrow
 from sparklog.spark import produce
 from sparklog.spark import read as spark_read
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # compression.type of the topic -> Parquet codec name pyarrow reports for a column chunk
 TOPIC_CODECS = {"uncompressed": "UNCOMPRESSED", "gzip": "GZIP", "snappy": "SNAPPY", "lz4": "LZ4", "zstd": "ZSTD"}
@@ -57,7 +64,9 @@ def keyed_batch(keys: list[str], start: int = 0) -> pa.Table:
     "topic_codec, producer_codec, expected",
     [(t, "none", e) for t, e in TOPIC_CODECS.items()] + [("producer", p, e) for p, e in PRODUCER_CODECS.items()],
 )
-def test_light_producer_writes_the_configured_codec(cluster, topic_codec, producer_codec, expected):
+def test_light_producer_writes_the_configured_codec(
+    cluster: sparklog.Cluster, topic_codec: str, producer_codec: str, expected: str
+) -> None:
     cluster.create_topic("c", partitions=2, config={"compression.type": topic_codec})
     with cluster.producer(compression_type=producer_codec) as producer:
         for i in range(20):
@@ -67,9 +76,11 @@ def test_light_producer_writes_the_configured_codec(cluster, topic_codec, produc
     assert sorted(values) == sorted(f"value-{i}".encode() * 10 for i in range(20))
 
 
-def test_spark_produce_writes_the_configured_codec(spark, cluster, cluster_options):
+def test_spark_produce_writes_the_configured_codec(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     df = spark.range(200, numPartitions=2).select(F.concat(F.lit("v"), F.col("id").cast("string")).alias("value"))
-    cases = [(t, {}, e) for t, e in TOPIC_CODECS.items()] + [
+    cases: list[tuple[str, dict[str, str], str]] = [(t, {}, e) for t, e in TOPIC_CODECS.items()] + [
         ("producer", {}, "UNCOMPRESSED"),  # Kafka's producer default: compression.type=none
         ("producer", {"kafka.compression.type": "zstd"}, "ZSTD"),  # as Spark's Kafka sink spells producer configs
         ("producer", {"compression_type": "lz4"}, "LZ4"),
@@ -85,7 +96,9 @@ def test_spark_produce_writes_the_configured_codec(spark, cluster, cluster_optio
 
 
 @pytest.mark.parametrize("topic_codec, expected", [*TOPIC_CODECS.items(), ("producer", "ZSTD")])
-def test_compaction_and_optimize_write_the_topics_codec(cluster, topic_codec, expected):
+def test_compaction_and_optimize_write_the_topics_codec(
+    cluster: sparklog.Cluster, topic_codec: str, expected: str
+) -> None:
     # Files produced as zstd, then the topic's codec is set: rewrites write it, except that
     # `producer` keeps the files' own codec (Kafka's cleaner keeps the producer's).
     config = {"compression.type": "producer", "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"}
@@ -126,7 +139,7 @@ def test_compaction_and_optimize_write_the_topics_codec(cluster, topic_codec, ex
 
 
 @pytest.mark.parametrize("codec, expected", [("none", "UNCOMPRESSED"), ("zstd", "ZSTD"), ("gzip", "GZIP")])
-def test_replica_copies_keep_the_leaders_codec(tmp_path, codec, expected):
+def test_replica_copies_keep_the_leaders_codec(tmp_path: Path, codec: str, expected: str) -> None:
     leader, follower = TopicTable(str(tmp_path / "a"), "t"), TopicTable(str(tmp_path / "b"), "t")
     for table in (leader, follower):
         table.create("topic-id", 600_000)

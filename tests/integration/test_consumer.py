@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 import sparklog
-from sparklog.clients.consumer import Consumer
+from sparklog.clients.consumer import Consumer, ConsumerRecord
 from sparklog.errors import (
     FencedInstanceIdError,
     GroupError,
@@ -26,6 +26,7 @@ from sparklog.errors import (
     UnknownMemberError,
 )
 from sparklog.model.schema import READ_SCHEMA_WITH_HEADERS
+from tests.helpers import group_state
 
 FAST = {"session_timeout_ms": 2000, "auto_commit_interval_ms": 100}
 
@@ -58,9 +59,9 @@ def consumers(cluster: sparklog.Cluster) -> Iterator[Callable[..., Consumer]]:
 
 def poll_until(
     consumers: list[Consumer], done: Callable[[], bool], timeout_s: float = 20
-) -> list[tuple[str, int, int, bytes]]:
+) -> list[tuple[str, int, int, bytes | None]]:
     """Poll every consumer in turn until ``done()``; return (topic, partition, offset, value) seen."""
-    seen = []
+    seen: list[tuple[str, int, int, bytes | None]] = []
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for consumer in consumers:
@@ -81,12 +82,14 @@ def wait_assigned(consumers: list[Consumer], total: int, timeout_s: float = 20) 
 
 
 # -- manual assignment -------------------------------------------------------------------
-def test_assign_polls_every_record_in_order_up_to_the_high_watermark(cluster, consumers) -> None:
+def test_assign_polls_every_record_in_order_up_to_the_high_watermark(
+    cluster: sparklog.Cluster, consumers: Callable[..., Consumer]
+) -> None:
     cluster.create_topic("t", 2)
     produce(cluster, "t", 40, batches=4)
     consumer = consumers(None, auto_offset_reset="earliest")
     consumer.assign([("t", 0), ("t", 1)])
-    records = []
+    records: list[ConsumerRecord] = []
     while len(records) < 40:
         batch = consumer.poll(500, max_records=7)
         assert 0 < len(batch) <= 7
@@ -98,10 +101,15 @@ def test_assign_polls_every_record_in_order_up_to_the_high_watermark(cluster, co
         assert offsets == list(range(hw[p])), f"partition {p}: {offsets}"
         assert consumer.position(("t", p)) == hw[p]
     produce(cluster, "t", 4, prefix="late")
-    assert sorted(r.value for r in consumer.poll(2000, max_records=100)) == [b"late0", b"late1", b"late2", b"late3"]
+    assert sorted(r.value or b"" for r in consumer.poll(2000, max_records=100)) == [
+        b"late0",
+        b"late1",
+        b"late2",
+        b"late3",
+    ]
 
 
-def test_poll_arrow_has_the_kafka_source_schema(cluster, consumers) -> None:
+def test_poll_arrow_has_the_kafka_source_schema(cluster: sparklog.Cluster, consumers: Callable[..., Consumer]) -> None:
     cluster.create_topic("t", 1)
     produce(cluster, "t", 5)
     consumer = consumers(None, auto_offset_reset="earliest")
@@ -111,7 +119,7 @@ def test_poll_arrow_has_the_kafka_source_schema(cluster, consumers) -> None:
     assert table.column("value").to_pylist() == [f"v{i}".encode() for i in range(5)]
 
 
-def test_seek_position_and_offsets_for_times(cluster, consumers) -> None:
+def test_seek_position_and_offsets_for_times(cluster: sparklog.Cluster, consumers: Callable[..., Consumer]) -> None:
     cluster.create_topic("t", 1)
     produce(cluster, "t", 10)
     consumer = consumers(None, auto_offset_reset="latest")
@@ -132,7 +140,9 @@ def test_seek_position_and_offsets_for_times(cluster, consumers) -> None:
 
 
 @pytest.mark.parametrize("policy", ["earliest", "latest", "none"])
-def test_out_of_range_positions_follow_auto_offset_reset(cluster, consumers, policy: str) -> None:
+def test_out_of_range_positions_follow_auto_offset_reset(
+    cluster: sparklog.Cluster, consumers: Callable[..., Consumer], policy: str
+) -> None:
     cluster.create_topic("t", 1)
     produce(cluster, "t", 30, batches=3)
     assert cluster.delete_records("t", {0: 15}) == {0: 15}
@@ -162,7 +172,7 @@ def test_out_of_range_positions_follow_auto_offset_reset(cluster, consumers, pol
 
 
 # -- groups --------------------------------------------------------------------------------
-def test_members_split_the_partitions_and_commit(cluster, consumers) -> None:
+def test_members_split_the_partitions_and_commit(cluster: sparklog.Cluster, consumers: Callable[..., Consumer]) -> None:
     cluster.create_topic("t", 4)
     produce(cluster, "t", 100)
     members = [consumers("g", auto_offset_reset="earliest", client_id=f"c{i}") for i in range(2)]
@@ -183,7 +193,9 @@ def test_members_split_the_partitions_and_commit(cluster, consumers) -> None:
     assert cluster.committed_offsets("g", ["t"]) == {("t", p): o for p, o in cluster.high_watermarks("t").items()}
 
 
-def test_rebalance_on_join_leave_and_partition_increase(cluster, consumers) -> None:
+def test_rebalance_on_join_leave_and_partition_increase(
+    cluster: sparklog.Cluster, consumers: Callable[..., Consumer]
+) -> None:
     cluster.create_topic("t", 3)
     a = consumers("g", client_id="a")
     a.subscribe(["t"])
@@ -198,7 +210,9 @@ def test_rebalance_on_join_leave_and_partition_increase(cluster, consumers) -> N
     wait_assigned([a], 4)
 
 
-def test_pattern_subscription_picks_up_new_topics(cluster, consumers) -> None:
+def test_pattern_subscription_picks_up_new_topics(
+    cluster: sparklog.Cluster, consumers: Callable[..., Consumer]
+) -> None:
     cluster.create_topic("events.a", 1)
     cluster.create_topic("other", 1)
     consumer = consumers("g")
@@ -209,7 +223,9 @@ def test_pattern_subscription_picks_up_new_topics(cluster, consumers) -> None:
     assert consumer.assignment() == {("events.a", 0), ("events.b", 0), ("events.b", 1)}
 
 
-def test_commit_from_an_older_generation_is_rejected(cluster, consumers) -> None:
+def test_commit_from_an_older_generation_is_rejected(
+    cluster: sparklog.Cluster, consumers: Callable[..., Consumer]
+) -> None:
     cluster.create_topic("t", 2)
     produce(cluster, "t", 10)
     a = consumers("g", auto_offset_reset="earliest", enable_auto_commit=False)
@@ -230,7 +246,7 @@ def test_commit_from_an_older_generation_is_rejected(cluster, consumers) -> None
     assert cluster.committed_offsets("g", ["t"]) == {}
 
 
-def test_standalone_commit_stores_any_offset_like_kafka(cluster) -> None:
+def test_standalone_commit_stores_any_offset_like_kafka(cluster: sparklog.Cluster) -> None:
     """Kafka's coordinator stores whatever offset passes the membership checks, lower ones too."""
     cluster.create_topic("t", 1)
     produce(cluster, "t", 20)
@@ -244,7 +260,9 @@ def test_standalone_commit_stores_any_offset_like_kafka(cluster) -> None:
     assert cluster.committed_offsets("g", ["t"]) == {("t", 0): 2}
 
 
-def test_member_seeks_back_and_commits_and_the_next_member_resumes_there(cluster, consumers) -> None:
+def test_member_seeks_back_and_commits_and_the_next_member_resumes_there(
+    cluster: sparklog.Cluster, consumers: Callable[..., Consumer]
+) -> None:
     cluster.create_topic("t", 1)
     produce(cluster, "t", 10)
     a = consumers("g", auto_offset_reset="earliest", enable_auto_commit=False)
@@ -264,20 +282,22 @@ def test_member_seeks_back_and_commits_and_the_next_member_resumes_there(cluster
     assert [offset for _t, _p, offset, _v in again] == list(range(2, 10)), "the new member resumes at 2"
 
 
-def test_static_member_restart_keeps_its_assignment_and_duplicates_are_fenced(cluster, consumers) -> None:
+def test_static_member_restart_keeps_its_assignment_and_duplicates_are_fenced(
+    cluster: sparklog.Cluster, consumers: Callable[..., Consumer]
+) -> None:
     cluster.create_topic("t", 4)
     a = consumers("g", group_instance_id="node-a", session_timeout_ms=20_000)
     b = consumers("g", group_instance_id="node-b", session_timeout_ms=20_000)
     a.subscribe(["t"])
     b.subscribe(["t"])
     wait_assigned([a, b], 4)
-    before = cluster.groups.registry.state_record("g")[0]
+    before = group_state(cluster, "g")
     owned = a.assignment()
     a.close()  # a static member keeps its place for session.timeout.ms
     a2 = consumers("g", group_instance_id="node-a", session_timeout_ms=20_000)
     a2.subscribe(["t"])
     wait_assigned([a2, b], 4)
-    after = cluster.groups.registry.state_record("g")[0]
+    after = group_state(cluster, "g")
     assert a2.assignment() == owned
     assert after.generation == before.generation, "a static restart must not rebalance"
     # A second live process with the same instance id fences the first.
@@ -289,10 +309,10 @@ def test_static_member_restart_keeps_its_assignment_and_duplicates_are_fenced(cl
             a2.poll(20)
     with pytest.raises(FencedInstanceIdError):
         a2.commit({("t", sorted(owned)[0][1]): 0})
-    assert cluster.groups.registry.state_record("g")[0].generation == before.generation
+    assert group_state(cluster, "g").generation == before.generation
 
 
-def test_bad_group_input_fails_clearly(cluster, consumers) -> None:
+def test_bad_group_input_fails_clearly(cluster: sparklog.Cluster, consumers: Callable[..., Consumer]) -> None:
     cluster.create_topic("t", 1)
     with pytest.raises(InvalidGroupIdError):
         cluster.consumer("bad/group")
@@ -311,7 +331,7 @@ def test_bad_group_input_fails_clearly(cluster, consumers) -> None:
         consumer.subscribe(["t"])
 
 
-def test_subscription_change_rebalances(cluster, consumers) -> None:
+def test_subscription_change_rebalances(cluster: sparklog.Cluster, consumers: Callable[..., Consumer]) -> None:
     cluster.create_topic("t1", 2)
     cluster.create_topic("t2", 2)
     a = consumers("g", partition_assignment_strategy="roundrobin")
@@ -319,15 +339,15 @@ def test_subscription_change_rebalances(cluster, consumers) -> None:
     a.subscribe(["t1"])
     b.subscribe(["t1"])
     wait_assigned([a, b], 2)
-    before = cluster.groups.registry.state_record("g")[0].generation
+    before_generation = group_state(cluster, "g").generation
     a.subscribe(["t1", "t2"])
     wait_assigned([a, b], 4)
     assert {tp for tp in a.assignment() if tp[0] == "t2"} == {("t2", 0), ("t2", 1)}
-    record = cluster.groups.registry.state_record("g")[0]
-    assert record.generation > before and record.protocol == "roundrobin" and record.state == "Stable"
+    record = group_state(cluster, "g")
+    assert record.generation > before_generation and record.protocol == "roundrobin" and record.state == "Stable"
 
 
-def test_offsets_topic_is_compacted_as_it_is_written(cluster) -> None:
+def test_offsets_topic_is_compacted_as_it_is_written(cluster: sparklog.Cluster) -> None:
     import json
 
     cluster.create_topic("t", 3)

@@ -1,4 +1,4 @@
-"""The embedded broker (``sparklog.server.embedded_broker``): a real agent process per home,
+"""The embedded broker (``sparklog.broker.embedded_broker``): a real agent process per home,
 reached by a real Kafka client (kcat), on a free port of the test's own instead of 9092 and
 against the test's ZooKeeper chroot."""
 
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 import sparklog
+from sparklog.broker import embedded_broker
 from sparklog.config import ClusterConfig, resolve_cluster_config
 from sparklog.errors import BrokerNotAvailableError, ConfigError
 from sparklog.metadata.broker_registration import live_broker_ids
-from sparklog.server import embedded_broker
 from sparklog.testing.brokers import free_port
 from tests.helpers import leaving_no_server, pids_naming, results_at_once, wait_for
 

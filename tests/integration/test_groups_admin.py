@@ -30,6 +30,7 @@ from sparklog.errors import (
     TopicNotFoundError,
     UnknownPartitionError,
 )
+from sparklog.group.reset import ResetKind
 from tests.helpers import assert_unchanged, wait_for
 
 T0 = 1_704_067_200_000  # 2024-01-01T00:00:00Z
@@ -101,7 +102,12 @@ RESETS = [
 
 @pytest.mark.parametrize(("scenario", "value", "scope", "expected"), RESETS, ids=lambda v: str(v)[:30])
 def test_reset_scenario_dry_run_then_execute(
-    shared: sparklog.Cluster, tmp_path: Path, scenario: str, value: Any, scope: dict[str, Any], expected: dict[int, int]
+    shared: sparklog.Cluster,
+    tmp_path: Path,
+    scenario: ResetKind,
+    value: Any,
+    scope: dict[str, Any],
+    expected: dict[int, int],
 ) -> None:
     group = new_group()
     shared.commit_offsets(group, COMMITTED)
@@ -280,7 +286,7 @@ def test_consumer_lag_view(spark: Any, cluster: sparklog.Cluster, cluster_option
 
     fill(cluster, records=3)
     cluster.commit_offsets("reporting", {("orders", 0): 1, ("orders", 1): 3})
-    assert register_topics(spark, **cluster_options) == ["orders"]
+    assert register_topics(spark, native=True, **cluster_options) == ["orders"]
     rows = spark.sql(
         "SELECT topic, partition, current_offset, log_end_offset, lag, consumer_id, state FROM consumer_lag "
         "WHERE `group` = 'reporting' ORDER BY partition"
@@ -303,4 +309,4 @@ def test_consumer_lag_view(spark: Any, cluster: sparklog.Cluster, cluster_option
         "client_id",
         "state",
     ]
-    assert fresh.groupBy().sum("lag").first()[0] == 0
+    assert fresh.groupBy().sum("lag").collect()[0][0] == 0

@@ -40,12 +40,12 @@ from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i32Timedelta
+from kio.static.primitive import i16, i32, i32Timedelta
 
 import sparklog
-from sparklog.server.kafka.apis import API_VERSIONS
-from sparklog.server.kafka.context import build
-from sparklog.server.kafka.metadata_api import topic_uuid
+from sparklog.broker.kafka.apis import API_VERSIONS
+from sparklog.broker.kafka.context import build
+from sparklog.broker.kafka.metadata_api import topic_uuid
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
 from tests.integration.test_kafka_listener import recv_frame, send_frame
@@ -450,7 +450,9 @@ def raw_call(port: int, api_key: int, version: int, **fields: Any) -> Any:
     buffer = io.BytesIO()
     entity_writer(header_type)(
         buffer,
-        header_type(request_api_key=api_key, request_api_version=version, correlation_id=version, client_id="raw"),
+        header_type(
+            request_api_key=i16(api_key), request_api_version=i16(version), correlation_id=i32(version), client_id="raw"
+        ),
     )
     entity_writer(request_type)(buffer, build(request_type, **fields))
     with socket.create_connection(("127.0.0.1", port), timeout=_TIMEOUT_S) as sock:

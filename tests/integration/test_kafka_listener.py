@@ -22,12 +22,13 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.metadata.v12.response import MetadataResponse
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.schema.types import TopicName
 from kio.serial import entity_reader
 
 import sparklog
+from sparklog.broker.kafka.apis import API_VERSIONS
+from sparklog.broker.kafka.metadata_api import topic_uuid
 from sparklog.model.topic import TopicDescription
-from sparklog.server.kafka.apis import API_VERSIONS
-from sparklog.server.kafka.metadata_api import topic_uuid
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
 from tests.wire.raw import recv_frame, request_bytes, send_frame
@@ -59,7 +60,9 @@ def settled_topic(cluster: sparklog.Cluster, agents: BrokerAgents) -> TopicDescr
 # -- raw protocol ---------------------------------------------------------------------------
 def raw_metadata(port: int, topics: list[str] | None = None, correlation_id: int = 7) -> MetadataResponse:
     body = MetadataRequest(
-        topics=None if topics is None else tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),
+        topics=None
+        if topics is None
+        else tuple(MetadataRequestTopic(topic_id=None, name=TopicName(t)) for t in topics),
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
@@ -88,7 +91,7 @@ def test_confluent_kafka_sees_what_describe_topic_reports(cluster: sparklog.Clus
     described = settled_topic(cluster, agents)
     admin = AdminClient({"bootstrap.servers": agents.bootstrap_servers})
     listing = admin.list_topics(timeout=_TIMEOUT_S)
-    assert {b.id: (b.host, b.port) for b in listing.brokers.values()} == {
+    assert {b.id: (str(b.host), b.port) for b in listing.brokers.values()} == {
         b: ("127.0.0.1", agents.port(b)) for b in BROKERS
     }
     assert listing.controller_id == agents.controller()
@@ -128,7 +131,7 @@ def test_raw_metadata_topic_ids_and_topic_errors(cluster: sparklog.Cluster, agen
     cluster.create_topic(TOPIC, partitions=1, replication_factor=3)
     described = settled_topic(cluster, agents)
     response = raw_metadata(agents.port(2), [TOPIC, "missing", "bad/name"])
-    by_name = {t.name: t for t in response.topics}
+    by_name = {str(t.name): t for t in response.topics}
     assert by_name[TOPIC].error_code == ErrorCode.none
     assert by_name[TOPIC].topic_id == topic_uuid(described.topic_id) != uuid.UUID(int=0)
     [partition] = by_name[TOPIC].partitions
@@ -148,14 +151,19 @@ def test_unsupported_api_versions_version_gets_a_v0_error_response(agents: Broke
     response, _ = entity_reader(ApiVersionsResponseV0)(payload, size)
     assert header.correlation_id == 41
     assert response.error_code == ErrorCode.unsupported_version
-    advertised = {v.api_key: (v.min_version, v.max_version) for v in response.api_keys}
+    advertised = {int(v.api_key): (int(v.min_version), int(v.max_version)) for v in response.api_keys}
     assert advertised == API_VERSIONS  # exactly what the broker serves
     assert advertised[18] == (0, 3) and advertised[3] == (0, 12)
 
 
+def truncated_frame(sock: socket.socket) -> None:
+    sock.sendall(struct.pack(">i", 100) + b"y" * 10)
+    sock.shutdown(socket.SHUT_WR)
+
+
 BAD_INPUTS: dict[str, Callable[[socket.socket], None]] = {
     "oversized frame": lambda sock: sock.sendall(struct.pack(">i", 104857600 + 1) + b"x" * 64),
-    "truncated frame": lambda sock: (sock.sendall(struct.pack(">i", 100) + b"y" * 10), sock.shutdown(socket.SHUT_WR)),
+    "truncated frame": truncated_frame,
     "unknown api key": lambda sock: send_frame(sock, request_bytes(9999, 0, 1)),
     "unserved metadata version": lambda sock: send_frame(sock, request_bytes(3, 99, 1)),
     "garbage body": lambda sock: send_frame(sock, struct.pack(">hhi", 3, 12, 1) + b"\xff" * 40),

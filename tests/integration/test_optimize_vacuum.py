@@ -16,16 +16,18 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 import sparklog
 from sparklog.errors import ConfigError, StorageError
 from sparklog.log.history import HISTORY_COLUMNS, topic_history
-from sparklog.log.optimize import optimize_topic, rewrite_app_id
+from sparklog.log.optimize import OptimizeResult, optimize_topic, rewrite_app_id
 from sparklog.log.reader import read_files, read_ranges
-from sparklog.log.segment import write_placeholder, write_segment
+from sparklog.log.segment import SegmentFile, write_placeholder, write_segment
 from sparklog.log.table import CommitConflict, TopicTable
 from sparklog.log.vacuum import vacuum_topic
 from tests.helpers import assert_contiguous, assert_log_consistent, assert_unchanged, segment_batch
@@ -68,14 +70,18 @@ def commit_actions(table: TopicTable, version: int) -> list[dict]:
         return [json.loads(line) for line in log if line.strip()]
 
 
-def optimize(cluster: sparklog.Cluster, topic: str, table: TopicTable | None = None, **kwargs):
+def optimize(
+    cluster: sparklog.Cluster, topic: str, table: TopicTable | None = None, **kwargs: Any
+) -> list[OptimizeResult]:
     table = table or cluster.replicas.leader_table(topic)
     segment_bytes = kwargs.pop("segment_bytes", int(cluster.topic_config(topic)["segment.bytes"]))
     return optimize_topic(table, cluster.partitions_of(topic), segment_bytes, **kwargs)
 
 
 # -- optimize ------------------------------------------------------------------------------------
-def test_optimize_merges_small_files_keeps_every_record_and_commits_data_change_false(cluster) -> None:
+def test_optimize_merges_small_files_keeps_every_record_and_commits_data_change_false(
+    cluster: sparklog.Cluster,
+) -> None:
     cluster.create_topic("t", 2)
     produce_small_files(cluster, "t", 12, partitions=2)
     table = cluster.replicas.leader_table("t")
@@ -98,6 +104,7 @@ def test_optimize_merges_small_files_keeps_every_record_and_commits_data_change_
     assert cluster.partition_offsets("t") == offsets_before
     assert_log_consistent(cluster, "t")
     for result in results:
+        assert result.version is not None, result
         actions = commit_actions(table, result.version)
         info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
         assert info["sparklog.operation"] == "OPTIMIZE" and info["sparklog.partition"] == str(result.partition)
@@ -111,7 +118,7 @@ def test_optimize_merges_small_files_keeps_every_record_and_commits_data_change_
     assert [r.files_merged for r in optimize(cluster, "t")] == [0, 0], "nothing left to merge"
 
 
-def test_optimize_bounds_live_files_and_keeps_compaction_gaps(cluster) -> None:
+def test_optimize_bounds_live_files_and_keeps_compaction_gaps(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 20)
     table = cluster.replicas.leader_table("t")
@@ -136,7 +143,9 @@ def test_optimize_bounds_live_files_and_keeps_compaction_gaps(cluster) -> None:
     assert len(live_files(table, 0)) <= 2 and cluster.read("t").equals(before)
 
 
-def test_optimize_keeps_files_tiling_the_partition_across_compaction_gaps_and_placeholders(cluster) -> None:
+def test_optimize_keeps_files_tiling_the_partition_across_compaction_gaps_and_placeholders(
+    cluster: sparklog.Cluster,
+) -> None:
     """Merged files span their group's offset range, not their first and last record, so a
     rewrite never moves log-start and a group of empty placeholders stays one placeholder."""
     cluster.create_topic("t", 1)
@@ -168,10 +177,10 @@ def test_optimize_keeps_files_tiling_the_partition_across_compaction_gaps_and_pl
     with cluster.consumer(auto_offset_reset="none") as consumer:
         consumer.assign([("t", 0)])
         consumer.seek(("t", 0), 3)  # inside the placeholders: moves on to the first survivor, no error
-        assert [r.offset for r in consumer.poll(1.0)][:1] == [11]
+        assert [r.offset for r in consumer.poll(1)][:1] == [11]
 
 
-def test_history_retention_bounds_the_delta_log(cluster) -> None:
+def test_history_retention_bounds_the_delta_log(cluster: sparklog.Cluster) -> None:
     """history.retention.ms becomes delta.logRetentionDuration; maintenance (and nothing
     else: no writer's post-commit hook) deletes the expired commit files after a checkpoint."""
     from sparklog.maintenance.runner import run_optimize
@@ -215,7 +224,7 @@ def test_history_retention_bounds_the_delta_log(cluster) -> None:
     assert cluster.read("long").num_rows == 230
 
 
-def test_optimize_concurrent_with_a_producer_loses_and_duplicates_nothing(cluster) -> None:
+def test_optimize_concurrent_with_a_producer_loses_and_duplicates_nothing(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 10)
     stop = threading.Event()
@@ -259,10 +268,10 @@ def test_optimize_concurrent_with_a_producer_loses_and_duplicates_nothing(cluste
     records = assert_log_consistent(cluster, "t")
     stored = [r.value for r in records]
     expected = [f"b{b}-p0-{i}".encode() for b in range(10) for i in range(5)] + sent
-    assert sorted(stored) == sorted(expected) and len(set(stored)) == len(stored)
+    assert sorted(v or b"" for v in stored) == sorted(expected) and len(set(stored)) == len(stored)
 
 
-def test_two_optimize_runs_racing_agree_and_leave_no_orphans(cluster) -> None:
+def test_two_optimize_runs_racing_agree_and_leave_no_orphans(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 30)
     table = cluster.replicas.leader_table("t")
@@ -292,15 +301,17 @@ def test_two_optimize_runs_racing_agree_and_leave_no_orphans(cluster) -> None:
     assert sorted(o.files_merged for o in outcomes) == [0, 30], outcomes  # type: ignore[attr-defined]
 
 
-def test_optimize_replans_when_a_merged_file_is_removed_concurrently(cluster, monkeypatch) -> None:
+def test_optimize_replans_when_a_merged_file_is_removed_concurrently(
+    cluster: sparklog.Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import sparklog.log.optimize as optimize_module
 
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 6)
     real_write = optimize_module.write_segment
-    calls = []
+    calls: list[int] = []
 
-    def write_then_delete_records(*args, **kwargs):
+    def write_then_delete_records(*args: Any, **kwargs: Any) -> SegmentFile:
         calls.append(1)
         if len(calls) == 1:  # DeleteRecords lands between optimize's plan and its commit
             cluster.delete_records("t", {0: 5})
@@ -314,7 +325,7 @@ def test_optimize_replans_when_a_merged_file_is_removed_concurrently(cluster, mo
     assert len(files_on_disk(table)) == 6 + 1, "the first attempt's merged file was deleted"
 
 
-def test_delta_rs_conflict_rules_optimize_relies_on(cluster) -> None:
+def test_delta_rs_conflict_rules_optimize_relies_on(cluster: sparklog.Cluster) -> None:
     """Facts of deltalake 1.6.6 (DESIGN §6 style): with retries allowed, a commit rebases over
     concurrent appends and fails when a concurrent commit removed one of its files with
     dataChange=true; a concurrent dataChange=false removal goes unnoticed unless both
@@ -324,7 +335,7 @@ def test_delta_rs_conflict_rules_optimize_relies_on(cluster) -> None:
     table = cluster.replicas.leader_table("t")
     files = live_files(table)
 
-    def stale() -> object:
+    def stale() -> DeltaTable:
         return table.snapshot(version=table.snapshot().version())
 
     before = stale()
@@ -347,7 +358,7 @@ def test_delta_rs_conflict_rules_optimize_relies_on(cluster) -> None:
 
 
 # -- vacuum --------------------------------------------------------------------------------------
-def test_vacuum_waits_the_grace_period_for_readers_of_older_snapshots(cluster) -> None:
+def test_vacuum_waits_the_grace_period_for_readers_of_older_snapshots(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1, config={"retention.ms": str(2 * HOUR_MS + HOUR_MS // 2)})
     now = produce_batches(cluster, "t", [3 * HOUR_MS, 2 * HOUR_MS, 0])
     table = cluster.replicas.leader_table("t")
@@ -369,12 +380,13 @@ def test_vacuum_waits_the_grace_period_for_readers_of_older_snapshots(cluster) -
     assert all(os.path.exists(table.full_path(f.path)) for f in live_files(table))
 
 
-def test_vacuum_after_optimize_reads_tombstones_from_the_checkpoint(cluster) -> None:
+def test_vacuum_after_optimize_reads_tombstones_from_the_checkpoint(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 8)
     table = cluster.replicas.leader_table("t")
     before = cluster.read("t")
     [result] = optimize(cluster, "t")  # checkpoints at the optimize commit: removes live in the checkpoint
+    assert result.version is not None, result
     assert not any(
         "remove" in a
         for v in range(result.version + 1, table.snapshot().version() + 1)
@@ -386,7 +398,7 @@ def test_vacuum_after_optimize_reads_tombstones_from_the_checkpoint(cluster) -> 
     assert cluster.read("t").equals(before)
 
 
-def test_vacuum_reclaims_orphans_after_the_grace_never_live_or_hidden_files(cluster) -> None:
+def test_vacuum_reclaims_orphans_after_the_grace_never_live_or_hidden_files(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 3)
     table = cluster.replicas.leader_table("t")
@@ -403,7 +415,9 @@ def test_vacuum_reclaims_orphans_after_the_grace_never_live_or_hidden_files(clus
     assert_log_consistent(cluster, "t")
 
 
-def test_vacuum_dry_run_deletes_nothing_and_long_delays_are_refused(cluster, sparklog_home) -> None:
+def test_vacuum_dry_run_deletes_nothing_and_long_delays_are_refused(
+    cluster: sparklog.Cluster, sparklog_home: Path
+) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 4)
     table = cluster.replicas.leader_table("t")
@@ -416,7 +430,7 @@ def test_vacuum_dry_run_deletes_nothing_and_long_delays_are_refused(cluster, spa
 
 
 # -- history -------------------------------------------------------------------------------------
-def test_history_has_describe_history_columns_and_sparklog_operations(cluster) -> None:
+def test_history_has_describe_history_columns_and_sparklog_operations(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 3)
     optimize(cluster, "t")
@@ -434,7 +448,7 @@ def test_history_has_describe_history_columns_and_sparklog_operations(cluster) -
 
 
 # -- CLI -----------------------------------------------------------------------------------------
-def test_optimize_vacuum_history_cli(cluster, zk_connect, sparklog_home) -> None:
+def test_optimize_vacuum_history_cli(cluster: sparklog.Cluster, zk_connect: str, sparklog_home: Path) -> None:
     from tests.integration.test_cli import Cli, assert_single_error
 
     cli = Cli(zk_connect, sparklog_home)
@@ -486,7 +500,9 @@ def test_optimize_vacuum_history_cli(cluster, zk_connect, sparklog_home) -> None
     cli("history", "--topic", "t", "--limit", "0", expect=2)
 
 
-def test_optimize_and_vacuum_cover_every_topic_by_default(cluster, zk_connect, sparklog_home) -> None:
+def test_optimize_and_vacuum_cover_every_topic_by_default(
+    cluster: sparklog.Cluster, zk_connect: str, sparklog_home: Path
+) -> None:
     from tests.integration.test_cli import Cli
 
     cli = Cli(zk_connect, sparklog_home)

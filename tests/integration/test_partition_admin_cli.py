@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 import sparklog
+from sparklog.broker.controller.admin_requests import DROP_DELAY_S
 from sparklog.log.reader import read_ranges
 from sparklog.model.topic import PartitionDescription
-from sparklog.server.controller.admin_requests import DROP_DELAY_S
 from sparklog.testing import BrokerAgents
 from tests.helpers import assert_log_consistent, assert_unchanged
 from tests.integration.test_cli import Cli
@@ -64,7 +64,7 @@ def wait_partitions(
     try:
         agents.wait_for(lambda: condition(partitions(cluster, topic)), _STATE_TIMEOUT_S, what)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\nlast states of {topic}: {sorted(partitions(cluster, topic).values())}") from None
+        raise AssertionError(f"{exc}\nlast states of {topic}: {sorted(partitions(cluster, topic).items())}") from None
     return partitions(cluster, topic)
 
 
@@ -85,7 +85,7 @@ def assert_exactly_once(cluster: sparklog.Cluster, topic: str, acked: Sequence[b
     twice = [v for v, n in stored.items() if n > 1]
     assert not twice, f"{len(twice)} records stored more than once, e.g. {twice[:3]}"
     unknown = set(stored) - set(acked)
-    assert not unknown, f"records nobody produced: {sorted(unknown)[:3]}"
+    assert not unknown, f"records nobody produced: {sorted(unknown, key=repr)[:3]}"
 
 
 def replica_records(cluster: sparklog.Cluster, topic: str, broker: int, partition: int) -> list[tuple[int, bytes]]:

@@ -54,19 +54,19 @@ def embedded_env(tmp_path: Path) -> Iterator[tuple[dict[str, str], int]]:
         _stop(home)
 
 
-def test_quick_start_is_exactly_the_two_commands():
+def test_quick_start_is_exactly_the_two_commands() -> None:
     blocks = re.findall(r"```(?:sh|bash)?\n(.*?)```", _section("## Quick start"), flags=re.S)
     commands = [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
     assert commands == ["make demo", "make test"], commands
 
 
-def test_ci_runs_make_test_and_nothing_else():
+def test_ci_runs_make_test_and_nothing_else() -> None:
     lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
     commands = [line for line in lines if line and not line.startswith(("#", "set ", "cd "))]
     assert commands == ["make test"], commands
 
 
-def test_make_demo_runs_end_to_end_twice(embedded_env: tuple[dict[str, str], int]):
+def test_make_demo_runs_end_to_end_twice(embedded_env: tuple[dict[str, str], int]) -> None:
     env, port = embedded_env
     env["SPARKLOG_DEMO_RECORDS"] = "20000"
     pids = set()

@@ -19,11 +19,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 import sparklog
 from sparklog.testing.brokers import free_port
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = (REPO / "README.md").read_text(encoding="utf-8").split("\n## User guide\n", 1)[1]
@@ -99,7 +103,7 @@ def test_the_guide_has_the_sections_a_new_user_needs() -> None:
         assert needed in GUIDE, f"{needed} is not in the README's user guide"
 
 
-def test_the_user_guide_runs_top_to_bottom(spark, guide_env: dict[int, int], tmp_path: Path) -> None:
+def test_the_user_guide_runs_top_to_bottom(spark: SparkSession, guide_env: dict[int, int], tmp_path: Path) -> None:
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     namespace: dict[str, object] = {"__name__": "__readme__"}

@@ -15,7 +15,7 @@ from sparklog.model.sizes import RECORD_OVERHEAD_BYTES
 LIMIT = 1_000
 
 
-def test_headers_count_on_every_produce_path(cluster: sparklog.Cluster):
+def test_headers_count_on_every_produce_path(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("sized", config={"max.message.bytes": str(LIMIT)})
     value = b"v" * (LIMIT - RECORD_OVERHEAD_BYTES - 100)  # fits alone
     headers = [("big", b"h" * 200)]  # ... but not with its headers

@@ -74,7 +74,9 @@ def test_runs_as_shipped_from_its_folder_after_retention(project: Path, zk_conne
     assert not (project / "notebooks" / ".sparklog").exists() and not (tmp_path / "user" / ".sparklog").exists()
 
 
-def test_a_chosen_topic_and_group_show_the_groups_lag(cluster: sparklog.Cluster, cluster_options, tmp_path) -> None:
+def test_a_chosen_topic_and_group_show_the_groups_lag(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     produce_history(cluster, "clicks", 4)
     half = {("clicks", p): hw // 2 for p, hw in cluster.high_watermarks("clicks").items()}
     cluster.commit_offsets("dashboards", half)

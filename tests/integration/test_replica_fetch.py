@@ -5,12 +5,13 @@ fenced on the follower."""
 from __future__ import annotations
 
 import filecmp
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from sparklog.errors import NotLeaderError
-from sparklog.log.append import append
+from sparklog.log.append import AppendResult, append
 from sparklog.log.reader import read_ranges
 from sparklog.log.replica_fetch import FollowerPosition, copy_from_leader, follower_position, truncate
 from sparklog.log.table import TopicTable
@@ -19,7 +20,7 @@ from sparklog.model.records import records_to_arrow
 TOPIC = "t"
 
 
-def tables(tmp_path) -> tuple[TopicTable, TopicTable]:
+def tables(tmp_path: Path) -> tuple[TopicTable, TopicTable]:
     leader, follower = TopicTable(str(tmp_path / "a"), TOPIC), TopicTable(str(tmp_path / "b"), TOPIC)
     for table in (leader, follower):
         table.create("topic-id", 600_000)
@@ -40,7 +41,7 @@ def produce(
     *,
     leader_epoch: int = 0,
     producer: tuple[str, int] | None = None,
-):
+) -> AppendResult:
     return append(
         table,
         {partition: 1},
@@ -57,7 +58,7 @@ def records(table: TopicTable, partition: int) -> list[tuple[int, bytes]]:
     return list(zip(got.column("offset").to_pylist(), got.column("value").to_pylist(), strict=False))
 
 
-def test_copy_is_exact_byte_for_byte_and_incremental(tmp_path) -> None:
+def test_copy_is_exact_byte_for_byte_and_incremental(tmp_path: Path) -> None:
     leader, follower = tables(tmp_path)
     produce(leader, 0, ["a", "b", "c"])
     produce(leader, 1, ["x"])
@@ -76,7 +77,7 @@ def test_copy_is_exact_byte_for_byte_and_incremental(tmp_path) -> None:
     assert idle.files == 0 and follower_position(follower, 0).log_end == 5
 
 
-def test_producer_sequences_and_log_start_are_copied(tmp_path) -> None:
+def test_producer_sequences_and_log_start_are_copied(tmp_path: Path) -> None:
     leader, follower = tables(tmp_path)
     produce(leader, 0, ["a", "b"], producer=("p1", 1))
     produce(leader, 0, ["c", "d"], producer=("p1", 2))
@@ -95,7 +96,7 @@ def test_producer_sequences_and_log_start_are_copied(tmp_path) -> None:
     assert records(follower, 0) == records(leader, 0) == [(2, b"c"), (3, b"d"), (4, b"e")]
 
 
-def test_truncate_keeps_a_prefix_and_records_the_new_epoch(tmp_path) -> None:
+def test_truncate_keeps_a_prefix_and_records_the_new_epoch(tmp_path: Path) -> None:
     leader, follower = tables(tmp_path)
     produce(leader, 0, ["a", "b", "c"])
     produce(leader, 0, ["d", "e"])
@@ -110,7 +111,7 @@ def test_truncate_keeps_a_prefix_and_records_the_new_epoch(tmp_path) -> None:
     assert tiles == [(0, 2)], tiles
 
 
-def test_diverged_follower_reconciles_to_the_new_leader(tmp_path) -> None:
+def test_diverged_follower_reconciles_to_the_new_leader(tmp_path: Path) -> None:
     """The old leader (now follower) holds records the new leader never got: after truncating
     to where the new epoch started and copying, both replicas hold the same records."""
     old, new = tables(tmp_path)
@@ -123,7 +124,7 @@ def test_diverged_follower_reconciles_to_the_new_leader(tmp_path) -> None:
     assert records(old, 0) == records(new, 0) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d"), (4, b"e")]
 
 
-def test_writer_of_an_older_leader_epoch_is_fenced_on_the_follower(tmp_path) -> None:
+def test_writer_of_an_older_leader_epoch_is_fenced_on_the_follower(tmp_path: Path) -> None:
     leader, follower = tables(tmp_path)
     produce(leader, 0, ["a"], leader_epoch=3)
     copy_from_leader(leader, follower, 0, leader_epoch=3)
@@ -132,7 +133,7 @@ def test_writer_of_an_older_leader_epoch_is_fenced_on_the_follower(tmp_path) -> 
     assert records(follower, 0) == [(0, b"a")]
 
 
-def test_a_late_epoch_marker_never_lowers_a_newer_fence(tmp_path) -> None:
+def test_a_late_epoch_marker_never_lowers_a_newer_fence(tmp_path: Path) -> None:
     """A controller deposed mid-election commits its markers of epoch 4 after its successor
     fenced the replica at 5: the lineage may follow, the fence must stay at 5."""
     replica, _ = tables(tmp_path)
@@ -146,7 +147,7 @@ def test_a_late_epoch_marker_never_lowers_a_newer_fence(tmp_path) -> None:
     assert records(replica, 0) == [(0, b"a")]
 
 
-def test_staged_files_are_committed_in_place_and_stale_ones_copied_again(tmp_path) -> None:
+def test_staged_files_are_committed_in_place_and_stale_ones_copied_again(tmp_path: Path) -> None:
     """An acks=all producer stages its new files in the followers' dirs under the leader's
     name; the fetch commits a fresh staged file as is, and copies over an old one."""
     import os
@@ -180,7 +181,7 @@ def test_staged_files_are_committed_in_place_and_stale_ones_copied_again(tmp_pat
     assert os.stat(old).st_ino == os.stat(source).st_ino and records(follower, 0) == records(leader, 0)
 
 
-def test_without_hard_links_replicas_get_their_own_copies(tmp_path) -> None:
+def test_without_hard_links_replicas_get_their_own_copies(tmp_path: Path) -> None:
     import os
 
     leader, follower = tables(tmp_path)

@@ -11,17 +11,22 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 import sparklog
 from sparklog.errors import NotEnoughReplicasError
 from sparklog.log.reader import read_ranges
-from sparklog.server.replica_fetcher import ReplicaFetcher
+from sparklog.runtime.replica_fetcher import ReplicaFetcher
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @pytest.fixture
-def three_brokers(cluster: sparklog.Cluster, tmp_path) -> sparklog.Cluster:
+def three_brokers(cluster: sparklog.Cluster, tmp_path: Path) -> sparklog.Cluster:
     for broker in (1, 2):
         cluster.replicas.metadata.register_broker(broker, str(tmp_path / f"broker-{broker}"), None)
     return cluster
@@ -56,7 +61,9 @@ def set_isr(cluster: sparklog.Cluster, topic: str, partition: int, isr: list[int
         time.sleep(0.01)
 
 
-def test_acks_all_returns_when_every_isr_replica_has_the_batch(three_brokers, fetchers) -> None:
+def test_acks_all_returns_when_every_isr_replica_has_the_batch(
+    three_brokers: sparklog.Cluster, fetchers: list[ReplicaFetcher]
+) -> None:
     cluster = three_brokers
     description = cluster.create_topic("r", 2, replication_factor=3, config={"min.insync.replicas": "2"})
     assert all(sorted(p.replicas) == [0, 1, 2] and sorted(p.isr) == [0, 1, 2] for p in description.partitions)
@@ -73,7 +80,7 @@ def test_acks_all_returns_when_every_isr_replica_has_the_batch(three_brokers, fe
     assert cluster.read("r").num_rows == 20
 
 
-def test_high_watermark_is_the_isr_minimum(three_brokers) -> None:
+def test_high_watermark_is_the_isr_minimum(three_brokers: sparklog.Cluster) -> None:
     """Without fetchers nothing is copied: acks=1 lands on the leader only, and readers see
     nothing above the ISR's minimum log end until the ISR is just the leader."""
     cluster = three_brokers
@@ -93,7 +100,9 @@ def test_high_watermark_is_the_isr_minimum(three_brokers) -> None:
     assert cluster.high_watermarks("hw") == {0: 1} and cluster.read("hw").column("value").to_pylist() == [b"a"]
 
 
-def test_not_enough_replicas_appends_nothing_and_recovers(three_brokers, fetchers) -> None:
+def test_not_enough_replicas_appends_nothing_and_recovers(
+    three_brokers: sparklog.Cluster, fetchers: list[ReplicaFetcher]
+) -> None:
     cluster = three_brokers
     cluster.create_topic("min", 1, replication_factor=3, config={"min.insync.replicas": "2"})
     leader = cluster.replicas.leader("min", 0).leader
@@ -112,7 +121,13 @@ def test_not_enough_replicas_appends_nothing_and_recovers(three_brokers, fetcher
     assert [v for _o, v in replica_records(cluster, "min", 0, 0)] == [b"acks=1 is fine", b"back"]
 
 
-def test_replication_job_catches_followers_up(three_brokers, spark, cluster_options, monkeypatch, capsys) -> None:
+def test_replication_job_catches_followers_up(
+    three_brokers: sparklog.Cluster,
+    spark: SparkSession,
+    cluster_options: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from jobs.replica_fetch import main
 
     cluster = three_brokers

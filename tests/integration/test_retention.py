@@ -7,12 +7,17 @@ import json
 import logging
 import os
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 import sparklog
 from sparklog.errors import OffsetOutOfRangeError
 from tests.helpers import assert_unchanged
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 HOUR_MS = 3_600_000
 
@@ -37,7 +42,7 @@ def live_paths(cluster: sparklog.Cluster, topic: str) -> list[str]:
     return [f.path for f in table.files(table.snapshot())]
 
 
-def test_time_retention_removes_whole_old_files_metadata_only(cluster) -> None:
+def test_time_retention_removes_whole_old_files_metadata_only(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1, config={"retention.ms": str(2 * HOUR_MS + HOUR_MS // 2)})
     now = produce_batches(cluster, "t", [3 * HOUR_MS, 2 * HOUR_MS, 0])
     before = live_paths(cluster, "t")
@@ -53,7 +58,7 @@ def test_time_retention_removes_whole_old_files_metadata_only(cluster) -> None:
     assert again[0].removed_files == 0 and again[0].new_log_start == 10
 
 
-def test_size_retention_keeps_the_newest_files_within_budget(cluster) -> None:
+def test_size_retention_keeps_the_newest_files_within_budget(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1)
     produce_batches(cluster, "t", [0, 0, 0, 0])
     table = cluster.replicas.leader_table("t")
@@ -64,7 +69,9 @@ def test_size_retention_keeps_the_newest_files_within_budget(cluster) -> None:
     assert surviving_offsets(cluster, "t") == list(range(20, 40))
 
 
-def test_unlimited_and_dry_run_and_compact_topics_change_nothing(cluster, sparklog_home) -> None:
+def test_unlimited_and_dry_run_and_compact_topics_change_nothing(
+    cluster: sparklog.Cluster, sparklog_home: Path
+) -> None:
     cluster.create_topic("keep", 1, config={"retention.ms": "-1", "retention.bytes": "-1"})
     cluster.create_topic("dry", 1, config={"retention.ms": "1"})
     cluster.create_topic("compacted", 1, config={"cleanup.policy": "compact", "retention.ms": "1"})
@@ -80,7 +87,7 @@ def test_unlimited_and_dry_run_and_compact_topics_change_nothing(cluster, sparkl
     assert surviving_offsets(cluster, "keep") == surviving_offsets(cluster, "compacted") == list(range(20))
 
 
-def test_delete_records_hides_records_inside_a_straddling_file(cluster, spark) -> None:
+def test_delete_records_hides_records_inside_a_straddling_file(cluster: sparklog.Cluster, spark: SparkSession) -> None:
     cluster.create_topic("t", 1)
     produce_batches(cluster, "t", [0, 0, 0])
     files_before = live_paths(cluster, "t")
@@ -106,7 +113,9 @@ def test_delete_records_hides_records_inside_a_straddling_file(cluster, spark) -
     assert surviving_offsets(cluster, "t") == []
 
 
-def test_spark_sources_below_log_start_fail_or_continue_with_a_warning(cluster, spark, caplog) -> None:
+def test_spark_sources_below_log_start_fail_or_continue_with_a_warning(
+    cluster: sparklog.Cluster, spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
     """failOnDataLoss=true names topic, partition and the missing range; false reads from
     log-start and logs a warning (the batch and the stream source plan the same way)."""
     from sparklog.spark.stream_reader import SparklogStreamReader
@@ -130,7 +139,7 @@ def test_spark_sources_below_log_start_fail_or_continue_with_a_warning(cluster, 
     assert "t-0: offsets 3..14 were removed; reading from 15" in caplog.text
 
 
-def test_retention_and_delete_records_cli(cluster, zk_connect, sparklog_home) -> None:
+def test_retention_and_delete_records_cli(cluster: sparklog.Cluster, zk_connect: str, sparklog_home: Path) -> None:
     from tests.integration.test_cli import Cli, assert_single_error
 
     cli = Cli(zk_connect, sparklog_home)

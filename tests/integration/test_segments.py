@@ -3,11 +3,16 @@ the Delta log, and files cut at ``segment.bytes``."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 import sparklog
 from sparklog.log.table import FileEntry
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def live_files(cluster: sparklog.Cluster, topic: str) -> list[FileEntry]:
@@ -34,7 +39,7 @@ def assert_files_tile_partitions(cluster: sparklog.Cluster, topic: str) -> list[
     return files
 
 
-def test_one_file_per_partition_per_produce_request(cluster):
+def test_one_file_per_partition_per_produce_request(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("seg", partitions=3)
     with cluster.producer(linger_ms=1000, batch_size=1 << 30) as producer:
         for i in range(30):
@@ -45,7 +50,7 @@ def test_one_file_per_partition_per_produce_request(cluster):
     assert (first.min_timestamp_us, first.max_timestamp_us) == (1_700_000_000_000_000, 1_700_000_000_027_000)
 
 
-def test_segment_bytes_cuts_large_batches(cluster):
+def test_segment_bytes_cuts_large_batches(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("small-segments", partitions=2, config={"segment.bytes": 64 * 1024})
     values = pa.array([bytes([i % 256]) * 1000 for i in range(1000)], pa.binary())  # ~1 MB
     with cluster.producer() as producer:
@@ -58,7 +63,9 @@ def test_segment_bytes_cuts_large_batches(cluster):
     assert cluster.read("small-segments", partition=1).column("value").to_pylist() == values.to_pylist()
 
 
-def test_spark_produce_respects_segment_bytes(spark, cluster, cluster_options):
+def test_spark_produce_respects_segment_bytes(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     from pyspark.sql import functions as F
 
     from sparklog.spark import produce

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,9 +25,12 @@ from sparklog.errors import (
     StorageError,
     TopicNotFoundError,
 )
-from sparklog.log.delta_sink import DeltaSink, input_app_id, write_task_files
+from sparklog.log.delta_sink import DataFile, DeltaSink, input_app_id, write_task_files
 from sparklog.spark import consume, consume_into
 from tests.helpers import assert_log_consistent, assert_unchanged, stored_records
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 
 def produce_values(cluster: sparklog.Cluster, topic: str, values: list[str]) -> None:
@@ -45,15 +49,17 @@ def delta_rows(path: str) -> pa.Table:
     return pa.concat_tables([pq.read_table(str(Path(sink.root) / p)) for p in paths])
 
 
-def upper(df):  # a transform: the value upper-cased, keyed like the input
+def upper(df: DataFrame) -> DataFrame:  # a transform: the value upper-cased, keyed like the input
     return df.select("key", F.upper(F.col("value").cast("string")).alias("value"))
 
 
-def lineage(df):  # a transform for a Delta output: where each row came from
+def lineage(df: DataFrame) -> DataFrame:  # a transform for a Delta output: where each row came from
     return df.select(F.col("value").cast("string").alias("value"), "topic", "partition", "offset", F.lit(1).alias("n"))
 
 
-def run_until_empty(spark, cluster_options, **kwargs) -> list[sparklog.spark.ConsumeIntoResult]:
+def run_until_empty(
+    spark: SparkSession, cluster_options: dict[str, str], **kwargs: Any
+) -> list[sparklog.spark.ConsumeIntoResult]:
     results = []
     while True:
         result = consume_into(spark, **kwargs, **cluster_options)
@@ -64,14 +70,16 @@ def run_until_empty(spark, cluster_options, **kwargs) -> list[sparklog.spark.Con
 
 
 # -- consume + commit ----------------------------------------------------------------------
-def test_consume_commit_cycles_see_every_record_once(spark, cluster, cluster_options):
+def test_consume_commit_cycles_see_every_record_once(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("events", partitions=3)
     produce_values(cluster, "events", [f"a{i}" for i in range(30)])
     seen: list[str] = []
     batch = consume(spark, "readers", "events", **cluster_options)
     assert batch.records == 30 and batch.df.count() == 30
     assert set(batch.df.columns) >= {"key", "value", "topic", "partition", "offset", "timestamp", "timestampType"}
-    seen += [r.value.decode() for r in batch.df.collect()]
+    seen += [(r.value or b"").decode() for r in batch.df.collect()]
     batch.commit()
     assert cluster.committed_offsets("readers", ["events"]) == {
         ("events", p): hw for p, hw in cluster.high_watermarks("events").items()
@@ -91,14 +99,16 @@ def test_consume_commit_cycles_see_every_record_once(spark, cluster, cluster_opt
         for row in rows:  # every row lies in the batch's ranges
             start, end = batch.ranges[("events", row.partition)]
             assert start <= row.offset < end
-        seen += [r.value.decode() for r in rows]
+        seen += [(r.value or b"").decode() for r in rows]
         batch.commit()
         runs += 1
     assert runs == 3
     assert Counter(seen) == Counter([f"a{i}" for i in range(30)] + [f"b{i}" for i in range(20)])
 
 
-def test_uncommitted_batch_is_read_again_and_per_partition_cap(spark, cluster, cluster_options):
+def test_uncommitted_batch_is_read_again_and_per_partition_cap(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("again", partitions=2)
     produce_values(cluster, "again", [f"v{i}" for i in range(10)])
     first = consume(spark, "g1", "again", maxRecordsPerPartition=2, **cluster_options)
@@ -107,7 +117,9 @@ def test_uncommitted_batch_is_read_again_and_per_partition_cap(spark, cluster, c
     assert second.ranges == first.ranges, "without a commit the same records come again (at-least-once)"
 
 
-def test_batch_commit_stores_its_ends_below_a_newer_commit_like_kafka(spark, cluster, cluster_options):
+def test_batch_commit_stores_its_ends_below_a_newer_commit_like_kafka(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("rewind", partitions=1)
     produce_values(cluster, "rewind", [f"r{i}" for i in range(10)])
     batch = consume(spark, "rewinders", "rewind", maxOffsetsPerTrigger=4, **cluster_options)
@@ -118,14 +130,16 @@ def test_batch_commit_stores_its_ends_below_a_newer_commit_like_kafka(spark, clu
     assert consume(spark, "rewinders", "rewind", **cluster_options).ranges == {("rewind", 0): (4, 10)}
 
 
-def test_starting_offsets_for_partitions_without_a_committed_offset(spark, cluster, cluster_options):
+def test_starting_offsets_for_partitions_without_a_committed_offset(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("start", partitions=2)
     produce_values(cluster, "start", [f"old{i}" for i in range(6)])
     latest = consume(spark, "late", "start", startingOffsets="latest", **cluster_options)
     assert latest.records == 0
     latest.commit()  # pins the position at the end
     produce_values(cluster, "start", ["new0", "new1"])
-    assert sorted(r.value for r in consume(spark, "late", "start", **cluster_options).df.collect()) == [
+    assert sorted(r.value or b"" for r in consume(spark, "late", "start", **cluster_options).df.collect()) == [
         b"new0",
         b"new1",
     ]
@@ -136,7 +150,9 @@ def test_starting_offsets_for_partitions_without_a_committed_offset(spark, clust
     assert explicit.ranges == {("start", 0): (1, hw[0]), ("start", 1): (hw[1], hw[1])}
 
 
-def test_fail_on_data_loss_both_ways(spark, cluster, cluster_options, caplog):
+def test_fail_on_data_loss_both_ways(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
     cluster.create_topic("trimmed", partitions=1)
     produce_values(cluster, "trimmed", [f"t{i}" for i in range(20)])
     cluster.commit_offsets("lossy", {("trimmed", 0): 5})
@@ -157,7 +173,9 @@ def test_fail_on_data_loss_both_ways(spark, cluster, cluster_options, caplog):
     assert [r.value for r in batch.df.orderBy("offset").collect()] == [f"t{i}".encode() for i in range(12, 20)]
 
 
-def test_group_with_live_members_is_refused(spark, cluster, cluster_options):
+def test_group_with_live_members_is_refused(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("busy", partitions=1)
     produce_values(cluster, "busy", ["x"])
     batch = consume(spark, "shared", "busy", **cluster_options)
@@ -173,7 +191,9 @@ def test_group_with_live_members_is_refused(spark, cluster, cluster_options):
 
 
 # -- consume_into: exactly once ------------------------------------------------------------
-def test_consume_into_topic_exactly_once_over_many_runs(spark, cluster, cluster_options):
+def test_consume_into_topic_exactly_once_over_many_runs(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("in", partitions=3)
     cluster.create_topic("out", partitions=2)
     expected: list[str] = []
@@ -194,7 +214,7 @@ def test_consume_into_topic_exactly_once_over_many_runs(spark, cluster, cluster_
         assert all(r.records <= 25 for r in results)
         assert all(sum(e - s for s, e in r.output_ranges.values()) == r.records for r in results)
     records = assert_log_consistent(cluster, "out")  # output offsets contiguous from 0
-    assert Counter(r.value.decode() for r in records) == Counter(expected), "each input record exactly once"
+    assert Counter((r.value or b"").decode() for r in records) == Counter(expected), "each input record exactly once"
     hw = cluster.high_watermarks("in")
     assert cluster.committed_offsets("pipe", ["in"]) == {("in", p): o for p, o in hw.items()}
     table = cluster.replicas.leader_table("out")
@@ -202,7 +222,9 @@ def test_consume_into_topic_exactly_once_over_many_runs(spark, cluster, cluster_
     assert {p: table.app_version(dt, input_app_id("pipe", "in", p)) for p in hw} == hw
 
 
-def test_consume_into_delta_exactly_once_and_created_from_the_schema(spark, cluster, cluster_options, tmp_path):
+def test_consume_into_delta_exactly_once_and_created_from_the_schema(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     cluster.create_topic("clicks", partitions=2)
     path = str(tmp_path / "lake" / "clicks_out")
     expected: list[str] = []
@@ -238,7 +260,9 @@ def test_consume_into_delta_exactly_once_and_created_from_the_schema(spark, clus
 
 
 @pytest.mark.parametrize("to_topic", [True, False], ids=["topic", "delta"])
-def test_replayed_run_after_lost_mirror_does_not_duplicate(spark, cluster, cluster_options, tmp_path, to_topic):
+def test_replayed_run_after_lost_mirror_does_not_duplicate(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path, to_topic: bool
+) -> None:
     cluster.create_topic("src", partitions=2)
     if to_topic:
         cluster.create_topic("dst", partitions=1)
@@ -264,7 +288,9 @@ def test_replayed_run_after_lost_mirror_does_not_duplicate(spark, cluster, clust
     )
 
 
-def test_empty_input_commits_nothing(spark, cluster, cluster_options, tmp_path):
+def test_empty_input_commits_nothing(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     cluster.create_topic("quiet", partitions=2)
     cluster.create_topic("quiet_out", partitions=1)
     before = cluster.replicas.leader_table("quiet_out").snapshot().version()
@@ -279,7 +305,9 @@ def test_empty_input_commits_nothing(spark, cluster, cluster_options, tmp_path):
         producer.send("quiet_out", b"after").result()
 
 
-def test_transform_dropping_everything_still_commits_the_input_offsets(spark, cluster, cluster_options):
+def test_transform_dropping_everything_still_commits_the_input_offsets(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("noisy", partitions=1)
     cluster.create_topic("kept", partitions=1)
     produce_values(cluster, "noisy", [f"n{i}" for i in range(5)])
@@ -291,14 +319,14 @@ def test_transform_dropping_everything_still_commits_the_input_offsets(spark, cl
     assert consume_into(spark, "filter", "noisy", upper, output_topic="kept", **cluster_options).records == 0
 
 
-def test_stale_delta_commit_is_fenced_and_its_files_deleted(cluster, tmp_path):
+def test_stale_delta_commit_is_fenced_and_its_files_deleted(cluster: sparklog.Cluster, tmp_path: Path) -> None:
     """The commit-time re-check: a run that started from older stored offsets (a zombie, or a
     concurrent run of the same group) commits nothing and leaves no file behind."""
     sink = DeltaSink(str(tmp_path / "t"))
     schema = pa.schema([("v", pa.string())])
     app = input_app_id("g", "t", 0)
 
-    def files(values):
+    def files(values: list[str]) -> list[DataFile]:
         return write_task_files(sink.root, schema, iter(pa.table({"v": values}, schema=schema).to_batches()), "test")
 
     sink.commit(files(["a", "b"]), schema, {app: 2}, {app: None}, {})
@@ -309,7 +337,9 @@ def test_stale_delta_commit_is_fenced_and_its_files_deleted(cluster, tmp_path):
     assert sink.app_versions([app]) == {app: 2} and delta_rows(sink.root).num_rows == 2
 
 
-def test_stale_topic_commit_is_fenced_under_the_leases(spark, cluster, cluster_options):
+def test_stale_topic_commit_is_fenced_under_the_leases(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     """The same re-check for a topic output, made in the job's commit under the leases."""
     from sparklog.spark.exactly_once import _Output
     from sparklog.spark.writer import plan_produce
@@ -334,7 +364,9 @@ def test_stale_topic_commit_is_fenced_under_the_leases(spark, cluster, cluster_o
         producer.send("dst1", b"next").result()
 
 
-def test_failing_job_commits_nothing_and_reports_the_sparklog_error(spark, cluster, cluster_options):
+def test_failing_job_commits_nothing_and_reports_the_sparklog_error(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("wide", partitions=2)
     cluster.create_topic("narrow", partitions=1, config={"max.message.bytes": 200})
     produce_values(cluster, "wide", [f"w{i}" for i in range(6)])
@@ -348,7 +380,9 @@ def test_failing_job_commits_nothing_and_reports_the_sparklog_error(spark, clust
 
 
 # -- bad input changes nothing -------------------------------------------------------------
-def test_bad_input_fails_clearly_and_changes_nothing(spark, cluster, cluster_options, sparklog_home):
+def test_bad_input_fails_clearly_and_changes_nothing(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], sparklog_home: Path
+) -> None:
     cluster.create_topic("raw", partitions=2)
     cluster.create_topic("sink", partitions=1)
     produce_values(cluster, "raw", [f"x{i}" for i in range(8)])
@@ -356,7 +390,7 @@ def test_bad_input_fails_clearly_and_changes_nothing(spark, cluster, cluster_opt
     consume_into(spark, "ok", "raw", lineage, output_path=path, maxOffsetsPerTrigger=4, **cluster_options)
     (sparklog_home / "not_delta").mkdir()
     (sparklog_home / "not_delta" / "file.txt").write_text("hello")
-    cases = [
+    cases: list[tuple[type[Exception], str, dict[str, Any]]] = [
         (TopicNotFoundError, "Topic nope does not exist", dict(group_id="ok", topics="nope", output_path=path)),
         (InvalidGroupIdError, "bad group!", dict(group_id="bad group!", topics="raw", output_path=path)),
         (TopicNotFoundError, "Output topic missing", dict(group_id="ok", topics="raw", output_topic="missing")),

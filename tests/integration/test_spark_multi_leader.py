@@ -13,6 +13,7 @@ import pickle
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
@@ -38,6 +39,9 @@ from sparklog.spark.writer import (
 )
 from tests.helpers import assert_log_consistent, assert_values_unique
 from tests.integration.test_streaming import assert_leases_released, assert_once, copy_query, send
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Partition -> its only replica's broker: 0 and 3 on broker 0, 1 on broker 1, 2 on broker 2.
 ASSIGNMENT = {0: [0], 1: [1], 2: [2], 3: [0]}
@@ -108,7 +112,9 @@ def elect(cluster: sparklog.Cluster, topic: str, partition: int, epoch: int) -> 
 
 
 # -- batch writes --------------------------------------------------------------------------
-def test_batch_writes_land_once_on_each_leader_table(spark, brokers, cluster_options):
+def test_batch_writes_land_once_on_each_leader_table(
+    spark: SparkSession, brokers: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster = brokers
     create_multi_leader(cluster, "multi")
     before = versions(cluster, "multi")
@@ -125,7 +131,9 @@ def test_batch_writes_land_once_on_each_leader_table(spark, brokers, cluster_opt
     records = assert_log_consistent(cluster, "multi")
     assert len(records) == 5000
     assert_values_unique(records)
-    assert Counter(r.partition for r in records if r.value.startswith(b"a")) == expected, "keys partition like Kafka"
+    assert Counter(r.partition for r in records if (r.value or b"").startswith(b"a")) == expected, (
+        "keys partition like Kafka"
+    )
     assert_on_leader_tables(cluster, "multi")
     for table, parts in cluster.replicas.leader_tables("multi"):
         dt = table.snapshot()
@@ -133,7 +141,9 @@ def test_batch_writes_land_once_on_each_leader_table(spark, brokers, cluster_opt
     assert_leases_released(cluster, "multi")
 
 
-def test_takeover_marks_each_partitions_leader_table(brokers, cluster_options):
+def test_takeover_marks_each_partitions_leader_table(
+    brokers: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster = brokers
     create_multi_leader(cluster, "marked")
     crashed = plan_produce(cluster_options, "marked", "job-x")  # never committed nor released
@@ -153,7 +163,9 @@ def test_takeover_marks_each_partitions_leader_table(brokers, cluster_options):
 
 
 # -- leader epochs ---------------------------------------------------------------------------
-def test_spark_write_of_an_old_leader_epoch_is_refused(brokers, cluster_options):
+def test_spark_write_of_an_old_leader_epoch_is_refused(
+    brokers: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster = brokers
     create_multi_leader(cluster, "epochs")
     first, *_middle, last = commit_order(cluster, "epochs")
@@ -194,7 +206,9 @@ def test_spark_write_of_an_old_leader_epoch_is_refused(brokers, cluster_options)
 
 
 # -- streaming ---------------------------------------------------------------------------------
-def test_write_stream_to_multi_leader_topic_is_exactly_once(spark, brokers, cluster_options, tmp_path):
+def test_write_stream_to_multi_leader_topic_is_exactly_once(
+    spark: SparkSession, brokers: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     cluster = brokers
     cluster.create_topic("src", partitions=2)
     create_multi_leader(cluster, "dst")
@@ -204,7 +218,9 @@ def test_write_stream_to_multi_leader_topic_is_exactly_once(spark, brokers, clus
     send(cluster, "src", [f"b{i}" for i in range(10)])
     copy_query(spark, cluster_options, checkpoint, maxOffsetsPerTrigger="12")  # a restart
     records = assert_log_consistent(cluster, "dst")
-    assert_once([r.value.decode() for r in records], [f"a{i}" for i in range(30)] + [f"b{i}" for i in range(10)])
+    assert_once(
+        [(r.value or b"").decode() for r in records], [f"a{i}" for i in range(30)] + [f"b{i}" for i in range(10)]
+    )
     assert_on_leader_tables(cluster, "dst")
     query_id = json.loads((checkpoint / "metadata").read_text())["id"]
     commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
@@ -225,16 +241,20 @@ def test_write_stream_to_multi_leader_topic_is_exactly_once(spark, brokers, clus
     assert_leases_released(cluster, "dst")
 
 
-def test_stream_batch_committed_to_some_leader_tables_is_completed_by_its_replay(brokers, cluster_options, monkeypatch):
+def test_stream_batch_committed_to_some_leader_tables_is_completed_by_its_replay(
+    brokers: sparklog.Cluster, cluster_options: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     cluster = brokers
     create_multi_leader(cluster, "sink")
     schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
     options = {**cluster_options, "topic": "sink", "spark.writer.lease.ms": "60000"}
     keys = [f"k{i}" for i in range(300)]
 
-    def run_batch(batch_id: int, batch: pa.RecordBatch) -> list[StreamSegmentsWritten]:
+    def run_batch(batch_id: int, batch: pa.RecordBatch) -> list[StreamSegmentsWritten | None]:
         planned = pickle.loads(pickle.dumps(SparklogStreamWriter(options, schema, False)))  # as Spark ships it
-        messages = [write_stream_task(planned.plan, iter([batch]), 0, "query-1", batch_id)]
+        messages: list[StreamSegmentsWritten | None] = [
+            write_stream_task(planned.plan, iter([batch]), 0, "query-1", batch_id)
+        ]
         writer = SparklogStreamWriter(options, schema, False)  # a fresh commit-side instance
         try:
             writer.commit(messages, batch_id)
@@ -260,13 +280,13 @@ def test_stream_batch_committed_to_some_leader_tables_is_completed_by_its_replay
         "only the missing table committed"
     )
     root = Path(cluster.replicas.replica_table("sink", first).root)
-    replay_paths = [str(s["path"]) for m in replay for s in m.segments if int(s["partition"]) in led_by(first)]
+    replay_paths = [str(s["path"]) for m in replay if m for s in m.segments if int(s["partition"]) in led_by(first)]
     assert replay_paths and not any((root / p).exists() for p in replay_paths), (
         "the skipped table's replay files are deleted"
     )
     records = assert_log_consistent(cluster, "sink")
-    assert sorted(r.value for r in records) == sorted(f"v-{k}".encode() for k in keys), "every row exactly once"
-    assert all(r.partition == partition_for_key(r.value[2:], 4) for r in records)
+    assert sorted(r.value or b"" for r in records) == sorted(f"v-{k}".encode() for k in keys), "every row exactly once"
+    assert all(r.partition == partition_for_key((r.value or b"")[2:], 4) for r in records)
     run_batch(0, keyed_batch(keys))  # a second replay: nothing anywhere
     assert versions(cluster, "sink") == after
     run_batch(1, keyed_batch(["late"]))
@@ -293,7 +313,9 @@ def stored_inputs(cluster: sparklog.Cluster, topic: str, group: str, source: str
     return found
 
 
-def test_consume_into_multi_leader_topic_exactly_once(spark, brokers, cluster_options):
+def test_consume_into_multi_leader_topic_exactly_once(
+    spark: SparkSession, brokers: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster = brokers
     cluster.create_topic("in", replica_assignment={0: [0], 1: [1]})
     create_multi_leader(cluster, "out")
@@ -309,7 +331,7 @@ def test_consume_into_multi_leader_topic_exactly_once(spark, brokers, cluster_op
             runs += 1
         assert runs == 2, "40 records with a cap of 30 take two runs"
     records = assert_log_consistent(cluster, "out")
-    assert Counter(r.value.decode() for r in records) == Counter(expected), "each input record exactly once"
+    assert Counter((r.value or b"").decode() for r in records) == Counter(expected), "each input record exactly once"
     assert_on_leader_tables(cluster, "out")
     hw = cluster.high_watermarks("in")
     assert stored_inputs(cluster, "out", "pipe", "in") == {b: hw for b in (0, 1, 2)}, (
@@ -318,7 +340,9 @@ def test_consume_into_multi_leader_topic_exactly_once(spark, brokers, cluster_op
     assert_leases_released(cluster, "out")
 
 
-def test_consume_into_completes_a_run_committed_to_some_leader_tables(spark, brokers, cluster_options, monkeypatch):
+def test_consume_into_completes_a_run_committed_to_some_leader_tables(
+    spark: SparkSession, brokers: sparklog.Cluster, cluster_options: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     cluster = brokers
     cluster.create_topic("in", partitions=2)
     create_multi_leader(cluster, "out")
@@ -334,7 +358,7 @@ def test_consume_into_completes_a_run_committed_to_some_leader_tables(spark, bro
     messages: list[SegmentsWritten | None] = [
         SegmentsWritten(0, write_task_segments(plan, iter(source.to_batches()), 0))
     ]
-    stored = {d: {a: None for a in ids.values()} for d in plan.log_dirs}
+    stored: dict[str, dict[str, int | None]] = {d: {a: None for a in ids.values()} for d in plan.log_dirs}
     run1 = _Output(
         "run-1",
         plan=plan,
@@ -362,7 +386,7 @@ def test_consume_into_completes_a_run_committed_to_some_leader_tables(spark, bro
     after = versions(cluster, "out")
     assert {b: after[b] - before[b] for b in after} == {b: int(b == last) for b in after}
     records = assert_log_consistent(cluster, "out")
-    assert Counter(r.value.decode() for r in records) == Counter(values), "each input record exactly once"
+    assert Counter((r.value or b"").decode() for r in records) == Counter(values), "each input record exactly once"
     assert stored_inputs(cluster, "out", "pipe", "in") == {b: hw for b in (0, 1, 2)}
     assert cluster.committed_offsets("pipe", ["in"]) == {("in", p): e for p, e in hw.items()}, "mirrored"
     assert consume_into(spark, "pipe", "in", output_topic="out", **cluster_options).records == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -17,7 +18,7 @@ from sparklog.spark.writer import SegmentsWritten, commit_produce, plan_produce,
 from tests.integration.test_streaming import assert_leases_released
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 
 def assert_offsets_contiguous(table: pa.Table, expected_counts: dict[int, int]) -> None:
@@ -35,7 +36,9 @@ def delta_commits(cluster: sparklog.Cluster, topic: str) -> int:
     return cluster.replicas.leader_table(topic).snapshot().version()
 
 
-def test_spark_produce_million_records_is_one_commit(spark, cluster, cluster_options):
+def test_spark_produce_million_records_is_one_commit(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("million", partitions=4)
     before = delta_commits(cluster, "million")
     n = 1_000_000
@@ -55,7 +58,9 @@ def test_spark_produce_million_records_is_one_commit(spark, cluster, cluster_opt
     assert pc.count_distinct(values).as_py() == n, "every input row stored exactly once"
 
 
-def test_spark_produce_appends_after_light_producer(spark, cluster, cluster_options):
+def test_spark_produce_appends_after_light_producer(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("mixed", partitions=2)
     with cluster.producer() as producer:
         for i in range(5):
@@ -69,7 +74,9 @@ def test_spark_produce_appends_after_light_producer(spark, cluster, cluster_opti
     assert_offsets_contiguous(cluster.read("mixed"), {p: hw for p, (_s, hw) in offsets.items()})
 
 
-def test_keys_partition_like_kafka_and_explicit_partition_wins(spark, cluster, cluster_options):
+def test_keys_partition_like_kafka_and_explicit_partition_wins(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("keyed", partitions=5)
     rows = [(f"key-{i}", f"value-{i}", 3 if i % 7 == 0 else None) for i in range(500)]
     df = spark.createDataFrame(rows, "key string, value string, partition int")
@@ -89,7 +96,9 @@ def test_keys_partition_like_kafka_and_explicit_partition_wins(spark, cluster, c
         assert by_value[value] == (key, expected), f"{value}: expected partition {expected}, got {by_value[value][1]}"
 
 
-def test_binary_columns_headers_and_timestamps_round_trip(spark, cluster, cluster_options):
+def test_binary_columns_headers_and_timestamps_round_trip(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("typed", partitions=1)
     df = spark.sql(
         "SELECT CAST('k' AS BINARY) AS key, CAST('v' AS BINARY) AS value, "
@@ -103,7 +112,9 @@ def test_binary_columns_headers_and_timestamps_round_trip(spark, cluster, cluste
     assert row["headers"] == [{"key": "h1", "value": b"x"}]
 
 
-def test_dataframe_writer_api_and_mode_overwrite_rejected(spark, cluster, cluster_options):
+def test_dataframe_writer_api_and_mode_overwrite_rejected(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("plain", partitions=2)
     df = spark.range(100).select(F.col("id").cast("string").alias("value"))
     df.write.format("sparklog").options(**cluster_options).option("topic", "plain").mode("append").save()
@@ -116,7 +127,9 @@ def test_dataframe_writer_api_and_mode_overwrite_rejected(spark, cluster, cluste
     assert sum(hw for _s, hw in cluster.partition_offsets("plain").values()) == 100
 
 
-def test_dataframe_writer_save_without_mode_appends_like_kafka(spark, cluster, cluster_options, tmp_path):
+def test_dataframe_writer_save_without_mode_appends_like_kafka(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     # The README's `df.write.format("sparklog").option("topic", t).save()`: no mode means
     # ErrorIfExists, which Spark's Kafka sink treats as append.
     cluster.create_topic("no-mode", partitions=2)
@@ -139,7 +152,7 @@ def test_dataframe_writer_save_without_mode_appends_like_kafka(spark, cluster, c
         df.write.format("parquet").save(str(tmp_path / "plain"))
 
 
-def skewed_time_ordered(spark, rows_per_slice: int = 100_000) -> DataFrame:
+def skewed_time_ordered(spark: SparkSession, rows_per_slice: int = 100_000) -> DataFrame:
     """Four Spark partitions in event-time order whose first holds nearly all the rows, so its
     task finishes last; keyed over the topic's partitions."""
     ids = spark.range(0, 4 * rows_per_slice, numPartitions=4).where(
@@ -166,7 +179,9 @@ def placements(cluster: sparklog.Cluster, topic: str) -> dict[bytes, tuple[int, 
 
 
 @pytest.mark.parametrize("api", ["produce", "format"])
-def test_offsets_follow_the_dataframe_order_not_task_completion(spark, cluster, cluster_options, api):
+def test_offsets_follow_the_dataframe_order_not_task_completion(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], api: str
+) -> None:
     # Replaying from a timestamp must not start at records from later: a time-ordered
     # DataFrame gives time-ordered partitions however long each task takes.
     cluster.create_topic("timed", partitions=3)
@@ -189,7 +204,9 @@ def test_offsets_follow_the_dataframe_order_not_task_completion(spark, cluster, 
         )
 
 
-def test_same_input_gives_the_same_offsets(spark, cluster, cluster_options):
+def test_same_input_gives_the_same_offsets(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     df = skewed_time_ordered(spark, rows_per_slice=50_000)
     # The same rows in the same order, produced again, and once as a single Spark partition.
     for topic, frame in (("again-1", df), ("again-2", df), ("again-3", df.coalesce(1))):
@@ -204,7 +221,9 @@ def test_same_input_gives_the_same_offsets(spark, cluster, cluster_options):
     assert first == second
 
 
-def test_a_task_that_went_ahead_is_moved_into_task_order_by_the_commit(cluster, cluster_options):
+def test_a_task_that_went_ahead_is_moved_into_task_order_by_the_commit(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     # Task 1 is ready while task 0 is neither recorded nor running (not scheduled yet, or
     # being retried): it must not wait for ever (it may hold the slot task 0 needs), so it
     # writes at guessed offsets, and the commit moves its files into place.
@@ -256,7 +275,9 @@ def test_a_task_that_went_ahead_is_moved_into_task_order_by_the_commit(cluster, 
         ("CAST(id AS STRING) AS value, 'x' AS partition", "column 'partition' has type string"),
     ],
 )
-def test_wrong_schema_fails_before_writing(spark, cluster, cluster_options, select, message):
+def test_wrong_schema_fails_before_writing(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], select: str, message: str
+) -> None:
     cluster.create_topic("strict", partitions=1)
     with pytest.raises(Exception, match=message):
         produce(spark.range(10).selectExpr(*[s.strip() for s in select.split(", ")]), "strict", **cluster_options)
@@ -266,7 +287,9 @@ def test_wrong_schema_fails_before_writing(spark, cluster, cluster_options, sele
     assert cluster.partition_offsets("strict") == {0: (0, 3)}
 
 
-def test_failed_job_commits_nothing_and_releases_leases(spark, cluster, cluster_options, tmp_path):
+def test_failed_job_commits_nothing_and_releases_leases(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     cluster.create_topic("atomic", partitions=3, config={"max.message.bytes": "1000"})
     big = spark.range(2000, numPartitions=4).select(
         F.when(F.col("id") == 1999, F.repeat(F.lit("x"), 5000)).otherwise(F.col("id").cast("string")).alias("value")
@@ -278,12 +301,14 @@ def test_failed_job_commits_nothing_and_releases_leases(spark, cluster, cluster_
     assert sum(hw for _s, hw in cluster.partition_offsets("atomic").values()) == 30
 
 
-def test_unknown_topic_is_a_clear_error(spark, cluster_options):
+def test_unknown_topic_is_a_clear_error(spark: SparkSession, cluster_options: dict[str, str]) -> None:
     with pytest.raises(Exception, match="does not exist"):
         produce(spark.range(1).selectExpr("CAST(id AS STRING) AS value"), "no-such-topic", **cluster_options)
 
 
-def test_session_conf_reaches_produce(spark, cluster, cluster_options):
+def test_session_conf_reaches_produce(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("conf-topic", partitions=1)
     for key, value in cluster_options.items():
         spark.conf.set(f"spark.sparklog.{key}", value)
@@ -296,6 +321,6 @@ def test_session_conf_reaches_produce(spark, cluster, cluster_options):
     assert cluster.partition_offsets("conf-topic") == {0: (0, 7)}
 
 
-def test_errors_are_sparklog_errors_on_the_driver(cluster):
+def test_errors_are_sparklog_errors_on_the_driver(cluster: sparklog.Cluster) -> None:
     with pytest.raises(SparklogError):
         cluster.describe_topic("absent")

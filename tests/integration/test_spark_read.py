@@ -7,7 +7,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
@@ -88,7 +90,7 @@ def load(spark: SparkSession, options: dict[str, str], **extra: str) -> DataFram
     return spark.read.format("sparklog").options(**options).options(**extra).load()
 
 
-def rows_of(topic: str, partitions: range | list[int], offsets: range) -> list[tuple[str, int, int]]:
+def rows_of(topic: str, partitions: Sequence[int], offsets: Sequence[int]) -> list[tuple[str, int, int]]:
     return [(topic, p, i) for p in partitions for i in offsets]
 
 
@@ -96,7 +98,9 @@ def same(actual: DataFrame, wanted: DataFrame) -> None:
     assert_df_equality(actual, wanted, ignore_row_order=True, ignore_nullable=True)
 
 
-def test_schema_is_the_kafka_source_schema(spark, cluster_options, topics):
+def test_schema_is_the_kafka_source_schema(
+    spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int]
+) -> None:
     df = load(spark, cluster_options, subscribe="clicks")
     assert [(f.name, f.dataType) for f in df.schema] == [(f.name, f.dataType) for f in KAFKA_SOURCE_SCHEMA]
     with_headers = load(spark, cluster_options, subscribe="clicks", includeHeaders="true")
@@ -104,7 +108,9 @@ def test_schema_is_the_kafka_source_schema(spark, cluster_options, topics):
     assert with_headers.schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
 
 
-def test_subscribe_pattern_and_assign(spark, cluster_options, topics):
+def test_subscribe_pattern_and_assign(
+    spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int]
+) -> None:
     same(load(spark, cluster_options, subscribe="clicks"), expected(spark, rows_of("clicks", range(3), range(10))))
     both = rows_of("clicks", range(3), range(10)) + rows_of("clicks-eu", [0], range(10))
     same(load(spark, cluster_options, subscribe="clicks,clicks-eu"), expected(spark, both))
@@ -119,7 +125,9 @@ def test_subscribe_pattern_and_assign(spark, cluster_options, topics):
     )
 
 
-def test_offsets_earliest_latest_and_json(spark, cluster_options, topics):
+def test_offsets_earliest_latest_and_json(
+    spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int]
+) -> None:
     same(
         load(spark, cluster_options, subscribe="clicks", startingOffsets="earliest", endingOffsets="latest"),
         expected(spark, rows_of("clicks", range(3), range(10))),
@@ -135,7 +143,7 @@ def test_offsets_earliest_latest_and_json(spark, cluster_options, topics):
     )
 
 
-def test_timestamps(spark, cluster_options, topics):
+def test_timestamps(spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int]) -> None:
     same(
         load(spark, cluster_options, subscribe="clicks", startingTimestamp=str(BASE_MS + 7000)),
         expected(spark, rows_of("clicks", range(3), range(7, 10))),
@@ -170,20 +178,22 @@ def test_timestamps(spark, cluster_options, topics):
     )
 
 
-def test_include_headers(spark, cluster_options, topics):
+def test_include_headers(spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int]) -> None:
     same(
         load(spark, cluster_options, subscribe="clicks-eu", includeHeaders="true"),
         expected(spark, rows_of("clicks-eu", [0], range(10)), headers=True),
     )
 
 
-def test_min_partitions_splits_work_without_changing_results(spark, cluster_options, topics):
+def test_min_partitions_splits_work_without_changing_results(
+    spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int]
+) -> None:
     df = load(spark, cluster_options, subscribe="clicks", minPartitions="12")
     assert df.rdd.getNumPartitions() >= 12
     same(df, expected(spark, rows_of("clicks", range(3), range(10))))
 
 
-def test_sql_view(spark, cluster_options, topics):
+def test_sql_view(spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int]) -> None:
     opts = ", ".join(f"`{k}` '{v}'" for k, v in cluster_options.items())
     spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW clicks_view USING sparklog OPTIONS (subscribe 'clicks', {opts})")
     counts = {
@@ -198,7 +208,9 @@ def test_sql_view(spark, cluster_options, topics):
     assert spark.sql("SELECT count(*) AS n FROM clicks_tail").collect()[0]["n"] == 6
 
 
-def test_sql_view_is_planned_at_creation_and_refreshed_by_recreating(spark, cluster, cluster_options, topics):
+def test_sql_view_is_planned_at_creation_and_refreshed_by_recreating(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], topics: dict[str, int]
+) -> None:
     opts = ", ".join(f"`{k}` '{v}'" for k, v in cluster_options.items())
     create = f"CREATE OR REPLACE TEMPORARY VIEW eu_view USING sparklog OPTIONS (subscribe 'clicks-eu', {opts})"
     spark.sql(create)
@@ -211,7 +223,9 @@ def test_sql_view_is_planned_at_creation_and_refreshed_by_recreating(spark, clus
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_register_topics_helper(spark, cluster_options, topics, native):
+def test_register_topics_helper(
+    spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int], native: bool
+) -> None:
     from sparklog.spark import register_topics
 
     assert register_topics(spark, native=native, **cluster_options) == ["clicks", "clicks-eu"]
@@ -234,13 +248,17 @@ def native_and_source(spark: SparkSession, options: dict[str, str], **extra: str
         {"subscribe": "clicks", "startingTimestamp": str(BASE_MS + 7000)},
     ],
 )
-def test_native_read_equals_the_data_source(spark, cluster_options, topics, extra):
+def test_native_read_equals_the_data_source(
+    spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int], extra: dict[str, str]
+) -> None:
     native, source = native_and_source(spark, cluster_options, **extra)
     assert native.schema.fieldNames() == source.schema.fieldNames()
     same(native, source)
 
 
-def test_reads_are_pinned_to_the_offsets_resolved_at_planning(spark, cluster, cluster_options, topics):
+def test_reads_are_pinned_to_the_offsets_resolved_at_planning(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], topics: dict[str, int]
+) -> None:
     df = load(spark, cluster_options, subscribe="clicks-eu")
     assert df.count() == 10
     with cluster.producer() as producer:
@@ -283,17 +301,23 @@ def test_reads_are_pinned_to_the_offsets_resolved_at_planning(spark, cluster, cl
         ),
     ],
 )
-def test_bad_options_are_clear_errors(spark, cluster_options, topics, options, message):
+def test_bad_options_are_clear_errors(
+    spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int], options: dict[str, str], message: str
+) -> None:
     with pytest.raises(Exception, match=message):
         load(spark, cluster_options, **options).collect()
 
 
-def test_a_range_may_start_at_its_end(spark, cluster_options, topics):
+def test_a_range_may_start_at_its_end(
+    spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int]
+) -> None:
     at_end = {"subscribe": "clicks-eu", "startingOffsets": '{"clicks-eu":{"0":10}}'}
     assert load(spark, cluster_options, **at_end).count() == 0
 
 
-def test_ignored_options_are_named_once_in_one_warning(spark, cluster_options, topics):
+def test_ignored_options_are_named_once_in_one_warning(
+    spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int]
+) -> None:
     from sparklog.spark.option_names import IgnoredOptionWarning
 
     ignored = {
@@ -319,7 +343,9 @@ def test_ignored_options_are_named_once_in_one_warning(spark, cluster_options, t
     assert "maxOffsetsPerTrigger: it limits streaming micro-batches only" in text, text
 
 
-def test_used_options_draw_no_warning(spark, cluster_options, topics):
+def test_used_options_draw_no_warning(
+    spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int]
+) -> None:
     import warnings
 
     with warnings.catch_warnings():
@@ -333,7 +359,9 @@ def test_used_options_draw_no_warning(spark, cluster_options, topics):
         assert load(spark, cluster_options, subscribe="clicks", **used).count() == 30
 
 
-def test_any_session_finds_the_source_without_registration(cluster_options, topics, tmp_path):
+def test_any_session_finds_the_source_without_registration(
+    cluster_options: dict[str, str], topics: dict[str, int], tmp_path: Path
+) -> None:
     """Spark's data-source lookup finds pyspark_sparklog: a plain SparkSession just works."""
     script = textwrap.dedent(
         f"""

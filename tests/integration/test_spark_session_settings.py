@@ -12,17 +12,21 @@ import subprocess
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 import sparklog
 from tests.integration.test_spark_without_venv import scripts_dir, unactivated_env
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 TOPIC = "session-settings"
 
 
 @pytest.fixture
-def session_conf(spark, cluster_options: dict[str, str]) -> Iterator[None]:
+def session_conf(spark: SparkSession, cluster_options: dict[str, str]) -> Iterator[None]:
     """The test's cluster named only in the session's conf, as ``spark-submit --conf`` does."""
     for key, value in cluster_options.items():
         spark.conf.set(f"spark.sparklog.{key}", value)
@@ -33,7 +37,9 @@ def session_conf(spark, cluster_options: dict[str, str]) -> Iterator[None]:
             spark.conf.unset(f"spark.sparklog.{key}")
 
 
-def test_session_conf_reaches_reads_writes_and_sql(spark, cluster: sparklog.Cluster, session_conf: None) -> None:
+def test_session_conf_reaches_reads_writes_and_sql(
+    spark: SparkSession, cluster: sparklog.Cluster, session_conf: None
+) -> None:
     import sparklog.spark  # noqa: F401  (what a script using any sparklog helper has imported)
 
     cluster.create_topic(TOPIC, partitions=2)
@@ -89,7 +95,9 @@ def _spark_submit(script: str, cwd: Path, env: dict[str, str], *conf: str) -> su
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
 
 
-def test_spark_submit_conf_reaches_the_source(cluster: sparklog.Cluster, cluster_options, tmp_path: Path) -> None:
+def test_spark_submit_conf_reaches_the_source(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     cluster.create_topic(TOPIC, partitions=1)
     work = tmp_path / "elsewhere"
     work.mkdir()

@@ -34,7 +34,7 @@ JOB = textwrap.dedent(
     rows = (spark.read.format("sparklog").option("subscribe", "{topic}").options(**options).load()
             .selectExpr("CAST(value AS STRING) AS value").collect())
     worker_prefix = spark.sparkContext.parallelize([0], 1).map(lambda _: sys.prefix).collect()[0]
-    print("RESULT " + json.dumps({"values": sorted(r.value for r in rows), "worker_prefix": worker_prefix}))
+    print("RESULT " + json.dumps({"values": sorted(r.value or b"" for r in rows), "worker_prefix": worker_prefix}))
     spark.stop()
     """
 ).replace("{topic}", TOPIC)
@@ -63,7 +63,9 @@ def unactivated_env(bin_dir: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("launcher", ["python", "spark-submit"])
-def test_plain_job_finds_sparklog_without_activation(launcher, cluster: sparklog.Cluster, cluster_options, tmp_path):
+def test_plain_job_finds_sparklog_without_activation(
+    launcher: str, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     cluster.create_topic(TOPIC, partitions=2)
     bin_dir = scripts_dir()
     job = tmp_path / "job.py"

@@ -9,6 +9,7 @@ import pickle
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
@@ -21,6 +22,9 @@ from sparklog.metadata.zkdata import WriterLeaseRecord
 from sparklog.spark.stream_reader import rate_limit
 from sparklog.spark.stream_writer import SparklogStreamWriter, stream_app_id, write_stream_task
 from tests.helpers import assert_log_consistent, stored_records
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 Batch = list[tuple[str, int, int, bytes]]  # (topic, partition, offset, value) per record
 
@@ -71,7 +75,7 @@ def assert_once(seen: list[str], wanted: Iterable[str]) -> None:
 
 # -- readStream --------------------------------------------------------------------------
 @pytest.mark.parametrize("limit", [1, 2, 3, 7, 50, 76, 77, 500])
-def test_rate_limit_is_exact_and_proportional(limit):
+def test_rate_limit_is_exact_and_proportional(limit: int) -> None:
     starts = {"t": {0: 10, 1: 0}}  # partition 2 is new: it starts at 0
     ends = {"t": {0: 60, 1: 20, 2: 7}}
     capped = rate_limit(starts, ends, limit)
@@ -83,7 +87,9 @@ def test_rate_limit_is_exact_and_proportional(limit):
         assert taken[0] >= taken[1] >= taken[2], f"shares follow the backlog (50, 20, 7): {taken}"
 
 
-def test_read_stream_sees_every_record_once_across_restarts(spark, cluster, cluster_options, tmp_path):
+def test_read_stream_sees_every_record_once_across_restarts(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     cluster.create_topic("events", partitions=3)
     wanted: list[str] = []
     batches: list[Batch] = []
@@ -100,7 +106,9 @@ def test_read_stream_sees_every_record_once_across_restarts(spark, cluster, clus
     assert offsets == [(p, o) for p in sorted(hws) for o in range(hws[p])], "each offset read once, in range"
 
 
-def test_running_query_sees_new_records_and_new_partitions_from_zero(spark, cluster, cluster_options):
+def test_running_query_sees_new_records_and_new_partitions_from_zero(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("live", partitions=1)
     send(cluster, "live", ["before"])  # startingOffsets defaults to latest: never seen
     query = (
@@ -126,7 +134,9 @@ def test_running_query_sees_new_records_and_new_partitions_from_zero(spark, clus
     )
 
 
-def test_max_offsets_per_trigger_is_an_exact_cap(spark, cluster, cluster_options, tmp_path):
+def test_max_offsets_per_trigger_is_an_exact_cap(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     cluster.create_topic("capped", partitions=3)
     for partition, count in enumerate([50, 20, 7]):
         send(cluster, "capped", [f"{partition}-{i}" for i in range(count)], partition=partition)
@@ -140,7 +150,9 @@ def test_max_offsets_per_trigger_is_an_exact_cap(spark, cluster, cluster_options
     assert first[0] > first[1] > 0 and first[2] > 0, f"the cap is shared in proportion to the backlog: {first}"
 
 
-def test_starting_offsets_earliest_latest_and_json(spark, cluster, cluster_options, tmp_path):
+def test_starting_offsets_earliest_latest_and_json(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     cluster.create_topic("starts", partitions=3)
     for partition in range(3):
         send(cluster, "starts", [f"{partition}-{i}" for i in range(5)], partition=partition)
@@ -162,7 +174,9 @@ def test_starting_offsets_earliest_latest_and_json(spark, cluster, cluster_optio
     assert sorted(values_of(run_available_now(json_df, tmp_path / "j"))) == new
 
 
-def test_ending_offsets_and_bad_options_are_rejected(spark, cluster, cluster_options, tmp_path):
+def test_ending_offsets_and_bad_options_are_rejected(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     cluster.create_topic("strict", partitions=1)
     for extra, message in [
         ({"endingOffsets": "latest"}, "not allowed for streaming"),
@@ -176,7 +190,11 @@ def test_ending_offsets_and_bad_options_are_rejected(spark, cluster, cluster_opt
 
 
 def _start_below_log_start(
-    spark, cluster, cluster_options, tmp_path, fail_on_data_loss: str
+    spark: SparkSession,
+    cluster: sparklog.Cluster,
+    cluster_options: dict[str, str],
+    tmp_path: Path,
+    fail_on_data_loss: str,
 ) -> Callable[[], list[Batch]]:
     """Read 0..9 of a topic, then move log-start past the query's position (offset 15)."""
     cluster.create_topic("trimmed", partitions=1)
@@ -190,7 +208,9 @@ def _start_below_log_start(
     return lambda: run_available_now(df, tmp_path / "ckpt")
 
 
-def test_fail_on_data_loss_true_fails_below_log_start(spark, cluster, cluster_options, tmp_path):
+def test_fail_on_data_loss_true_fails_below_log_start(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     resume = _start_below_log_start(spark, cluster, cluster_options, tmp_path, "true")
     with pytest.raises(Exception, match=r"Offsets 10\.\.14 of trimmed-0 are no longer available \(log-start is 15\)"):
         resume()
@@ -200,12 +220,16 @@ def test_fail_on_data_loss_true_fails_below_log_start(spark, cluster, cluster_op
         run_available_now(stream(spark, cluster_options, subscribe="trimmed", startingOffsets=spec), tmp_path / "other")
 
 
-def test_fail_on_data_loss_false_skips_to_log_start(spark, cluster, cluster_options, tmp_path):
+def test_fail_on_data_loss_false_skips_to_log_start(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     resume = _start_below_log_start(spark, cluster, cluster_options, tmp_path, "false")
     assert values_of(resume()) == [f"v{i}" for i in range(15, 20)]
 
 
-def test_group_id_records_the_processed_offsets(spark, cluster, cluster_options, tmp_path):
+def test_group_id_records_the_processed_offsets(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     cluster.create_topic("tracked", partitions=2)
     send(cluster, "tracked", [f"v{i}" for i in range(12)])
     df = stream(
@@ -248,7 +272,9 @@ def copy_query(spark: SparkSession, options: dict[str, str], checkpoint: Path, *
         raise query.exception()  # type: ignore[misc]
 
 
-def test_write_stream_is_exactly_once_across_restarts_and_replays(spark, cluster, cluster_options, tmp_path):
+def test_write_stream_is_exactly_once_across_restarts_and_replays(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
     cluster.create_topic("src", partitions=2)
     cluster.create_topic("dst", partitions=3)
     checkpoint = tmp_path / "ckpt"
@@ -265,7 +291,9 @@ def test_write_stream_is_exactly_once_across_restarts_and_replays(spark, cluster
     send(cluster, "src", [f"b{i}" for i in range(10)])
     copy_query(spark, cluster_options, checkpoint, maxOffsetsPerTrigger="12")
     records = assert_log_consistent(cluster, "dst")
-    assert_once([r.value.decode() for r in records], [f"a{i}" for i in range(30)] + [f"b{i}" for i in range(10)])
+    assert_once(
+        [(r.value or b"").decode() for r in records], [f"a{i}" for i in range(30)] + [f"b{i}" for i in range(10)]
+    )
 
     # A crash after the Delta commit but before Spark recorded the batch: Spark replays it.
     commits = sorted((checkpoint / "commits").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
@@ -291,7 +319,9 @@ def assert_leases_released(cluster: sparklog.Cluster, topic: str) -> None:
         assert record.released, f"the write lease of {topic}-{partition} is still held by {record.owner}"
 
 
-def test_committing_one_query_batch_twice_writes_once(cluster, cluster_options):
+def test_committing_one_query_batch_twice_writes_once(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str]
+) -> None:
     cluster.create_topic("sink", partitions=2)
     schema = StructType([StructField("value", BinaryType())])
     options = {**cluster_options, "topic": "sink", "spark.writer.lease.ms": "60000"}
@@ -304,10 +334,10 @@ def test_committing_one_query_batch_twice_writes_once(cluster, cluster_options):
 
     run_batch("query-1", 0, [b"x0", b"x1", b"x2"])
     replay_files = run_batch("query-1", 0, [b"x0", b"x1", b"x2"])
-    assert sorted(r.value for r in stored_records(cluster, "sink")) == [b"x0", b"x1", b"x2"]
+    assert sorted(r.value or b"" for r in stored_records(cluster, "sink")) == [b"x0", b"x1", b"x2"]
     root = Path(cluster.replicas.leader_table("sink").root)
     assert not any((root / path).exists() for path in replay_files), "the replay's files must be deleted"
     run_batch("query-1", 1, [b"y0"])
     run_batch("query-2", 0, [b"z0"])  # another query's batch 0 is its own
     records = assert_log_consistent(cluster, "sink")
-    assert sorted(r.value for r in records) == [b"x0", b"x1", b"x2", b"y0", b"z0"]
+    assert sorted(r.value or b"" for r in records) == [b"x0", b"x1", b"x2", b"y0", b"z0"]

@@ -40,7 +40,7 @@ def consume_all(cluster: sparklog.Cluster, group: str, topic: str, count: int) -
         consumer.subscribe([topic])
 
         def enough() -> bool:
-            polled.extend((r.offset, r.value.decode()) for r in consumer.poll(50) if r.value is not None)
+            polled.extend((r.offset, (r.value or b"").decode()) for r in consumer.poll(50) if r.value is not None)
             return len(polled) >= count
 
         wait_until(enough, f"{count} records of {topic} in group {group}")

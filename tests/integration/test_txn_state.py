@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+from pathlib import Path
 
 from deltalake import DeltaTable
 
@@ -33,7 +34,7 @@ def commit_random(table: TopicTable, rng: random.Random, app_ids: list[str]) -> 
     return chosen
 
 
-def test_map_matches_delta_rs_across_commits_and_checkpoints(tmp_path) -> None:
+def test_map_matches_delta_rs_across_commits_and_checkpoints(tmp_path: Path) -> None:
     table = TopicTable(str(tmp_path), TOPIC)
     table.create("id-1", 600_000)
     rng = random.Random(7)
@@ -46,7 +47,7 @@ def test_map_matches_delta_rs_across_commits_and_checkpoints(tmp_path) -> None:
             txn_state._states.clear()  # the next read starts from the checkpoint
         dt = table.snapshot()
         version = dt.version()
-        ours = txn_state.app_transactions(table.root, dt.metadata().id, version)
+        ours = txn_state.app_transactions(table.root, str(dt.metadata().id), version)
         assert ours is not None, f"version {version}: the map was not built (delta-rs fallback)"
         if dict(ours) != (theirs := delta_rs_view(table.root, version, set(app_ids))):
             mismatches[version] = (dict(ours), theirs)
@@ -57,7 +58,7 @@ def test_map_matches_delta_rs_across_commits_and_checkpoints(tmp_path) -> None:
         assert our_view(table, v, set(app_ids)) == delta_rs_view(table.root, v, set(app_ids))
 
 
-def test_newest_state_after_checkpoint_and_cleanup_from_a_fresh_process_state(tmp_path) -> None:
+def test_newest_state_after_checkpoint_and_cleanup_from_a_fresh_process_state(tmp_path: Path) -> None:
     table = TopicTable(str(tmp_path), TOPIC)
     table.create("id-1", 600_000)
     rng = random.Random(11)
@@ -73,11 +74,11 @@ def test_newest_state_after_checkpoint_and_cleanup_from_a_fresh_process_state(tm
     txn_state._states.clear()  # a process that never saw this table
     dt = table.snapshot()
     latest = dt.version()
-    assert txn_state.app_transactions(table.root, dt.metadata().id, latest) is not None
+    assert txn_state.app_transactions(table.root, str(dt.metadata().id), latest) is not None
     assert our_view(table, latest, set(app_ids)) == delta_rs_view(table.root, latest, set(app_ids))
 
 
-def test_recreated_table_at_the_same_root_is_not_mixed_up(tmp_path) -> None:
+def test_recreated_table_at_the_same_root_is_not_mixed_up(tmp_path: Path) -> None:
     table = TopicTable(str(tmp_path), TOPIC)
     table.create("id-1", 600_000)
     table.commit(table.snapshot(), [], {"sparklog.end.0": 50, "sparklog.end.1": 7}, {})

@@ -6,6 +6,7 @@ import ast
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,12 +14,13 @@ from sparklog.errors import ConfigError, GroupError
 from sparklog.group.assignors import (
     ASSIGNORS,
     MemberSubscription,
-    TopicPartition,
+    Previous,
     assign,
     range_assign,
     roundrobin_assign,
     sticky_assign,
 )
+from sparklog.model.topic import TopicPartition
 
 Assignment = dict[str, list[TopicPartition]]
 T, T1, T2 = "topic", "topic1", "topic2"
@@ -53,7 +55,10 @@ def assert_valid(assignment: Assignment, members: Sequence[MemberSubscription], 
 
 
 def run(
-    strategy: str, members: Sequence[MemberSubscription], partitions: Mapping[str, int], previous=None
+    strategy: str,
+    members: Sequence[MemberSubscription],
+    partitions: Mapping[str, int],
+    previous: Previous | None = None,
 ) -> Assignment:
     result = assign(strategy, members, partitions, previous)
     assert_valid(result, members, partitions)
@@ -241,7 +246,7 @@ def test_sticky_static_member_rejoining_under_new_member_id_keeps_its_partitions
 
 def test_sticky_accepts_json_style_previous() -> None:
     members = [m("a", T), m("b", T)]
-    previous = {"a": [[T, 1], [T, 0]], "b": [[T, 2], [T, 3]]}
+    previous: dict[str, Any] = {"a": [[T, 1], [T, 0]], "b": [[T, 2], [T, 3]]}  # as decoded from JSON
     assert run("sticky", members, {T: 4}, previous) == {"a": [(T, 0), (T, 1)], "b": [(T, 2), (T, 3)]}
 
 

@@ -25,7 +25,7 @@ class FixedClock:
         return self.ms / 1000
 
 
-def test_an_installed_clock_decides_default_record_timestamps():
+def test_an_installed_clock_decides_default_record_timestamps() -> None:
     with clock.installed(FixedClock(1_000)):
         assert clock.now_ms() == 1_000
         segment, _partitions = normalise_input(pa.table({"value": [b"x"]}), 1, "t", 1_000_000)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,7 +141,8 @@ def test_unknown_explicit_key_is_named(key: str) -> None:
         resolve_cluster_config({key: "x"}, environ={})
     kwarg = key.replace(".", "_")
     with pytest.raises(ConfigError, match=f"'{kwarg}'"):
-        resolve_cluster_config(environ={}, **{kwarg: "x"})
+        overrides: dict[str, Any] = {kwarg: "x"}
+        resolve_cluster_config(environ={}, **overrides)
 
 
 def test_unknown_key_in_properties_file_is_named(tmp_path: Path) -> None:

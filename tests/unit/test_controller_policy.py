@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sparklog.errors import InvalidReplicationFactorError
-from sparklog.server.controller.placement import assign_replicas
-from sparklog.server.controller.policy import (
+from sparklog.runtime.placement import assign_replicas
+from sparklog.runtime.policy import (
     LeaderElection,
     append_epoch,
     controlled_shutdown_leader,
@@ -27,18 +27,18 @@ from sparklog.server.controller.policy import (
     truncation_offset,
 )
 
-POLICY = Path(__file__).resolve().parents[2] / "sparklog" / "server" / "controller" / "policy.py"
+POLICY = Path(__file__).resolve().parents[2] / "sparklog" / "runtime" / "policy.py"
 
 
 def test_policy_module_is_pure() -> None:
-    roots = set()
+    roots: set[str] = set()
     for node in ast.walk(ast.parse(POLICY.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             roots.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             roots.add(node.module.split(".")[0])
     engines = roots & {"pyspark", "kazoo", "deltalake", "pyarrow", "os", "socket", "time"}
-    assert not engines, f"controller/policy.py must stay pure, imports {sorted(engines)}"
+    assert not engines, f"runtime/policy.py must stay pure, imports {sorted(engines)}"
 
 
 # -- elections ---------------------------------------------------------------------------
@@ -380,7 +380,7 @@ def test_generate_reassignment_matches_kafka_per_topic() -> None:
     brokers = [0, 1, 2, 3, 4]
     got = generate_reassignment(current, brokers, rng=random.Random(3))
     draw = random.Random(3)
-    expected = {}
+    expected: dict[tuple[str, int], list[int]] = {}
     for topic, count, rf in (("a", 4, 2), ("b", 3, 3)):
         start, shift = draw.randrange(5), draw.randrange(5)
         placed = assign_replicas(brokers, count, rf, start_index=start, replica_shift=shift)

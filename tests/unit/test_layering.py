@@ -1,38 +1,54 @@
 """The package cut of DESIGN §12, computed from the code's own imports (function-level ones
-included): no import cycle, the library walls (only log/ imports deltalake, only metadata/
-imports kazoo), pure policies free of every engine, the CLI on the public API only."""
+included): no import cycle between modules nor between packages, every package importing
+only what its row of DESIGN §12's direction table names, the broker imported only through
+its entry points, the library walls (only log/ imports deltalake, only metadata/ imports
+kazoo), pure policies free of every engine, the CLI on the public API only."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sparklog"
-PACKAGES = {"model", "log", "metadata", "server", "clients", "group", "admin", "maintenance", "spark", "cli", "testing"}
+DESIGN = PACKAGE.parent / "docs" / "DESIGN.md"
+PACKAGES = {
+    "model",
+    "log",
+    "metadata",
+    "runtime",
+    "broker",
+    "clients",
+    "group",
+    "admin",
+    "maintenance",
+    "spark",
+    "cli",
+    "testing",
+}
 ROOT_MODULES = {"__init__.py", "clock.py", "cluster.py", "config.py", "discovery.py", "errors.py", "retries.py"}
 ENGINES = {"pyspark", "kazoo", "deltalake"}
+# Pure policies besides every module of model/ (which is pure as a whole).
 PURE_POLICIES = [
-    "sparklog.model.records",
-    "sparklog.model.topic",
-    "sparklog.model.offsets",
-    "sparklog.model.batches",
     "sparklog.clock",
     "sparklog.config",
     "sparklog.discovery",
     "sparklog.errors",
     "sparklog.retries",
-    "sparklog.server.controller.placement",
-    "sparklog.server.controller.policy",
+    "sparklog.runtime.placement",
+    "sparklog.runtime.policy",
     "sparklog.log.plans",
     "sparklog.group.assignors",
     "sparklog.group.reset",
-    "sparklog.group.ids",
 ]
+# The broker's entry points: what the CLI starts (``sparklog broker start [--embedded]``,
+# ``broker stop|status``). Nothing else outside broker/ may import broker/.
+BROKER_ENTRY_POINTS = frozenset({"sparklog.broker.agent", "sparklog.broker.embedded_broker"})
 # What the CLI may use: the public API. The embedded ZooKeeper's start/stop/status are
 # commands of their own (``sparklog zookeeper``), so that one metadata module is public too,
-# and so is the embedded broker (``sparklog broker start --embedded|stop|status``).
+# and so are the broker's entry points.
 CLI_ALLOWED = (
     "sparklog.cli",
     "sparklog.cluster",
@@ -45,8 +61,7 @@ CLI_ALLOWED = (
     "sparklog.clients",
     "sparklog.maintenance",
     "sparklog.spark",
-    "sparklog.server.broker",
-    "sparklog.server.embedded_broker",
+    *sorted(BROKER_ENTRY_POINTS),
     "sparklog.metadata.embedded",
 )
 
@@ -131,6 +146,55 @@ def cycles(edges: dict[str, frozenset[str]]) -> list[list[str]]:
     return found
 
 
+def package_of(module: str) -> str:
+    """The node of the package graph ``module`` belongs to: its package under ``sparklog``
+    (``sparklog.group.coordinator`` -> ``group``), a root module itself (``sparklog.errors`` ->
+    ``errors``), ``sparklog`` for the package's own ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_graph(edges: Mapping[str, frozenset[str]]) -> dict[str, frozenset[str]]:
+    """The module graph folded onto packages (imports within one package dropped)."""
+    folded: dict[str, set[str]] = {}
+    for module, targets in edges.items():
+        source = package_of(module)
+        folded.setdefault(source, set()).update(package_of(t) for t in targets if package_of(t) != source)
+    return {package: frozenset(targets) for package, targets in folded.items()}
+
+
+def direction_table(design: str) -> dict[str, frozenset[str]]:
+    """DESIGN §12's package direction table: ``| `a`, `b` | base, `c` |`` rows under the
+    ``| package | may import |`` header; ``base`` stands for the row that defines it, a root
+    module is named with ``.py`` and ``__init__.py`` is the ``sparklog`` package itself."""
+
+    def names(cell: str) -> list[str]:
+        found = [n.removesuffix(".py") for n in re.findall(r"`([^`]+)`", cell)]
+        return ["sparklog" if n == "__init__" else n for n in found]
+
+    rows = design.split("| package | may import |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    table: dict[str, frozenset[str]] = {}
+    base: frozenset[str] = frozenset()
+    for row in rows:
+        packages, allowed = row.strip().strip("|").split("|")
+        targets = frozenset(names(allowed)) | (base if re.search(r"\bbase\b", allowed) else frozenset())
+        if packages.strip() == "base":
+            base = targets
+            continue
+        table.update(dict.fromkeys(names(packages), targets))
+    return table
+
+
+def violations(packages: Mapping[str, frozenset[str]], allowed: Mapping[str, frozenset[str]]) -> list[str]:
+    """Package imports the direction table does not allow, as ``a -> b``."""
+    return sorted(
+        f"{source} -> {target}"
+        for source, targets in packages.items()
+        for target in targets
+        if target not in allowed.get(source, frozenset())
+    )
+
+
 def roots(path: Path) -> set[str]:
     return {name.split(".")[0] for name in imports(path)}
 
@@ -143,17 +207,65 @@ def offenders(library: str, allowed_package: str) -> list[str]:
     )
 
 
-def test_cycle_finder_finds_a_cycle():
+def test_cycle_finder_finds_a_cycle() -> None:
     edges = {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset({"a"})}
     assert cycles(edges) == [["a", "b", "c"]]
 
 
-def test_no_import_cycles():
+def test_no_import_cycles() -> None:
     found = cycles(graph())
     assert not found, "import cycles (each list imports itself around):\n" + "\n".join(map(str, found))
 
 
-def test_every_module_lives_in_a_package_of_the_cut():
+def test_package_cycle_finder_finds_a_planted_cycle() -> None:
+    # No module imports itself around, but runtime and group import each other.
+    edges = {
+        "sparklog.group.coordinator": frozenset({"sparklog.runtime.topics"}),
+        "sparklog.runtime.topics": frozenset({"sparklog.errors"}),
+        "sparklog.runtime.deleted_topics": frozenset({"sparklog.group.ids"}),
+        "sparklog.group.ids": frozenset(),
+        "sparklog.errors": frozenset(),
+    }
+    assert cycles(edges) == []
+    assert cycles(package_graph(edges)) == [["group", "runtime"]]
+
+
+def test_direction_checker_flags_an_import_against_the_table() -> None:
+    allowed = {"runtime": frozenset({"errors"}), "group": frozenset({"runtime", "errors"})}
+    packages = {"runtime": frozenset({"errors", "group"}), "group": frozenset({"runtime"})}
+    assert violations(packages, allowed) == ["runtime -> group"]
+
+
+def test_no_package_cycles() -> None:
+    found = cycles(package_graph(graph()))
+    assert not found, "package cycles (each list imports itself around):\n" + "\n".join(map(str, found))
+
+
+def test_direction_table_is_a_direction_and_covers_every_package() -> None:
+    table = direction_table(DESIGN.read_text(encoding="utf-8"))
+    assert not cycles(table), f"DESIGN §12's direction table has a cycle: {cycles(table)}"
+    nodes = set(package_graph(graph())) | {t for ts in package_graph(graph()).values() for t in ts}
+    assert nodes <= set(table), f"packages without a row in DESIGN §12's direction table: {sorted(nodes - set(table))}"
+    assert set(table) <= PACKAGES | {m.removesuffix(".py") for m in ROOT_MODULES} | {"sparklog"}
+
+
+def test_packages_import_only_what_the_direction_table_allows() -> None:
+    found = violations(package_graph(graph()), direction_table(DESIGN.read_text(encoding="utf-8")))
+    assert not found, f"imports against DESIGN §12's direction table: {found}"
+
+
+def test_only_the_cli_imports_the_broker_and_only_its_entry_points() -> None:
+    reached = sorted(
+        f"{name} -> {target}"
+        for name, targets in graph().items()
+        if package_of(name) != "broker"
+        for target in targets
+        if package_of(target) == "broker" and not (package_of(name) == "cli" and target in BROKER_ENTRY_POINTS)
+    )
+    assert not reached, f"the broker is imported from outside, not through its entry points: {reached}"
+
+
+def test_every_module_lives_in_a_package_of_the_cut() -> None:
     stray = sorted(
         str(p.relative_to(PACKAGE))
         for p in PACKAGE.rglob("*.py")
@@ -163,16 +275,16 @@ def test_every_module_lives_in_a_package_of_the_cut():
     assert not stray, f"modules outside the package cut of DESIGN §12: {stray}"
 
 
-def test_only_log_imports_deltalake():
+def test_only_log_imports_deltalake() -> None:
     assert offenders("deltalake", "log") == []
 
 
-def test_only_metadata_imports_kazoo():
+def test_only_metadata_imports_kazoo() -> None:
     assert offenders("kazoo", "metadata") == []
 
 
-def test_pure_policies_import_no_engine_even_indirectly():
-    for name in PURE_POLICIES:
+def test_pure_policies_import_no_engine_even_indirectly() -> None:
+    for name in sorted(m for m in modules() if m in PURE_POLICIES or package_of(m) == "model"):
         seen, todo = set(), [name]
         while todo:
             current = todo.pop()
@@ -184,7 +296,7 @@ def test_pure_policies_import_no_engine_even_indirectly():
             todo.extend(graph()[current])
 
 
-def test_cli_uses_the_public_api_only():
+def test_cli_uses_the_public_api_only() -> None:
     internal = {
         f"{name} -> {target}"
         for name, targets in graph().items()
@@ -195,13 +307,13 @@ def test_cli_uses_the_public_api_only():
     assert not internal, f"the CLI reaches into internals: {sorted(internal)}"
 
 
-def test_modules_stay_small():
+def test_modules_stay_small() -> None:
     sizes = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     too_big = {name: n for name, n in sizes.items() if n > 500}
     assert not too_big, f"modules over 500 lines: {too_big}"
 
 
-def test_wall_clock_is_read_in_one_place():
+def test_wall_clock_is_read_in_one_place() -> None:
     readers = sorted(
         name
         for name, path in modules().items()

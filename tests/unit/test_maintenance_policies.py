@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import itertools
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from sparklog.errors import OffsetOutOfRangeError
 from sparklog.log.plans import (
     CompactionPlan,
     DeleteRecordsOffsetError,
+    RetentionPlan,
+    SegmentLike,
     compact_records,
     compaction_plan,
     delete_records_plan,
@@ -53,11 +56,11 @@ def chain(*specs: tuple[int, int, int | None], start: int = 0, partition: int = 
     return out
 
 
-def paths(segments) -> list[str]:
+def paths(segments: Sequence[SegmentLike]) -> list[str]:
     return [s.path for s in segments]
 
 
-def surviving_offsets(segments, plan) -> list[int]:
+def surviving_offsets(segments: Sequence[SegmentLike], plan: RetentionPlan) -> list[int]:
     """Every offset still readable after ``plan``: in kept files and at/after the new log start."""
     gone = set(paths(plan.removed))
     return [
@@ -69,7 +72,15 @@ def surviving_offsets(segments, plan) -> list[int]:
     ]
 
 
-def retain(segments, *, log_start=0, log_end=None, retention_ms=-1, retention_bytes=-1, now_ms=NOW):
+def retain(
+    segments: Sequence[SegmentLike],
+    *,
+    log_start: int = 0,
+    log_end: int | None = None,
+    retention_ms: int = -1,
+    retention_bytes: int = -1,
+    now_ms: int = NOW,
+) -> RetentionPlan:
     if log_end is None:
         log_end = max((s.last_offset + 1 for s in segments), default=0)
     return retention_plan(
@@ -84,7 +95,7 @@ def retain(segments, *, log_start=0, log_end=None, retention_ms=-1, retention_by
 
 
 # -- retention.ms ------------------------------------------------------------------------
-def test_time_retention_removes_the_breached_prefix_only():
+def test_time_retention_removes_the_breached_prefix_only() -> None:
     # max timestamps: 5 s old, 2 s old, exactly at the cutoff, 3 s old (behind a kept one)
     segs = chain((10, 100, NOW - 5000), (10, 100, NOW - 2000), (10, 100, NOW - 1000), (10, 100, NOW - 3000))
     plan = retain(segs, retention_ms=1000)
@@ -95,7 +106,7 @@ def test_time_retention_removes_the_breached_prefix_only():
 
 
 @pytest.mark.parametrize(("max_us", "removed"), [((NOW - 1000) * US - 1, True), ((NOW - 1000) * US, False)])
-def test_time_retention_boundary_is_strict(max_us, removed):
+def test_time_retention_boundary_is_strict(max_us: int, removed: bool) -> None:
     seg = Seg("p0/s0", 0, 0, 9, 10, 100, max_us, max_us)
     plan = retain([seg, *chain((5, 100, NOW), start=10)], retention_ms=1000)
     assert paths(plan.removed) == (["p0/s0"] if removed else []), (
@@ -103,14 +114,14 @@ def test_time_retention_boundary_is_strict(max_us, removed):
     )
 
 
-def test_time_retention_may_remove_the_newest_segment():
+def test_time_retention_may_remove_the_newest_segment() -> None:
     segs = chain((10, 100, NOW - 9000), (10, 100, NOW - 8000))
     plan = retain(segs, retention_ms=1000)
     assert paths(plan.removed) == ["p0/s0", "p0/s1"]
     assert plan.new_log_start == 20 and surviving_offsets(segs, plan) == []
 
 
-def test_missing_timestamp_stats_are_never_time_retained():
+def test_missing_timestamp_stats_are_never_time_retained() -> None:
     segs = chain((10, 100, None), (10, 100, NOW - 9000))
     assert retain(segs, retention_ms=1000).removed == ()
 
@@ -126,7 +137,9 @@ def test_missing_timestamp_stats_are_never_time_retained():
         (0, ["p0/s0", "p0/s1", "p0/s2", "p0/s3"], 40),  # everything may go, log-start = log-end
     ],
 )
-def test_size_retention_matches_kafka_boundary(retention_bytes, expected_removed, expected_start):
+def test_size_retention_matches_kafka_boundary(
+    retention_bytes: int, expected_removed: list[str], expected_start: int
+) -> None:
     segs = chain(*[(10, 100, NOW)] * 4)
     plan = retain(segs, retention_bytes=retention_bytes)
     assert paths(plan.removed) == expected_removed
@@ -136,13 +149,13 @@ def test_size_retention_matches_kafka_boundary(retention_bytes, expected_removed
     assert kept_bytes >= retention_bytes
 
 
-def test_size_retention_with_unequal_segments_stops_at_first_that_would_undershoot():
+def test_size_retention_with_unequal_segments_stops_at_first_that_would_undershoot() -> None:
     segs = chain((10, 300, NOW), (10, 50, NOW), (10, 50, NOW))
     plan = retain(segs, retention_bytes=100)  # 400-300=100>=100 removes s0; 100-50=50<100 stops
     assert paths(plan.removed) == ["p0/s0"] and plan.new_log_start == 10
 
 
-def test_time_and_size_together_interleave_along_the_prefix():
+def test_time_and_size_together_interleave_along_the_prefix() -> None:
     # s0 only size-breached, s1 only time-breached (sizes make s1 survive the size rule), s2 neither
     segs = chain((10, 500, NOW), (10, 100, NOW - 10_000), (10, 100, NOW), (10, 100, NOW - 10_000))
     plan = retain(segs, retention_ms=1000, retention_bytes=300)
@@ -153,19 +166,19 @@ def test_time_and_size_together_interleave_along_the_prefix():
     assert surviving_offsets(segs, plan) == list(range(20, 40))
 
 
-def test_time_reason_wins_when_both_rules_apply():
+def test_time_reason_wins_when_both_rules_apply() -> None:
     segs = chain((10, 100, NOW - 10_000), (10, 100, NOW))
     plan = retain(segs, retention_ms=1000, retention_bytes=0)
     assert plan.reason == {"p0/s0": "retention.ms", "p0/s1": "retention.bytes"}
 
 
-def test_unlimited_retention_removes_nothing():
+def test_unlimited_retention_removes_nothing() -> None:
     segs = chain((10, 10**9, NOW - 10**9), (10, 10**9, NOW - 10**9))
     plan = retain(segs, log_start=3, retention_ms=-1, retention_bytes=-1)
     assert plan.removed == () and plan.new_log_start == 3 and plan.reason == {}
 
 
-def test_segments_below_log_start_are_removed_and_log_start_never_moves_back():
+def test_segments_below_log_start_are_removed_and_log_start_never_moves_back() -> None:
     segs = chain((10, 100, NOW), (10, 100, NOW), (10, 100, NOW))
     plan = retain(segs, log_start=25)
     assert plan.reason == {"p0/s0": "delete-records", "p0/s1": "delete-records"}
@@ -173,13 +186,13 @@ def test_segments_below_log_start_are_removed_and_log_start_never_moves_back():
     assert surviving_offsets(segs, plan) == list(range(25, 30))
 
 
-def test_retention_across_compaction_gaps_starts_at_first_kept_base():
+def test_retention_across_compaction_gaps_starts_at_first_kept_base() -> None:
     segs = [Seg("a", 0, 0, 99, 40, 100, 0, 0), Seg("b", 0, 120, 150, 31, 100, NOW * US, NOW * US)]
     plan = retain(segs, log_end=151, retention_ms=1000)
     assert paths(plan.removed) == ["a"] and plan.new_log_start == 120
 
 
-def test_retention_ignores_other_partitions_and_rejects_overlaps_and_bad_bounds():
+def test_retention_ignores_other_partitions_and_rejects_overlaps_and_bad_bounds() -> None:
     other = chain((10, 100, 0), partition=1)
     assert retain(other, log_end=0, retention_ms=0).removed == ()
     overlapping = [Seg("a", 0, 0, 9, 10, 1, 0, 0), Seg("b", 0, 5, 14, 10, 1, 0, 0)]
@@ -189,13 +202,13 @@ def test_retention_ignores_other_partitions_and_rejects_overlaps_and_bad_bounds(
         retain([], log_start=5, log_end=4)
 
 
-def test_retention_accepts_real_segment_files_and_unsorted_input():
+def test_retention_accepts_real_segment_files_and_unsorted_input() -> None:
     files = [SegmentFile(f"f{i}", 0, i * 10, i * 10 + 9, 100, 0, (NOW - 5000) * US, 0) for i in range(3)]
     plan = retain(list(reversed(files)), retention_bytes=100)
     assert paths(plan.removed) == ["f0", "f1"] and plan.new_log_start == 20
 
 
-def test_random_retention_plans_keep_the_invariants():
+def test_random_retention_plans_keep_the_invariants() -> None:
     rng = random.Random(7)
     for _ in range(300):
         specs = [(rng.randint(1, 5), rng.randint(1, 50), NOW - rng.randint(0, 100)) for _ in range(rng.randint(0, 8))]
@@ -212,7 +225,7 @@ def test_random_retention_plans_keep_the_invariants():
         if kept:  # the first kept segment is breached by no rule
             first = kept[0]
             assert first.last_offset >= start
-            assert rms < 0 or first.max_timestamp_us >= (NOW - rms) * US
+            assert rms < 0 or (first.max_timestamp_us or 0) >= (NOW - rms) * US
             assert rbytes < 0 or sum(s.size_bytes for s in kept) - first.size_bytes < rbytes
 
 
@@ -230,7 +243,7 @@ SEGS30 = chain((10, 100, NOW), (10, 100, NOW), (10, 100, NOW))
         (30, ["p0/s0", "p0/s1", "p0/s2"], 30),
     ],
 )
-def test_delete_records(before, expected_removed, expected_start):
+def test_delete_records(before: int, expected_removed: list[str], expected_start: int) -> None:
     plan = delete_records_plan(SEGS30, partition=0, log_start=0, log_end=30, before_offset=before)
     assert paths(plan.removed) == expected_removed
     assert plan.new_log_start == expected_start
@@ -238,14 +251,14 @@ def test_delete_records(before, expected_removed, expected_start):
     assert surviving_offsets(SEGS30, plan) == list(range(expected_start, 30))
 
 
-def test_delete_records_below_log_start_is_a_no_op():
+def test_delete_records_below_log_start_is_a_no_op() -> None:
     # 11 would cover s0 (0..9), but it is below the current log start: nothing changes
     plan = delete_records_plan(SEGS30, partition=0, log_start=12, log_end=30, before_offset=11)
     assert plan.removed == () and plan.new_log_start == 12 and plan.reason == {}
 
 
 @pytest.mark.parametrize("before", [31, -1])
-def test_delete_records_out_of_range_names_partition_and_range(before):
+def test_delete_records_out_of_range_names_partition_and_range(before: int) -> None:
     with pytest.raises(
         DeleteRecordsOffsetError, match=rf"Partition 3: .*offset {before}.*valid range is 4\.\.30"
     ) as err:
@@ -254,7 +267,14 @@ def test_delete_records_out_of_range_names_partition_and_range(before):
 
 
 # -- compaction plan ----------------------------------------------------------------------------
-def plan_compaction(segs, *, lag_ms=0, ratio=0.0, cleaned_up_to=0, log_end=None) -> CompactionPlan | None:
+def plan_compaction(
+    segs: Sequence[SegmentLike],
+    *,
+    lag_ms: int = 0,
+    ratio: float = 0.0,
+    cleaned_up_to: int = 0,
+    log_end: int | None = None,
+) -> CompactionPlan | None:
     if log_end is None:
         log_end = max((s.last_offset + 1 for s in segs), default=0)
     return compaction_plan(
@@ -268,14 +288,14 @@ def plan_compaction(segs, *, lag_ms=0, ratio=0.0, cleaned_up_to=0, log_end=None)
     )
 
 
-def test_compaction_never_rewrites_the_active_head():
+def test_compaction_never_rewrites_the_active_head() -> None:
     assert plan_compaction(chain((10, 100, 0))) is None
     plan = plan_compaction(chain((10, 100, 0), (10, 100, 0)))
     assert plan is not None and paths(plan.rewrite) == ["p0/s0"]
     assert plan.first_uncleanable_offset == 10 and plan.dirty_ratio == 1.0
 
 
-def test_compaction_respects_min_lag():
+def test_compaction_respects_min_lag() -> None:
     # s1's newest record is exactly at now - lag (cleanable); s2's is 1 ms younger; s3 is old but behind s2
     segs = chain((10, 100, NOW - 5000), (10, 100, NOW - 1000), (10, 100, NOW - 999), (10, 100, 0), (10, 100, 0))
     plan = plan_compaction(segs, lag_ms=1000)
@@ -284,7 +304,7 @@ def test_compaction_respects_min_lag():
     assert plan_compaction(segs, lag_ms=10_000) is None
 
 
-def test_compaction_treats_missing_timestamps_as_too_recent():
+def test_compaction_treats_missing_timestamps_as_too_recent() -> None:
     plan = plan_compaction(chain((10, 100, 0), (10, 100, None), (10, 100, 0)))
     assert plan is not None and paths(plan.rewrite) == ["p0/s0"]
 
@@ -300,7 +320,7 @@ def test_compaction_treats_missing_timestamps_as_too_recent():
         (99, 0.0, None),
     ],
 )
-def test_compaction_dirty_ratio_threshold(cleaned_up_to, ratio, expected):
+def test_compaction_dirty_ratio_threshold(cleaned_up_to: int, ratio: float, expected: float | None) -> None:
     segs = chain(*[(10, 100, 0)] * 4)  # s3 (30..39) is the head
     plan = plan_compaction(segs, ratio=ratio, cleaned_up_to=cleaned_up_to)
     if expected is None:
@@ -310,7 +330,7 @@ def test_compaction_dirty_ratio_threshold(cleaned_up_to, ratio, expected):
         assert paths(plan.rewrite) == ["p0/s0", "p0/s1", "p0/s2"] and plan.first_uncleanable_offset == 30
 
 
-def test_compaction_of_nothing():
+def test_compaction_of_nothing() -> None:
     assert plan_compaction([]) is None
 
 
@@ -331,13 +351,13 @@ def records(rows: list[tuple[int, int, bytes | None, bytes | None]]) -> pa.Table
     )
 
 
-def compact(table: pa.Table, *, delete_retention_ms=1000, first_uncleanable=10**9) -> pa.Table:
+def compact(table: pa.Table, *, delete_retention_ms: int = 1000, first_uncleanable: int = 10**9) -> pa.Table:
     return compact_records(
         table, now_ms=NOW, delete_retention_ms=delete_retention_ms, first_uncleanable_offset=first_uncleanable
     )
 
 
-def expected_survivors(rows, horizon_us: int) -> list[int]:
+def expected_survivors(rows: Sequence[tuple[int, int, bytes | None, bytes | None]], horizon_us: int) -> list[int]:
     """Reference implementation: a plain loop over rows."""
     newest: dict[bytes, int] = {}
     for offset, _ts, key, _value in rows:
@@ -352,7 +372,7 @@ def expected_survivors(rows, horizon_us: int) -> list[int]:
     return out
 
 
-def test_compact_records_keeps_transaction_markers_apart_from_data_keys():
+def test_compact_records_keeps_transaction_markers_apart_from_data_keys() -> None:
     marker_key = b"\x00\x00\x00\x01"  # Kafka's control key of a commit marker
 
     def table(kinds: list[int]) -> pa.Table:
@@ -371,7 +391,7 @@ def test_compact_records_keeps_transaction_markers_apart_from_data_keys():
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_compact_records_keeps_newest_per_key(seed):
+def test_compact_records_keeps_newest_per_key(seed: int) -> None:
     rng = random.Random(seed)
     rows, offset = [], 5000
     for _ in range(3000):
@@ -395,9 +415,9 @@ def test_compact_records_keeps_newest_per_key(seed):
     assert sum(1 for r in rows if r[2] is None) == sum(1 for k in out.column("key").to_pylist() if k is None)
 
 
-def test_tombstone_survives_until_delete_retention_passes():
+def test_tombstone_survives_until_delete_retention_passes() -> None:
     horizon = (NOW - 1000) * US
-    rows = [
+    rows: list[tuple[int, int, bytes | None, bytes | None]] = [
         (0, 0, b"a", b"1"),
         (1, horizon, b"a", None),  # tombstone exactly at the horizon: kept
         (2, 0, b"b", b"1"),
@@ -410,12 +430,12 @@ def test_tombstone_survives_until_delete_retention_passes():
     assert out.column("value").to_pylist() == [None, b"2"]
 
 
-def test_null_keys_are_kept_as_they_are():
+def test_null_keys_are_kept_as_they_are() -> None:
     rows = [(0, 0, None, b"x"), (1, 0, None, b"x"), (2, 0, None, None), (3, 0, b"k", b"1"), (4, 0, b"k", b"2")]
     assert compact(records(rows)).column("offset").to_pylist() == [0, 1, 2, 4]
 
 
-def test_compact_records_edge_cases_and_contract():
+def test_compact_records_edge_cases_and_contract() -> None:
     empty = records([])
     assert compact(empty).num_rows == 0
     with pytest.raises(ValueError, match="first uncleanable offset 4"):
@@ -429,7 +449,7 @@ def sized(*sizes: int) -> list[Seg]:
     return chain(*[(10, size, NOW) for size in sizes])
 
 
-def test_optimize_groups_small_consecutive_segments_greedily():
+def test_optimize_groups_small_consecutive_segments_greedily() -> None:
     segs = sized(10, 20, 15, 60, 10, 10, 45, 45, 30)  # segment.bytes=100: small means < 50
     groups = optimize_plan(segs, partition=0, segment_bytes=100)
     assert [paths(g) for g in groups] == [
@@ -443,7 +463,7 @@ def test_optimize_groups_small_consecutive_segments_greedily():
         assert all(b.base_offset == a.last_offset + 1 for a, b in itertools.pairwise(group))
 
 
-def test_optimize_min_files_and_half_size_threshold():
+def test_optimize_min_files_and_half_size_threshold() -> None:
     segs = sized(10, 20, 15, 60, 10, 10, 45, 45, 30)
     assert [paths(g) for g in optimize_plan(segs, partition=0, segment_bytes=100, min_files=3)] == [
         ["p0/s0", "p0/s1", "p0/s2"],
@@ -455,14 +475,14 @@ def test_optimize_min_files_and_half_size_threshold():
         optimize_plan(segs, partition=0, segment_bytes=100, min_files=1)
 
 
-def test_optimize_merges_across_compaction_gaps_in_offset_order():
+def test_optimize_merges_across_compaction_gaps_in_offset_order() -> None:
     segs = [Seg("c", 0, 50, 70, 3, 10, 0, 0), Seg("a", 0, 0, 9, 2, 10, 0, 0), Seg("b", 0, 20, 30, 4, 10, 0, 0)]
     assert [paths(g) for g in optimize_plan(segs, partition=0, segment_bytes=100)] == [["a", "b", "c"]]
     assert optimize_plan(segs, partition=1, segment_bytes=100) == []
 
 
 # -- vacuum ------------------------------------------------------------------------------------
-def test_vacuum_grace_period_orphans_and_live_files():
+def test_vacuum_grace_period_orphans_and_live_files() -> None:
     delay = 1000
     removed = [
         ("old-removed", NOW - delay - 1),
@@ -488,15 +508,15 @@ def test_vacuum_grace_period_orphans_and_live_files():
     assert not set(got) & live
 
 
-def test_vacuum_uses_the_latest_removal_and_never_live_paths():
+def test_vacuum_uses_the_latest_removal_and_never_live_paths() -> None:
     removed = [("f", NOW - 10**6), ("f", NOW - 5)]
     assert vacuum_candidates(removed, {"f": 0}, set(), now_ms=NOW, file_delete_delay_ms=1000) == []
     assert vacuum_candidates([], {"f": 0, "g": 0}, {"f", "g"}, now_ms=NOW, file_delete_delay_ms=0) == []
 
 
-def test_policy_module_is_pure():
+def test_policy_module_is_pure() -> None:
     source = Path(__file__).resolve().parents[2] / "sparklog" / "log" / "plans.py"
-    roots = set()
+    roots: set[str] = set()
     for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             roots.update(alias.name.split(".")[0] for alias in node.names)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sparklog.log import delta_sink, group_offsets, segment, transactions
 
 
-def test_application_transaction_ids_are_stable():
+def test_application_transaction_ids_are_stable() -> None:
     assert [
         transactions.end_app_id(3),
         transactions.start_app_id(3),
@@ -39,5 +39,5 @@ def test_application_transaction_ids_are_stable():
     ]
 
 
-def test_file_and_commit_metadata_keys_are_stable():
+def test_file_and_commit_metadata_keys_are_stable() -> None:
     assert segment.PRODUCER_KEY == "sparklog.producer"

@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from sparklog.errors import InvalidPartitionsError, InvalidReplicaAssignmentError, InvalidReplicationFactorError
-from sparklog.server.controller.placement import (
+from sparklog.runtime.placement import (
     assign_new_partitions,
     assign_replicas,
     parse_replica_assignment,
@@ -286,7 +286,7 @@ def test_mixed_rack_information_is_an_error_unless_asked_otherwise() -> None:
             0,
             0,
             broker_racks=racks,
-            rack_aware_mode=mode,  # type: ignore[arg-type]
+            rack_aware_mode=mode,
         )
         assert got == unaware, f"{mode}: {got} != rack-unaware {unaware}"
 

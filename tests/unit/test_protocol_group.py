@@ -1,4 +1,4 @@
-"""The classic group protocol's state machine (sparklog/server/groups/group.py), clock in hand."""
+"""The classic group protocol's state machine (sparklog/broker/groups/group.py), clock in hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sparklog.server.groups.group import (
+from sparklog.broker.groups.group import (
     COMPLETING,
     EMPTY,
     PREPARING,

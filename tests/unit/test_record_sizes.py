@@ -18,7 +18,7 @@ RECORDS = [
 ]
 
 
-def test_batch_sizes_equal_record_sizes_headers_included():
+def test_batch_sizes_equal_record_sizes_headers_included() -> None:
     key = pa.array([r[0] for r in RECORDS], pa.binary())
     value = pa.array([r[1] for r in RECORDS], pa.binary())
     headers = pa.array(
@@ -29,7 +29,7 @@ def test_batch_sizes_equal_record_sizes_headers_included():
     assert expected[0] == RECORD_OVERHEAD_BYTES + 1 + 10 + 2 + 5 + len("hé".encode()), "headers count, keys as UTF-8"
 
 
-def test_check_names_the_first_record_over_the_limit():
+def test_check_names_the_first_record_over_the_limit() -> None:
     sizes = record_sizes(
         pa.array([None, None], pa.binary()), pa.array([b"a", b"b" * 50], pa.binary()), pa.nulls(2, HEADERS_TYPE)
     )

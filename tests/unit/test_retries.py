@@ -9,11 +9,11 @@ from sparklog.errors import RetriesExhaustedError, SparklogError
 from sparklog.retries import DELTA_COMMIT, RetryBudget
 
 
-def test_a_budget_gives_exactly_its_attempts():
+def test_a_budget_gives_exactly_its_attempts() -> None:
     assert list(RetryBudget(3, "x")) == [0, 1, 2]
 
 
-def test_a_spent_budget_raises_a_sparklog_error_naming_the_conflict():
+def test_a_spent_budget_raises_a_sparklog_error_naming_the_conflict() -> None:
     attempts = 0
     with pytest.raises(RetriesExhaustedError) as caught:
         for _attempt in DELTA_COMMIT:

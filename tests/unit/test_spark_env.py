@@ -17,7 +17,9 @@ from sparklog.errors import ConfigError
 from sparklog.spark.session import log4j2_config_path
 from sparklog.spark.spark_env import MARKER, bind_environment, install_log_config
 
-INSTALLED_SPARK_HOME = Path(importlib.util.find_spec("pyspark").origin).parent
+_PYSPARK = importlib.util.find_spec("pyspark")
+assert _PYSPARK is not None and _PYSPARK.origin is not None
+INSTALLED_SPARK_HOME = Path(_PYSPARK.origin).parent
 BIN_DIR = Path(sysconfig.get_path("scripts"))
 
 
@@ -41,7 +43,7 @@ def launch_env(spark_home: Path, **env: str) -> tuple[str, str]:
     return pyspark_python, python3
 
 
-def test_make_venv_bound_this_environment():
+def test_make_venv_bound_this_environment() -> None:
     bin_dir = BIN_DIR
     assert (INSTALLED_SPARK_HOME / "conf" / "spark-env.sh").is_file(), "run `make venv` (it binds .venv's Spark)"
     assert (bin_dir / "spark-distribution").resolve() == INSTALLED_SPARK_HOME.resolve()
@@ -50,18 +52,18 @@ def test_make_venv_bound_this_environment():
     assert Path(python3).parent == bin_dir
 
 
-def test_make_venv_made_this_environments_spark_quiet():
+def test_make_venv_made_this_environments_spark_quiet() -> None:
     installed = (INSTALLED_SPARK_HOME / "conf" / "log4j2.properties").read_text()
     assert installed.startswith(MARKER) and installed.endswith(Path(log4j2_config_path()).read_text())
 
 
-def test_log_config_rewrites_its_own_and_leaves_a_users_alone(tmp_path):
+def test_log_config_rewrites_its_own_and_leaves_a_users_alone(tmp_path: Path) -> None:
     spark_home, _bin_dir = fake_environment(tmp_path)
     source = tmp_path / "quiet.properties"
+    target = spark_home / "conf" / "log4j2.properties"
     for text in ("rootLogger.level = error\n", "rootLogger.level = warn\n"):
         source.write_text(text)
-        target = install_log_config(spark_home, source)
-        assert target == spark_home / "conf" / "log4j2.properties"
+        assert install_log_config(spark_home, source) == target
         assert target.read_text().startswith(MARKER) and target.read_text().endswith(text)
     users = "rootLogger.level = info\n"
     target.write_text(users)
@@ -69,7 +71,7 @@ def test_log_config_rewrites_its_own_and_leaves_a_users_alone(tmp_path):
     assert target.read_text() == users
 
 
-def test_explicit_pyspark_python_wins(tmp_path):
+def test_explicit_pyspark_python_wins(tmp_path: Path) -> None:
     pyspark_python, python3 = launch_env(INSTALLED_SPARK_HOME, PYSPARK_PYTHON="/opt/other/bin/python3")
     assert pyspark_python == "/opt/other/bin/python3"
     assert Path(python3).parent != BIN_DIR, "PATH must stay the user's"
@@ -89,7 +91,7 @@ def fake_environment(root: Path) -> tuple[Path, Path]:
     return spark_home, bin_dir
 
 
-def test_bind_writes_env_and_link_and_rewrites_its_own(tmp_path):
+def test_bind_writes_env_and_link_and_rewrites_its_own(tmp_path: Path) -> None:
     spark_home, bin_dir = fake_environment(tmp_path)
     python = bin_dir / "python3"
     for _ in range(2):
@@ -99,7 +101,7 @@ def test_bind_writes_env_and_link_and_rewrites_its_own(tmp_path):
         assert launch_env(spark_home) == (str(python), str(python))
 
 
-def test_bind_never_overwrites_a_users_spark_env(tmp_path):
+def test_bind_never_overwrites_a_users_spark_env(tmp_path: Path) -> None:
     spark_home, bin_dir = fake_environment(tmp_path)
     (spark_home / "conf").mkdir()
     users = "SPARK_LOCAL_IP=127.0.0.1\n"
@@ -110,7 +112,7 @@ def test_bind_never_overwrites_a_users_spark_env(tmp_path):
     assert not (bin_dir / "spark-distribution").exists()
 
 
-def test_bind_never_replaces_a_real_spark_distribution_dir(tmp_path):
+def test_bind_never_replaces_a_real_spark_distribution_dir(tmp_path: Path) -> None:
     spark_home, bin_dir = fake_environment(tmp_path)
     (bin_dir / "spark-distribution").mkdir()
     with pytest.raises(ConfigError, match=r"is not a link.*SPARK_HOME"):

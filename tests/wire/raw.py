@@ -12,6 +12,7 @@ from kio.index import load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
 
 TIMEOUT_S = 30.0
 
@@ -43,7 +44,10 @@ def request_bytes(api_key: int, api_version: int, correlation_id: int, body: Any
     entity_writer(header_type)(
         buffer,
         header_type(
-            request_api_key=api_key, request_api_version=api_version, correlation_id=correlation_id, client_id="raw"
+            request_api_key=i16(api_key),
+            request_api_version=i16(api_version),
+            correlation_id=i32(correlation_id),
+            client_id="raw",
         ),
     )
     if body is not None:

@@ -52,7 +52,7 @@ def test_with_auto_creation_off_the_topic_stays_unknown(
     cluster: sparklog.Cluster, no_auto_create_broker: BrokerAgents
 ) -> None:
     producer = Producer({"bootstrap.servers": no_auto_create_broker.bootstrap_servers, "message.timeout.ms": 3000})
-    errors: list[KafkaError] = []
+    errors: list[KafkaError | None] = []
     producer.produce(TOPIC, value=b"lost", on_delivery=lambda err, _msg: errors.append(err))
     producer.flush(30)
     assert len(errors) == 1 and errors[0] is not None

@@ -56,7 +56,7 @@ def consume_all(bootstrap: str, partitions: int, expected: int, **config: Any) -
 @pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_produce_and_consume_every_codec(cluster: sparklog.Cluster, one_broker: BrokerAgents, compression: str) -> None:
     create_led_topic(cluster, one_broker, TOPIC, partitions=3)
-    records = [
+    records: list[dict[str, Any]] = [
         {
             "key": f"key-{i % 7}".encode(),
             "value": f"value-{i}".encode() * (1 + i % 3),

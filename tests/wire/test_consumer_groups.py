@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 import sparklog
 from sparklog.testing import BrokerAgents
-from tests.helpers import wait_until
+from tests.helpers import consumed, wait_until
 from tests.integration.test_cli import Cli
 from tests.wire.conftest import create_led_topic
 
@@ -77,7 +77,8 @@ class Tracked:
         if message is None:
             return
         assert message.error() is None, message.error()
-        self.seen[(message.partition(), message.offset())] = message.value()
+        partition, offset, value = consumed(message)
+        self.seen[(partition, offset)] = value
 
     def owned(self) -> set[int]:
         return {p.partition for p in self.client.assignment()}

@@ -13,7 +13,8 @@ import time
 from kafka.record.default_records import DefaultRecordBatch
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.static.primitive import i32Timedelta
+from kio.schema.types import TopicName
+from kio.static.primitive import i32, i32Timedelta, i64
 
 import sparklog
 from sparklog.testing import BrokerAgents
@@ -28,11 +29,13 @@ LZ4 = 3
 def fetch(port: int, offset: int, max_wait_ms: int = 0, min_bytes: int = 1) -> tuple[int, int, bytes]:
     request = FetchRequest(
         max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
-        min_bytes=min_bytes,
+        min_bytes=i32(min_bytes),
         topics=(
             FetchTopic(
-                topic=TOPIC,
-                partitions=(FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20),),
+                topic=TopicName(TOPIC),
+                partitions=(
+                    FetchPartition(partition=i32(0), fetch_offset=i64(offset), partition_max_bytes=i32(1 << 20)),
+                ),
             ),
         ),
         forgotten_topics_data=(),

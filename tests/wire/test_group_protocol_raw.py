@@ -11,9 +11,9 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 import sparklog
-from sparklog.server.groups.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
-from sparklog.server.kafka.apis import API_VERSIONS
-from sparklog.server.kafka.context import build
+from sparklog.broker.kafka.apis import API_VERSIONS
+from sparklog.broker.kafka.context import build
+from sparklog.group.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
 from tests.wire.conftest import create_led_topic

@@ -19,7 +19,7 @@ import sparklog
 from sparklog.clients.consumer import Consumer as LightConsumer
 from sparklog.errors import ConfigError, InconsistentGroupProtocolError
 from sparklog.testing import BrokerAgents
-from tests.helpers import wait_until
+from tests.helpers import consumed, wait_until
 from tests.wire.conftest import create_led_topic
 from tests.wire.test_consumer_groups import produce
 
@@ -75,10 +75,10 @@ class KafkaMember:
         if message is None:
             return
         assert message.error() is None, message.error()
-        key = (message.partition(), message.offset())
-        if key in self.seen:
-            self.duplicates.append(key)
-        self.seen[key] = message.value()
+        partition, offset, value = consumed(message)
+        if (partition, offset) in self.seen:
+            self.duplicates.append((partition, offset))
+        self.seen[(partition, offset)] = value
 
     def owned(self) -> set[int]:
         return {p.partition for p in self.client.assignment()}

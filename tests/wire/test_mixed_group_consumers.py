@@ -21,7 +21,7 @@ import sparklog
 from sparklog.admin.groups import GroupDescription
 from sparklog.spark import consume, consumer_lag
 from sparklog.testing import BrokerAgents
-from tests.helpers import wait_until
+from tests.helpers import consumed, wait_until
 from tests.wire.conftest import create_led_topic
 from tests.wire.test_consumer_groups import produce
 
@@ -74,8 +74,9 @@ def test_kafka_client_then_spark_then_light_consumer_share_one_group(
         if message is None:
             continue
         assert message.error() is None, message.error()
-        seen["kafka"].append(message.value())
-        positions[message.partition()] = message.offset() + 1
+        partition, offset, value = consumed(message)
+        seen["kafka"].append(value)
+        positions[partition] = offset + 1
     kafka.commit(offsets=[TopicPartition(TOPIC, p, o) for p, o in positions.items()], asynchronous=False)
     assert_truth(cluster, {(TOPIC, p): o for p, o in positions.items()}, "Stable", ["kafka-reader"])
     kafka.close()
@@ -106,9 +107,10 @@ def test_kafka_client_then_spark_then_light_consumer_share_one_group(
         if message is None:
             continue
         assert message.error() is None, message.error()
-        resumed.setdefault(message.partition(), message.offset())
-        seen["kafka again"].append(message.value())
-        moved[message.partition()] = message.offset() + 1
+        partition, offset, value = consumed(message)
+        resumed.setdefault(partition, offset)
+        seen["kafka again"].append(value)
+        moved[partition] = offset + 1
     assert all(resumed[p] == after_spark[(TOPIC, p)] for p in resumed), (resumed, after_spark)
     again.commit(offsets=[TopicPartition(TOPIC, p, o) for p, o in moved.items()], asynchronous=False)
     after_again = {**after_spark, **{(TOPIC, p): o for p, o in moved.items()}}

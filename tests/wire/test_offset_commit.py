@@ -22,8 +22,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i64Timedelta
 
 import sparklog
-from sparklog.group.coordinator import OFFSETS_TOPIC
-from sparklog.server.kafka.offset_commit_api import MAX_METADATA_BYTES
+from sparklog.broker.kafka.offset_commit_api import MAX_METADATA_BYTES
+from sparklog.model.topic import OFFSETS_TOPIC
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
 from tests.integration.test_cli import Cli

@@ -3,7 +3,7 @@ reads, at the same (partition, offset), with the same keys, values, headers and 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -122,7 +122,7 @@ def test_records_produced_by_confluent_kafka_are_read_by_spark_at_their_reported
     assert spark_rows(spark.sql("SELECT * FROM wire_to_spark")) == expected
     from sparklog.spark import register_topics
 
-    assert topic in register_topics(spark, includeHeaders="true", **cluster_options)
+    assert topic in register_topics(spark, native=True, includeHeaders="true", **cluster_options)
     assert spark_rows(spark.sql(f"SELECT * FROM `{topic}`")) == expected
     by_partition = {
         r["partition"]: (r["n"], r["first"], r["last"])
@@ -167,8 +167,11 @@ def confluent_consume_all(bootstrap: str, topic: str, expected: int) -> dict[tup
         def caught_up() -> bool:
             for msg in consumer.consume(num_messages=1000, timeout=0.2):
                 assert msg.error() is None, msg.error()
-                headers = msg.headers()
-                seen[(msg.partition(), msg.offset())] = (
+                partition, offset = msg.partition(), msg.offset()
+                assert partition is not None and offset is not None
+                # a consumer's headers are a list of (str, bytes | None); the stubs allow a dict too
+                headers = cast("list[tuple[str, bytes | None]] | None", msg.headers())
+                seen[(partition, offset)] = (
                     msg.key(),
                     msg.value(),
                     None if headers is None else list(headers),

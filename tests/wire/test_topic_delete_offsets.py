@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 import sparklog
 from sparklog.testing import BrokerAgents
-from tests.helpers import wait_until
+from tests.helpers import consumed, wait_until
 from tests.integration.test_cli import Cli
 from tests.integration.test_kafka_admin import raw_call
 from tests.wire.conftest import create_led_topic
@@ -56,7 +56,8 @@ def consume(consumer: Consumer, count: int) -> list[tuple[int, str]]:
     def enough() -> bool:
         message = consumer.poll(0.2)
         if message is not None and message.error() is None:
-            got.append((message.offset(), message.value().decode()))
+            _partition, offset, value = consumed(message)
+            got.append((offset, value.decode()))
         return len(got) >= count
 
     wait_until(enough, f"{count} records of {TOPIC}")

@@ -16,14 +16,15 @@ from kio.schema.end_txn.v3 import request as end_txn_v3
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4 import request as find_coordinator_v4
 from kio.schema.init_producer_id.v4 import request as init_producer_id_v4
-from kio.static.primitive import i32Timedelta
+from kio.schema.types import ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i16, i32, i32Timedelta
 from pyspark.sql import SparkSession
 
 import sparklog
 from sparklog.log.txn_log import CONTROL_TIMESTAMP_TYPE
 from sparklog.metadata.transactions import EMPTY, TransactionStore
 from sparklog.testing import BrokerAgents
-from tests.helpers import wait_until
+from tests.helpers import consumed, wait_until
 from tests.wire import raw
 from tests.wire.conftest import create_led_topic
 
@@ -67,7 +68,8 @@ def kafka_read(
             idle = 0 if batch else idle + 1
             for msg in batch:
                 assert msg.error() is None, msg.error()
-                got.append((msg.partition(), msg.offset(), msg.value().decode()))
+                partition, offset, value = consumed(msg)
+                got.append((partition, offset, value.decode()))
     finally:
         consumer.close()
     return sorted(got)
@@ -83,7 +85,7 @@ def light_read(cluster: sparklog.Cluster, level: str) -> list[str]:
     got: list[str] = []
     try:
         while batch := consumer.poll(timeout_ms=500):
-            got += [r.value.decode() for r in batch]
+            got += [(r.value or b"").decode() for r in batch]
     finally:
         consumer.close()
     return sorted(got)
@@ -140,15 +142,17 @@ def test_commit_and_abort_interleaved_across_partitions(
     assert light_read(cluster, "read_committed") == sorted(committed)
     assert light_read(cluster, "read_uncommitted") == everything
     source = spark.read.format("sparklog").options(subscribe=TOPIC, **cluster_options)
-    assert sorted(r.value.decode() for r in source.load().collect()) == sorted(committed)
+    assert sorted((r.value or b"").decode() for r in source.load().collect()) == sorted(committed)
     loose = source.option("kafka.isolation.level", "read_uncommitted").load()
-    assert sorted(r.value.decode() for r in loose.collect()) == everything
+    assert sorted((r.value or b"").decode() for r in loose.collect()) == everything
     from sparklog.spark import read, register_topics
 
-    assert sorted(r.value.decode() for r in read(spark, TOPIC, **cluster_options).collect()) == sorted(committed)
+    assert sorted((r.value or b"").decode() for r in read(spark, TOPIC, **cluster_options).collect()) == sorted(
+        committed
+    )
     native_loose = read(spark, TOPIC, **{"isolation.level": "read_uncommitted"}, **cluster_options)
-    assert sorted(r.value.decode() for r in native_loose.collect()) == everything
-    assert TOPIC in register_topics(spark, **cluster_options)
+    assert sorted((r.value or b"").decode() for r in native_loose.collect()) == everything
+    assert TOPIC in register_topics(spark, native=True, **cluster_options)
     assert spark.sql(f"SELECT count(*) AS n FROM `{TOPIC}`").collect()[0].n == len(committed)
     for producer in (first, second, plain):
         producer.flush(TIMEOUT_S)
@@ -230,10 +234,10 @@ def test_bad_input_gets_kafkas_error_and_changes_nothing(cluster: sparklog.Clust
         return raw.call(
             port,
             init_producer_id_v4.InitProducerIdRequest(
-                transactional_id="txn-bad",
+                transactional_id=TransactionalId("txn-bad"),
                 transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=timeout_ms)),
-                producer_id=-1,  # type: ignore[arg-type]
-                producer_epoch=-1,  # type: ignore[arg-type]
+                producer_id=ProducerId(-1),
+                producer_epoch=i16(-1),
             ),
         )
 
@@ -251,8 +255,11 @@ def test_bad_input_gets_kafkas_error_and_changes_nothing(cluster: sparklog.Clust
     ended = raw.call(
         port,
         end_txn_v3.EndTxnRequest(
-            transactional_id="txn-bad", producer_id=producer_id, producer_epoch=epoch, committed=True
-        ),  # type: ignore[arg-type]
+            transactional_id=TransactionalId("txn-bad"),
+            producer_id=ProducerId(producer_id),
+            producer_epoch=i16(epoch),
+            committed=True,
+        ),
     )
     assert ended.error_code == ErrorCode.invalid_txn_state
     assert store.get("txn-bad") == before
@@ -261,12 +268,12 @@ def test_bad_input_gets_kafkas_error_and_changes_nothing(cluster: sparklog.Clust
     added = raw.call(
         port,
         add_partitions_v3.AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id="txn-bad",
-            v3_and_below_producer_id=producer_id,  # type: ignore[arg-type]
-            v3_and_below_producer_epoch=epoch,  # type: ignore[arg-type]
+            v3_and_below_transactional_id=TransactionalId("txn-bad"),
+            v3_and_below_producer_id=ProducerId(producer_id),
+            v3_and_below_producer_epoch=i16(epoch),
             v3_and_below_topics=(
-                add_partitions_v3.AddPartitionsToTxnTopic(name="no-such-topic", partitions=(0,)),  # type: ignore[arg-type]
-                add_partitions_v3.AddPartitionsToTxnTopic(name=TOPIC, partitions=(0, 1)),  # type: ignore[arg-type]
+                add_partitions_v3.AddPartitionsToTxnTopic(name=TopicName("no-such-topic"), partitions=(i32(0),)),
+                add_partitions_v3.AddPartitionsToTxnTopic(name=TopicName(TOPIC), partitions=(i32(0), i32(1))),
             ),
         ),
     )
@@ -290,8 +297,11 @@ def test_bad_input_gets_kafkas_error_and_changes_nothing(cluster: sparklog.Clust
         refused = raw.call(
             port,
             end_txn_v3.EndTxnRequest(
-                transactional_id="txn-bad", producer_id=pid, producer_epoch=old_epoch, committed=False
-            ),  # type: ignore[arg-type]
+                transactional_id=TransactionalId("txn-bad"),
+                producer_id=ProducerId(pid),
+                producer_epoch=i16(old_epoch),
+                committed=False,
+            ),
         )
         assert refused.error_code == code
     assert store.get("txn-bad") == before

@@ -17,7 +17,8 @@ from confluent_kafka import Producer
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.static.primitive import i32Timedelta
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32, i32Timedelta
 
 import sparklog
 from sparklog.testing import BrokerAgents
@@ -59,12 +60,16 @@ def truncated(data: bytearray) -> bytes:
 def produce_request(partitions: dict[int, bytes], acks: int = 1, topic: str = TOPIC) -> ProduceRequest:
     return ProduceRequest(
         transactional_id=None,
-        acks=acks,
+        acks=i16(acks),
         timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
         topic_data=(
             TopicProduceData(
-                name=topic,
-                partition_data=tuple(PartitionProduceData(index=p, records=data) for p, data in partitions.items()),
+                name=TopicName(topic),
+                partition_data=tuple(
+                    # kio declares its own record-batch type; these bytes are one, encoded
+                    PartitionProduceData(index=i32(p), records=data)  # type: ignore[arg-type]
+                    for p, data in partitions.items()
+                ),
             ),
         ),
     )

@@ -1,0 +1,275 @@
+"""The broker agent (``sparklog broker start``): keeps one broker live, its replicas in step,
+and competes for the controller role.
+
+A broker is a storage root; its agent is the process that vouches for it (DESIGN §2):
+
+* **storage probe** every ``probe_interval_ms``: write a heartbeat file under the log dir,
+  fsync it, read it back. Passing → the ephemeral ``/brokers/ids/<id>`` is registered;
+  failing (an error, or no answer within ``probe_timeout_ms``) → deregistered, so the
+  controller moves leadership away, until a probe passes again;
+* **replica fetcher** (:class:`sparklog.runtime.replica_fetcher.ReplicaFetcher`) for the partitions the
+  broker follows, while registered;
+* **log manager** (:class:`sparklog.broker.log_manager.LogManager`): every
+  ``log.retention.check.interval.ms``, retention and the Delta log step for the partitions
+  the broker leads;
+* **transaction coordinator** (:class:`~sparklog.broker.transactions.coordinator.TransactionCoordinator`):
+  every second, aborts transactions past their ``transaction.timeout.ms`` and completes
+  decided ones, for the transactional ids this broker coordinates;
+* **controller candidacy** (:class:`~sparklog.metadata.controller_election.ControllerElection`);
+  when elected, :class:`~sparklog.broker.controller.controller.Controller` runs here.
+
+States: *new* → (:meth:`start`) *running* → (:meth:`stop`, e.g. on SIGTERM) *stopped*:
+controller role resigned, fetcher stopped, ephemeral znode deleted, session closed. A
+``kill -9`` skips all that; the session timeout does the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from sparklog.broker.controller.controller import Controller, ControllerSettings
+from sparklog.broker.groups.coordinator import BrokerGroups
+from sparklog.broker.kafka.context import BrokerContext
+from sparklog.broker.kafka.listener import KafkaListener
+from sparklog.broker.leader_appender import LeaderAppender
+from sparklog.broker.log_manager import LogManager
+from sparklog.broker.producer_state import ProducerStates
+from sparklog.broker.transactions.coordinator import TransactionCoordinator
+from sparklog.broker.transactions.markers import MarkerWriter
+from sparklog.config import ClusterConfig, Endpoint
+from sparklog.errors import ConfigError
+from sparklog.log.segment import fsync_path
+from sparklog.metadata.broker_registration import BrokerRegistration
+from sparklog.metadata.controller_election import ControllerElection
+from sparklog.metadata.producer_ids import ProducerIdBlocks
+from sparklog.metadata.zkdata import BrokerRecord
+from sparklog.runtime.replica_fetcher import ReplicaFetcher
+from sparklog.runtime.replica_manager import ReplicaManager
+
+__all__ = ["BrokerAgent", "BrokerSettings", "ControllerSettings", "advertised_endpoints", "probe_storage"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    probe_interval_ms: int = 1_000
+    probe_timeout_ms: int = 5_000
+    controller: ControllerSettings = field(default_factory=ControllerSettings)
+
+
+def probe_storage(log_dir: str, broker_id: int) -> None:
+    """Write, fsync and read back a heartbeat file under ``log_dir``; raises OSError when any
+    step fails or the content read differs."""
+    os.makedirs(log_dir, exist_ok=True)
+    path = os.path.join(log_dir, f".sparklog-broker-{broker_id}.heartbeat")
+    nonce = uuid.uuid4().hex.encode()
+    with open(path, "wb") as handle:
+        handle.write(nonce)
+        handle.flush()
+        os.fsync(handle.fileno())
+    fsync_path(log_dir)
+    with open(path, "rb") as handle:
+        if handle.read() != nonce:
+            raise OSError(f"heartbeat file {path} read back different content")
+
+
+class BrokerAgent:
+    """One broker's agent; see the module docstring."""
+
+    def __init__(self, config: ClusterConfig, settings: BrokerSettings | None = None) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.settings = settings or BrokerSettings()
+        self.replicas = ReplicaManager.connect(config)
+        self.controller = Controller(self.replicas, self.broker_id, self.settings.controller)
+        self.appender = LeaderAppender(self.replicas, self.broker_id, config.writer_lease_ms)
+        self.producer_states = ProducerStates()
+        self.producer_ids = ProducerIdBlocks(self.replicas.zk)
+        self.groups = BrokerGroups(self.replicas, self.broker_id, config)
+        # Markers to other leaders go over the first listener (Kafka's inter.broker.listener.name).
+        inter_broker = config.listeners[0].name if config.listeners else "PLAINTEXT"
+        self.transactions = TransactionCoordinator(
+            self.groups,
+            self.producer_ids,
+            MarkerWriter(self.replicas, self.broker_id, self.appender, inter_broker),
+            config.transaction_max_timeout_ms,
+        )
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._registration: BrokerRegistration | None = None
+        self._election: ControllerElection | None = None
+        self._listeners: list[KafkaListener] = []
+        self.healthy = False
+
+    @property
+    def listeners(self) -> list[KafkaListener]:
+        return list(self._listeners)
+
+    def start(self) -> BrokerAgent:
+        # The persistent registry says where this broker's storage is, also while it is down.
+        self.replicas.metadata.register_broker(self.broker_id, self.config.log_dir, self.config.broker_rack)
+        self._listeners = [
+            KafkaListener(
+                endpoint,
+                BrokerContext(
+                    self.replicas,
+                    endpoint.name,
+                    self.broker_id,
+                    self.appender,
+                    self.producer_states,
+                    self.producer_ids,
+                    groups=self.groups,
+                    transactions=self.transactions,
+                ),
+                self.config.socket_request_max_bytes,
+            )
+            for endpoint in self.config.listeners
+        ]
+        advertised = advertised_endpoints(self.config.advertised_listeners, self._listeners)
+        record = BrokerRecord(
+            log_dir=self.config.log_dir,
+            rack=self.config.broker_rack,
+            host=advertised[0].host if advertised else socket.gethostname(),
+            port=advertised[0].port if advertised else -1,
+            endpoints=[str(e) for e in advertised],
+        )
+        for listener in self._listeners:
+            listener.start()
+        self._registration = BrokerRegistration(self.replicas.zk, self.broker_id, record)
+        self._probe_once()
+        fetcher = ReplicaFetcher(self.replicas, self.broker_id)
+        log_manager = LogManager(self.replicas, self.broker_id, self.config.log_retention_check_interval_ms)
+        self._threads = [
+            threading.Thread(target=self._probe_loop, name=f"broker-{self.broker_id}-probe", daemon=True),
+            threading.Thread(
+                target=self._fetch_loop, args=(fetcher,), name=f"broker-{self.broker_id}-fetcher", daemon=True
+            ),
+            threading.Thread(
+                target=self.groups.run, args=(self._stop,), name=f"broker-{self.broker_id}-groups", daemon=True
+            ),
+            threading.Thread(
+                target=self.groups.run_publisher,
+                args=(self._stop,),
+                name=f"broker-{self.broker_id}-group-publisher",
+                daemon=True,
+            ),
+            threading.Thread(
+                target=log_manager.run, args=(self._stop,), name=f"broker-{self.broker_id}-log-manager", daemon=True
+            ),
+            threading.Thread(
+                target=self.transactions.run, args=(self._stop,), name=f"broker-{self.broker_id}-txn-sweep", daemon=True
+            ),
+        ]
+        for thread in self._threads:
+            thread.start()
+        self._election = ControllerElection(
+            self.replicas.zk, self.broker_id, self.controller.activate, self.controller.deactivate
+        )
+        self._election.start()
+        log.info("broker %d started (log dir %s)", self.broker_id, self.config.log_dir)
+        return self
+
+    def stop(self) -> None:
+        """Clean shutdown: resign the controller role, stop fetching and retention, deregister, disconnect."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if self._election is not None:
+            self._election.resign()
+        self.controller.deactivate()
+        for thread in self._threads:
+            thread.join(10)
+        for listener in self._listeners:
+            listener.stop()
+        self.appender.close()
+        if self._registration is not None:
+            self._registration.close()
+        self.replicas.close()
+        log.info("broker %d stopped", self.broker_id)
+
+    def wait(self) -> None:
+        self._stop.wait()
+
+    # -- loops -----------------------------------------------------------------------------
+    def _probe_once(self) -> None:
+        outcome: list[BaseException | None] = []
+        worker = threading.Thread(
+            target=lambda: outcome.append(_try(probe_storage, self.config.log_dir, self.broker_id)), daemon=True
+        )
+        worker.start()
+        worker.join(self.settings.probe_timeout_ms / 1000)
+        error = outcome[0] if outcome else TimeoutError(f"no answer within {self.settings.probe_timeout_ms} ms")
+        assert self._registration is not None
+        if error is None:
+            if not self.healthy:
+                self._registration.register()
+                log.info("broker %d: storage %s healthy; registered", self.broker_id, self.config.log_dir)
+            self.healthy = True
+        else:
+            if self.healthy or self._registration.registered:
+                log.error(
+                    "broker %d: storage probe of %s failed (%s); deregistering",
+                    self.broker_id,
+                    self.config.log_dir,
+                    error,
+                )
+                self._registration.deregister()
+            self.healthy = False
+
+    def _probe_loop(self) -> None:
+        while not self._stop.wait(self.settings.probe_interval_ms / 1000):
+            try:
+                self._probe_once()
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: the next probe tries again
+                log.warning("broker %d: probe round failed: %s", self.broker_id, exc)
+
+    def _fetch_loop(self, fetcher: ReplicaFetcher) -> None:
+        while not self._stop.is_set():
+            if not self.healthy:
+                self._stop.wait(0.1)
+                continue
+            stop_when_unhealthy = threading.Event()
+
+            def watch(stop_when_unhealthy: threading.Event = stop_when_unhealthy) -> None:
+                while not self._stop.is_set() and self.healthy:
+                    self._stop.wait(0.1)
+                stop_when_unhealthy.set()
+
+            threading.Thread(target=watch, daemon=True).start()
+            fetcher.run(stop_when_unhealthy)
+
+
+def advertised_endpoints(advertised: tuple[Endpoint, ...], listeners: list[KafkaListener]) -> list[Endpoint]:
+    """What clients are told to connect to, per listener name: the advertised endpoint of the
+    same name (port 0 → the port bound), or the listener's own (empty host → this host's name)."""
+    result = []
+    by_name = {e.name: e for e in advertised}
+    for listener in listeners:
+        bound = listener.endpoint
+        chosen = by_name.get(bound.name, bound)
+        if chosen.host in ("0.0.0.0", "::"):
+            raise ConfigError(
+                f"advertised.listeners: {chosen} is not an address a client can connect to; advertise this "
+                "broker's host name or IP (Kafka refuses 0.0.0.0 too)"
+            )
+        host = chosen.host or socket.gethostname()
+        port = chosen.port or listener.port
+        result.append(Endpoint(bound.name, host, port))
+    unknown = sorted(set(by_name) - {listener.endpoint.name for listener in listeners})
+    if unknown:
+        raise ConfigError(f"advertised.listeners names {unknown} that are not in listeners; use the same names")
+    return result
+
+
+def _try(fn: object, *args: object) -> BaseException | None:
+    try:
+        fn(*args)  # type: ignore[operator]
+        return None
+    except BaseException as exc:  # noqa: BLE001 - reported by the caller
+        return exc

@@ -1,0 +1,185 @@
+"""Idempotent producers' sequences in the partitions a broker leads (Kafka's producer state).
+
+Per partition and producer id the leader knows the producer's epoch, its last sequence and
+its last five batches (first and last sequence, base offset). A new batch of that producer:
+
+* with an older epoch → :class:`~sparklog.errors.InvalidProducerEpochError` (a newer
+  incarnation took over);
+* equal to one of the last five batches → a duplicate: answered with the base offset it got
+  the first time and not appended again (the client's retry after a lost response);
+* continuing the last sequence (or starting at 0 under a new epoch, or from an unknown
+  producer, as Kafka accepts since KIP-360) → appended;
+* at or below the last sequence but not among the last five → DUPLICATE_SEQUENCE_NUMBER
+  (stored, offsets unknown; clients count it as delivered);
+* anything else → OUT_OF_ORDER_SEQUENCE_NUMBER, nothing appended.
+
+A batch being appended is *pending*: the same batch arriving meanwhile (a client's retry
+on a new connection while the original request is still being served on the old one) waits
+for the original's outcome and is answered as its duplicate, or checked again if it failed,
+so a retry racing its original is never stored twice.
+
+Durability: every commit of an idempotent batch carries the app transaction
+``sparklog.producer.kafka-<producer id>.<partition>`` = its last sequence (DESIGN §3), so a
+new leader (after a failover or a restart) starts from the table: the last sequence is
+known, and the last five batches are read back from the newest segments' metadata
+(:mod:`sparklog.log.producer_batches`; the files travel to followers byte for byte), so a
+retry after a failover is answered with its first offsets, as Kafka does. A batch older than
+what those files hold gets DUPLICATE_SEQUENCE_NUMBER.
+The state is dropped whenever the partition's leader epoch changes, and reloaded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sparklog.errors import DuplicateSequenceError, InvalidProducerEpochError, OutOfOrderSequenceError
+from sparklog.log.producer_batches import recent_kafka_batches
+from sparklog.log.table import TopicTable
+from sparklog.log.transactions import kafka_producer_id
+
+__all__ = ["Outcome", "ProducerBatch", "ProducerStates"]
+
+_RECENT_BATCHES = 5
+_MAX_SEQUENCE = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class ProducerBatch:
+    producer_id: int
+    producer_epoch: int
+    first_sequence: int
+    count: int
+
+    @property
+    def last_sequence(self) -> int:
+        return (self.first_sequence + self.count - 1) % (_MAX_SEQUENCE + 1)
+
+
+class Outcome(Protocol):
+    """How a pending batch ends (a :class:`~sparklog.broker.leader_appender.PendingAppend`)."""
+
+    error: BaseException | None
+
+    def wait_done(self, timeout_s: float) -> bool: ...
+
+
+@dataclass
+class _Producer:
+    epoch: int
+    last_sequence: int  # -1: nothing stored yet
+    recent: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=_RECENT_BATCHES))
+    pending: dict[tuple[int, int], Outcome] = field(default_factory=dict)
+
+
+class ProducerStates:
+    """The producer states of one broker's led partitions. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # (topic, partition) -> (leader epoch the state belongs to, producer id -> state)
+        self._partitions: dict[tuple[str, int], tuple[int, dict[int, _Producer]]] = {}
+
+    def check(
+        self,
+        table: TopicTable,
+        partition: int,
+        leader_epoch: int,
+        batch: ProducerBatch,
+        outcome: Outcome,
+        timeout_s: float,
+    ) -> int | None:
+        """None: append ``batch`` (registered as pending until ``outcome`` ends); an offset:
+        ``batch`` is a duplicate stored at that base offset. Raises the sequence errors of the
+        module doc."""
+        while True:
+            with self._lock:
+                producer = self._producer(table, partition, leader_epoch, batch.producer_id)
+                key = (batch.first_sequence, batch.last_sequence)
+                original = producer.pending.get(key) if producer is not None else None
+                if original is None:
+                    verdict = self._check(table, partition, batch, producer)
+                    if verdict is None and producer is not None:
+                        producer.pending[key] = outcome
+                    elif verdict is None:
+                        self._new_producer(table.topic, partition, batch).pending[key] = outcome
+                    return verdict
+            if not original.wait_done(timeout_s):
+                raise TimeoutError(f"the original of producer {batch.producer_id}'s batch {key} is still pending")
+            with self._lock:
+                if producer is not None and producer.pending.get(key) is original:
+                    del producer.pending[key]  # it failed: this copy is checked afresh
+
+    def _check(self, table: TopicTable, partition: int, batch: ProducerBatch, producer: _Producer | None) -> int | None:
+        if producer is None:
+            return None
+        if producer.epoch < 0:  # loaded from the table, which does not keep epochs
+            producer.epoch = batch.producer_epoch
+        if batch.producer_epoch < producer.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {batch.producer_id} epoch {batch.producer_epoch} is older than epoch {producer.epoch} "
+                f"seen on {table.topic}-{partition}: a newer instance of this producer took over"
+            )
+        if batch.producer_epoch > producer.epoch:
+            if batch.first_sequence != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {batch.producer_id} starts epoch {batch.producer_epoch} on {table.topic}-{partition} "
+                    f"at sequence {batch.first_sequence}, not 0"
+                )
+            return None
+        for first, last, base_offset in producer.recent:
+            if first == batch.first_sequence and last == batch.last_sequence:
+                return base_offset
+        for failed in [k for k, o in producer.pending.items() if o.wait_done(0) and o.error is not None]:
+            del producer.pending[failed]  # never stored: the sequence continues from before it
+        newest = max([producer.last_sequence, *(k[1] for k in producer.pending)])
+        expected = 0 if newest in (-1, _MAX_SEQUENCE) else newest + 1
+        if batch.first_sequence == expected:
+            return None
+        if producer.last_sequence >= 0 and batch.last_sequence <= producer.last_sequence:
+            raise DuplicateSequenceError(
+                f"producer {batch.producer_id} batch {batch.first_sequence}..{batch.last_sequence} on "
+                f"{table.topic}-{partition} was stored before (last sequence {producer.last_sequence})"
+            )
+        raise OutOfOrderSequenceError(
+            f"producer {batch.producer_id} sent sequence {batch.first_sequence} to {table.topic}-{partition}; "
+            f"expected {expected}"
+        )
+
+    def appended(self, topic: str, partition: int, leader_epoch: int, batch: ProducerBatch, base_offset: int) -> None:
+        """Record a committed batch (called when its Delta commit returned)."""
+        with self._lock:
+            epoch, producers = self._partitions.setdefault((topic, partition), (leader_epoch, {}))
+            if epoch != leader_epoch:
+                return  # leadership moved meanwhile: the next check reloads from the table
+            producer = producers.get(batch.producer_id)
+            if producer is None or batch.producer_epoch > producer.epoch:
+                producer = producers[batch.producer_id] = _Producer(batch.producer_epoch, -1)
+            producer.last_sequence = batch.last_sequence
+            producer.recent.append((batch.first_sequence, batch.last_sequence, base_offset))
+            producer.pending.pop((batch.first_sequence, batch.last_sequence), None)
+
+    def _new_producer(self, topic: str, partition: int, batch: ProducerBatch) -> _Producer:
+        producers = self._partitions[(topic, partition)][1]
+        producer = producers[batch.producer_id] = _Producer(batch.producer_epoch, -1)
+        return producer
+
+    def _producer(self, table: TopicTable, partition: int, leader_epoch: int, producer_id: int) -> _Producer | None:
+        key = (table.topic, partition)
+        epoch, producers = self._partitions.get(key, (None, {}))
+        if epoch != leader_epoch:
+            producers = {}
+            self._partitions[key] = (leader_epoch, producers)
+        producer = producers.get(producer_id)
+        if producer is None:
+            dt = table.snapshot()
+            stored = table.producer_sequence(dt, kafka_producer_id(producer_id), partition)
+            if stored is None:
+                return None
+            recent = recent_kafka_batches(table, dt, partition, producer_id, _RECENT_BATCHES)
+            # Without a batch in the newest files the epoch is unknown: the next batch's is taken.
+            producer = producers[producer_id] = _Producer(recent[-1][0] if recent else -1, stored)
+            producer.recent.extend((first, last, base) for _epoch, first, last, base in recent)
+        return producer

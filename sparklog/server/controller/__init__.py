@@ -1,1 +1,0 @@
-"""The controller: leader elections, ISR upkeep and admin requests, with its pure policies (placement, election)."""
