@@ -36,6 +36,13 @@ def encode(
     /,
 ) -> bytes: ...
 def encode_control(
-    offset: int, timestamp_ms: int, leader_epoch: int, producer_id: int, producer_epoch: int, key: bytes, value: bytes, /
+    offset: int,
+    timestamp_ms: int,
+    leader_epoch: int,
+    producer_id: int,
+    producer_epoch: int,
+    key: bytes,
+    value: bytes,
+    /,
 ) -> bytes: ...
 def crc32c(data: _Bytes, /) -> int: ...

@@ -167,14 +167,14 @@ def read_batches(data: bytes | bytearray | memoryview, *, from_producer: bool = 
     """Every batch of ``data``, checked (see the module doc). ``from_producer``: the
     producer's rules apply (no control batch, offset deltas 0, 1, 2, ...); without it,
     offset deltas only rise (compacted batches of a Fetch response)."""
-    return [RecordBatch(c) for c in _native(lambda: _kafka_batches.check(data, inflate, from_producer))]
+    return [RecordBatch(c) for c in _native(_kafka_batches.check, data, inflate, from_producer)]
 
 
 def decode_records(batches: Sequence[RecordBatch], *, with_offsets: bool = False) -> pa.Table:
     """The records of ``batches`` in order, as one table (:data:`RECORD_SCHEMA`; with
     ``offset`` first, the batch's base offset plus the record's delta, when asked)."""
     schema = FILE_SCHEMA if with_offsets else RECORD_SCHEMA
-    tables = [_table(_native(lambda: _kafka_batches.decode(group, False)), with_offsets) for group in _groups(batches)]
+    tables = [_table(_native(_kafka_batches.decode, group, False), with_offsets) for group in _groups(batches)]
     if not tables:
         return schema.empty_table()
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
@@ -194,22 +194,23 @@ def encode_records(
     if n == 0:
         return b""
     codec = CODECS[compression]
-    headers = _header_column(_chunk(records.column("headers"), HEADERS_TYPE)) if "headers" in records.column_names else None
+    headers = (
+        _header_column(_chunk(records.column("headers"), HEADERS_TYPE)) if "headers" in records.column_names else None
+    )
     return _native(
-        lambda: _kafka_batches.encode(
-            n,
-            _fixed_column(_chunk(records.column("offset"), pa.int64())),
-            _fixed_column(_chunk(records.column("timestamp"), TIMESTAMP_TYPE)),
-            _fixed_column(_chunk(records.column("timestampType"), pa.int32())),
-            _binary_column(_chunk(records.column("key"), pa.binary())),
-            _binary_column(_chunk(records.column("value"), pa.binary())),
-            headers,
-            leader_epoch,
-            max_records_per_batch,
-            max_batch_bytes,
-            codec,
-            deflate if codec else None,
-        )
+        _kafka_batches.encode,
+        n,
+        _fixed_column(_chunk(records.column("offset"), pa.int64())),
+        _fixed_column(_chunk(records.column("timestamp"), TIMESTAMP_TYPE)),
+        _fixed_column(_chunk(records.column("timestampType"), pa.int32())),
+        _binary_column(_chunk(records.column("key"), pa.binary())),
+        _binary_column(_chunk(records.column("value"), pa.binary())),
+        headers,
+        leader_epoch,
+        max_records_per_batch,
+        max_batch_bytes,
+        codec,
+        deflate if codec else None,
     )
 
 
@@ -219,7 +220,7 @@ def encode_control_batch(
     """The control batch of one transaction marker at ``offset`` (Kafka's EndTransactionMarker:
     transactional and control attributes, one record of the control ``key`` and ``value``)."""
     return _native(
-        lambda: _kafka_batches.encode_control(offset, timestamp_ms, leader_epoch, producer_id, producer_epoch, key, value)
+        _kafka_batches.encode_control, offset, timestamp_ms, leader_epoch, producer_id, producer_epoch, key, value
     )
 
 
@@ -228,10 +229,10 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
     return _kafka_batches.crc32c(data)
 
 
-def _native(call: Callable[[], _T]) -> _T:
-    """``call``'s result, with the extension's failures as sparklog errors."""
+def _native(function: Callable[..., _T], *args: Any) -> _T:
+    """``function(*args)`` of the extension, its failures as sparklog errors."""
     try:
-        return call()
+        return function(*args)
     except CompressionError as exc:
         raise CorruptBatchError(str(exc)) from exc
     except ValueError as exc:
@@ -279,7 +280,9 @@ def _table(decoded: tuple[Any, ...], with_offsets: bool) -> pa.Table:
         header_value_data,
     ) = (pa.py_buffer(b) for b in decoded[6:])
     header_keys = pa.Array.from_buffers(pa.string(), header_rows, [None, header_key_offsets, header_key_data])
-    header_values = _binary_array(header_rows, header_value_valid, header_value_offsets, header_value_data, header_value_nulls)
+    header_values = _binary_array(
+        header_rows, header_value_valid, header_value_offsets, header_value_data, header_value_nulls
+    )
     pairs = pa.StructArray.from_arrays([header_keys, header_values], fields=_HEADER_FIELDS)
     columns = [
         pa.Array.from_buffers(TIMESTAMP_TYPE, rows, [None, timestamp]),
@@ -295,7 +298,9 @@ def _table(decoded: tuple[Any, ...], with_offsets: bool) -> pa.Table:
         ),
     ]
     if with_offsets:
-        return pa.Table.from_arrays([pa.Array.from_buffers(pa.int64(), rows, [None, offset]), *columns], schema=FILE_SCHEMA)
+        return pa.Table.from_arrays(
+            [pa.Array.from_buffers(pa.int64(), rows, [None, offset]), *columns], schema=FILE_SCHEMA
+        )
     return pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
 
 

@@ -18,6 +18,8 @@ PURE_POLICIES = [
     "sparklog.model.topic",
     "sparklog.model.offsets",
     "sparklog.model.batches",
+    "sparklog.model.kafka_batches",
+    "sparklog.model.kafka_compression",
     "sparklog.clock",
     "sparklog.config",
     "sparklog.discovery",
