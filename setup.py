@@ -13,7 +13,7 @@ setup(
     ext_modules=[
         Extension(
             "sparklog.model._kafka_batches",
-            sources=[str(SOURCES / f) for f in ("module.c", "crc32c.c", "records.c", "read.c", "write.c")],
+            sources=[str(SOURCES / f) for f in ("module.c", "crc32c.c", "records.c", "read.c", "write.c", "arrow.c")],
             depends=[str(SOURCES / "batches.h")],
             extra_compile_args=["-std=c11", "-O2", "-fvisibility=hidden", "-Wall", "-Wextra"],
         )

@@ -12,29 +12,25 @@ _Bytes: TypeAlias = bytes | bytearray | memoryview
 CheckedBatch: TypeAlias = tuple[
     bytes, int, int, int, int, int, int, int, int, int, int, Any, int, int, int, int, int, int, int
 ]
-# (buffer, array offset) of int64/int32 values; (validity or None, offsets, data, array offset)
-_Fixed: TypeAlias = tuple[Any, int]
-_Binary: TypeAlias = tuple[Any, Any, Any, int]
-# (validity or None, list offsets, array offset, header keys, header values)
-_Headers: TypeAlias = tuple[Any, Any, int, _Binary, _Binary]
 
 def check(data: _Bytes, inflate: Callable[[int, bytes, int], Any], client: bool, /) -> list[CheckedBatch]: ...
-def decode(batches: Sequence[CheckedBatch], client: bool, /) -> tuple[Any, ...]: ...
+
+# A PyCapsule "arrow_array" (Arrow's C data interface: a struct array of the record columns)
+# and the address of its ArrowArray.
+def decode(batches: Sequence[CheckedBatch], with_offsets: bool, /) -> tuple[object, int]: ...
+
+# ``rows``: the "arrow_array" capsule of an exported record batch (offset, timestamp,
+# timestampType, key, value[, headers]); returns the batches and the row it stopped at.
 def encode(
-    rows: int,
-    offset: _Fixed,
-    timestamp: _Fixed,
-    timestamp_type: _Fixed,
-    key: _Binary,
-    value: _Binary,
-    headers: _Headers | None,
+    rows: object,
+    start: int,
     leader_epoch: int,
     max_records: int,
     max_bytes: int,
     codec: int,
     compress: Callable[[int, bytes], Any] | None,
     /,
-) -> bytes: ...
+) -> tuple[bytes, int]: ...
 def encode_control(
     offset: int,
     timestamp_ms: int,

@@ -38,7 +38,7 @@ import pyarrow as pa
 from sparklog.errors import SparklogError
 from sparklog.model import _kafka_batches
 from sparklog.model.kafka_compression import CompressionError, deflate, inflate
-from sparklog.model.schema import FILE_SCHEMA, HEADERS_TYPE, TIMESTAMP_TYPE
+from sparklog.model.schema import FILE_SCHEMA
 
 if TYPE_CHECKING:
     from sparklog.model._kafka_batches import CheckedBatch
@@ -68,7 +68,8 @@ MAX_RECORDS_PER_BATCH = 4096
 MAX_BATCH_BYTES = 1 << 20  # records of one written batch (a larger single record still gets one)
 _INT32_MAX = 2**31 - 1
 RECORD_SCHEMA = pa.schema([FILE_SCHEMA.field(c) for c in ("timestamp", "timestampType", "key", "value", "headers")])
-_HEADER_FIELDS = list(HEADERS_TYPE.value_type)
+_ENCODED = FILE_SCHEMA
+_ENCODED_WITHOUT_HEADERS = pa.schema([f for f in FILE_SCHEMA if f.name != "headers"])
 _T = TypeVar("_T")
 
 
@@ -174,10 +175,13 @@ def decode_records(batches: Sequence[RecordBatch], *, with_offsets: bool = False
     """The records of ``batches`` in order, as one table (:data:`RECORD_SCHEMA`; with
     ``offset`` first, the batch's base offset plus the record's delta, when asked)."""
     schema = FILE_SCHEMA if with_offsets else RECORD_SCHEMA
-    tables = [_table(_native(_kafka_batches.decode, group, False), with_offsets) for group in _groups(batches)]
-    if not tables:
-        return schema.empty_table()
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    try:
+        parts = [_import(_native(_kafka_batches.decode, [b._checked for b in batches], with_offsets), schema)]
+    except ValueError as exc:
+        if exc.args[:1] != ("overflow",):
+            raise
+        parts = [_import(_native(_kafka_batches.decode, group, with_offsets), schema) for group in _groups(batches)]
+    return pa.Table.from_batches(parts, schema=schema)
 
 
 def encode_records(
@@ -187,31 +191,39 @@ def encode_records(
     compression: str = "none",
     max_records_per_batch: int = MAX_RECORDS_PER_BATCH,
     max_batch_bytes: int = MAX_BATCH_BYTES,
+    control: Callable[[int], bytes] | None = None,
 ) -> bytes:
-    """``records`` (``offset``, ``timestamp``, ``timestampType`` 0/1, ``key``, ``value``,
-    optionally ``headers``; in offset order) as consecutive record batches."""
-    n = records.num_rows
-    if n == 0:
-        return b""
+    """``records`` (``offset``, ``timestamp``, ``timestampType``, ``key``, ``value``,
+    optionally ``headers``; in offset order) as consecutive record batches. A row of
+    ``timestampType`` -1 (a transaction marker) becomes ``control(row)``, the control batch
+    the caller writes for it."""
     codec = CODECS[compression]
-    headers = (
-        _header_column(_chunk(records.column("headers"), HEADERS_TYPE)) if "headers" in records.column_names else None
-    )
-    return _native(
-        _kafka_batches.encode,
-        n,
-        _fixed_column(_chunk(records.column("offset"), pa.int64())),
-        _fixed_column(_chunk(records.column("timestamp"), TIMESTAMP_TYPE)),
-        _fixed_column(_chunk(records.column("timestampType"), pa.int32())),
-        _binary_column(_chunk(records.column("key"), pa.binary())),
-        _binary_column(_chunk(records.column("value"), pa.binary())),
-        headers,
-        leader_epoch,
-        max_records_per_batch,
-        max_batch_bytes,
-        codec,
-        deflate if codec else None,
-    )
+    compress = deflate if codec else None
+    out = []
+    first_row = 0
+    for batch in _encodable(records).to_batches():
+        _schema, rows = batch.__arrow_c_array__()
+        start = 0
+        while start < batch.num_rows:
+            data, stop = _native(
+                _kafka_batches.encode,
+                rows,
+                start,
+                leader_epoch,
+                max_records_per_batch,
+                max_batch_bytes,
+                codec,
+                compress,
+            )
+            out.append(data)
+            if stop < batch.num_rows:
+                if control is None:
+                    raise ValueError(f"row {first_row + stop} is a transaction marker: encode it with control")
+                out.append(control(first_row + stop))
+                stop += 1
+            start = stop
+        first_row += batch.num_rows
+    return b"".join(out)
 
 
 def encode_control_batch(
@@ -259,80 +271,36 @@ def _groups(batches: Sequence[RecordBatch]) -> list[list[CheckedBatch]]:
     return groups
 
 
-def _table(decoded: tuple[Any, ...], with_offsets: bool) -> pa.Table:
-    rows, header_rows, key_nulls, value_nulls, headers_nulls, header_value_nulls = decoded[:6]
-    (
-        timestamp,
-        timestamp_type,
-        offset,
-        key_valid,
-        key_offsets,
-        key_data,
-        value_valid,
-        value_offsets,
-        value_data,
-        headers_valid,
-        headers_offsets,
-        header_key_offsets,
-        header_key_data,
-        header_value_valid,
-        header_value_offsets,
-        header_value_data,
-    ) = (pa.py_buffer(b) for b in decoded[6:])
-    header_keys = pa.Array.from_buffers(pa.string(), header_rows, [None, header_key_offsets, header_key_data])
-    header_values = _binary_array(
-        header_rows, header_value_valid, header_value_offsets, header_value_data, header_value_nulls
-    )
-    pairs = pa.StructArray.from_arrays([header_keys, header_values], fields=_HEADER_FIELDS)
-    columns = [
-        pa.Array.from_buffers(TIMESTAMP_TYPE, rows, [None, timestamp]),
-        pa.Array.from_buffers(pa.int32(), rows, [None, timestamp_type]),
-        _binary_array(rows, key_valid, key_offsets, key_data, key_nulls),
-        _binary_array(rows, value_valid, value_offsets, value_data, value_nulls),
-        pa.Array.from_buffers(
-            HEADERS_TYPE,
-            rows,
-            [headers_valid if headers_nulls else None, headers_offsets],
-            null_count=headers_nulls,
-            children=[pairs],
-        ),
-    ]
-    if with_offsets:
-        return pa.Table.from_arrays(
-            [pa.Array.from_buffers(pa.int64(), rows, [None, offset]), *columns], schema=FILE_SCHEMA
-        )
-    return pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
+def _import(exported: tuple[object, int], schema: pa.Schema) -> pa.RecordBatch:
+    """The decoded columns (Arrow's C data interface: a capsule and its array's address) as
+    a record batch, without a copy. pyarrow's import from an address with a schema object
+    costs ≈ 5 µs; its public capsule protocol ≈ 17 µs, most of it parsing the schema again."""
+    capsule, address = exported
+    if _IMPORT_FROM_C is not None:
+        return _IMPORT_FROM_C(address, schema)
+    return pa.record_batch(_ExportedRecords(capsule, schema))
 
 
-def _binary_array(n: int, valid: pa.Buffer, offsets: pa.Buffer, data: pa.Buffer, nulls: int) -> pa.Array:
-    return pa.Array.from_buffers(pa.binary(), n, [valid if nulls else None, offsets, data], null_count=nulls)
+class _ExportedRecords:
+    """The public road for :func:`_import`: the capsule protocol."""
+
+    __slots__ = ("_array", "_schema")
+
+    def __init__(self, array: object, schema: pa.Schema) -> None:
+        self._array, self._schema = array, schema
+
+    def __arrow_c_array__(self, requested_schema: object = None) -> tuple[object, object]:
+        return self._schema.__arrow_c_schema__(), self._array
 
 
-def _chunk(column: pa.ChunkedArray, type_: pa.DataType) -> pa.Array:
-    """``column`` as one array of ``type_`` (no copy when it is one chunk of that type already)."""
-    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    if array.type == pa.string() and type_ == pa.binary():
-        return array  # the same buffers
-    return array if array.type == type_ else array.cast(type_)
+_IMPORT_FROM_C: Callable[[int, pa.Schema], pa.RecordBatch] | None = getattr(pa.RecordBatch, "_import_from_c", None)
 
 
-def _fixed_column(array: pa.Array) -> tuple[pa.Buffer, int]:
-    return array.buffers()[1], array.offset
-
-
-def _binary_column(array: pa.Array) -> tuple[pa.Buffer | None, pa.Buffer, pa.Buffer | None, int]:
-    valid, offsets, data = array.buffers()[:3]
-    return (valid if array.null_count else None), offsets, data, array.offset
-
-
-def _header_column(
-    array: pa.Array,
-) -> tuple[pa.Buffer | None, pa.Buffer, int, tuple[Any, ...], tuple[Any, ...]]:
-    pairs = array.values
-    return (
-        array.buffers()[0] if array.null_count else None,
-        array.buffers()[1],
-        array.offset,
-        _binary_column(pairs.field("key")),
-        _binary_column(pairs.field("value")),
-    )
+def _encodable(records: pa.Table) -> pa.Table:
+    """``records``' encoded columns, as the extension reads them (cast only when they are not)."""
+    schema = _ENCODED if "headers" in records.column_names else _ENCODED_WITHOUT_HEADERS
+    if records.column_names != schema.names:
+        records = records.select(schema.names)
+    if records.schema.types != schema.types:
+        records = records.cast(schema)
+    return records

@@ -7,6 +7,7 @@
  *   records.c  walking the records of one batch: checks, and Arrow columns when asked
  *   read.c     check(): a request's batches; decode(): many checked batches' records
  *   write.c    encode(): table rows as batches; encode_control(): a transaction marker
+ *   arrow.c    Arrow's C data interface: decoded columns out, rows to encode in
  *
  * The Python side is sparklog/model/kafka_batches.py. Input comes from the network: every
  * read is bounds-checked, and a failure is a ValueError(kind, message) naming what is
@@ -44,6 +45,7 @@
 #define TIMESTAMP_TYPE_BIT 0x08
 #define TRANSACTIONAL_BIT 0x10
 #define CONTROL_BIT 0x20
+#define CONTROL_TIMESTAMP_TYPE (-1) /* a table's transaction marker row (Kafka's NO_TIMESTAMP_TYPE) */
 
 /* attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount: 1 byte each at least */
 #define MIN_RECORD_BODY 6
@@ -225,10 +227,67 @@ typedef struct {
 } columns;
 
 
+/* The Arrow C data interface (Arrow's abi.h: a stable ABI, declared as the spec says). */
+#ifndef ARROW_C_DATA_INTERFACE
+#define ARROW_C_DATA_INTERFACE
+#define ARROW_FLAG_DICTIONARY_ORDERED 1
+#define ARROW_FLAG_NULLABLE 2
+#define ARROW_FLAG_MAP_KEYS_SORTED 4
+
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+#endif
+
+/* The buffers of decoded records, in the order decode() fills them. */
+enum { TIMESTAMP, TIMESTAMP_TYPE, OFFSET, KEY_VALID, KEY_OFFSETS, KEY_DATA, VALUE_VALID, VALUE_OFFSETS, VALUE_DATA,
+       HEADERS_VALID, HEADERS_OFFSETS, HEADER_KEY_OFFSETS, HEADER_KEY_DATA, HEADER_VALUE_VALID,
+       HEADER_VALUE_OFFSETS, HEADER_VALUE_DATA, BUFFERS };
+
+/* One column of rows to encode, read in place: slot ``i`` is at ``index + i`` of the buffers. */
+typedef struct {
+    const uint8_t *valid;   /* validity bitmap, NULL: no nulls */
+    const uint8_t *offsets; /* int32 offsets of a binary or list column */
+    const uint8_t *data;    /* values of a fixed-width column, bytes of a binary one */
+    size_t index, length;   /* first slot, and how many slots there are from it */
+} column;
+
+typedef struct {
+    size_t rows;
+    column offset, timestamp, timestamp_type, key, value;
+    int has_headers;
+    column headers, header_key, header_value; /* list offsets; the pairs' keys and values */
+} table_view;
+
 uint32_t kb_crc32c(const uint8_t *p, size_t n);
 int kb_walk_records(const uint8_t *p, size_t len, const batch_head *b, int client, record_sizes *sizes,
                     columns *out, failure *f);
-PyObject *kb_new_buffer(size_t size, uint8_t **at, int zero);
+void *kb_alloc_buffer(size_t size, int zero);
+/* A capsule of an ArrowArray owning ``buffers`` (freed with it, or here on failure). */
+PyObject *kb_arrow_records(void *buffers[BUFFERS], const columns *c, int with_offsets);
+/* The columns of an exported record batch; sets a Python error on failure. */
+int kb_view_rows(PyObject *capsule, table_view *view);
 
 PyObject *kb_check(PyObject *module, PyObject *args);
 PyObject *kb_decode(PyObject *module, PyObject *args);

@@ -155,6 +155,11 @@ PyObject *kb_check(PyObject *module, PyObject *args)
         b->viewing = 1;
         b->payload_at = 0;
         b->payload_len = (size_t)b->view.len;
+        if (b->payload_len > INT32_MAX) { /* one batch's records always fit one table */
+            status = kb_fail(&f, "corrupt", "the batch at byte %zu decompresses to %zu bytes, over 2 GiB",
+                             b->head.start, b->payload_len);
+            goto done;
+        }
         Py_BEGIN_ALLOW_THREADS
         status = kb_walk_records(b->view.buf, b->payload_len, &b->head, client, &b->sizes, NULL, &f);
         Py_END_ALLOW_THREADS
@@ -195,34 +200,19 @@ done:
 /* ------------------------------------------------------------------------------------ */
 /* records of checked batches -> Arrow buffers                                           */
 
-PyObject *kb_new_buffer(size_t size, uint8_t **at, int zero)
-{
-    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
-    if (b == NULL)
-        return NULL;
-    *at = (uint8_t *)PyBytes_AS_STRING(b);
-    if (zero)
-        memset(*at, 0, size);
-    return b;
-}
-
-enum { TIMESTAMP, TIMESTAMP_TYPE, OFFSET, KEY_VALID, KEY_OFFSETS, KEY_DATA, VALUE_VALID, VALUE_OFFSETS, VALUE_DATA,
-       HEADERS_VALID, HEADERS_OFFSETS, HEADER_KEY_OFFSETS, HEADER_KEY_DATA, HEADER_VALUE_VALID,
-       HEADER_VALUE_OFFSETS, HEADER_VALUE_DATA, BUFFERS };
-
 PyObject *kb_decode(PyObject *module, PyObject *args)
 {
     (void)module;
     PyObject *list;
-    int client;
-    if (!PyArg_ParseTuple(args, "Op:decode", &list, &client))
+    int with_offsets;
+    if (!PyArg_ParseTuple(args, "Op:decode", &list, &with_offsets))
         return NULL;
     PyObject *seq = PySequence_Fast(list, "decode takes a sequence of checked batches");
     if (seq == NULL)
         return NULL;
     size_t n = (size_t)PySequence_Fast_GET_SIZE(seq);
     failure f = {0};
-    PyObject *buffers[BUFFERS] = {NULL};
+    void *buffers[BUFFERS] = {NULL};
     PyObject *result = NULL;
     int status = 0;
     checked_batch *batches = PyMem_RawCalloc(n ? n : 1, sizeof *batches);
@@ -277,8 +267,8 @@ PyObject *kb_decode(PyObject *module, PyObject *args)
     }
     if (rows > INT32_MAX || total.key_bytes > INT32_MAX || total.value_bytes > INT32_MAX ||
         total.headers > INT32_MAX || total.header_key_bytes > INT32_MAX || total.header_value_bytes > INT32_MAX) {
-        status = kb_fail(&f, "invalid", "the batches hold more than one Arrow table with int32 offsets can (%lld records)",
-                      (long long)rows);
+        status = kb_fail(&f, "overflow", "the batches hold more than one table with int32 offsets can (%lld records)",
+                         (long long)rows);
         goto done;
     }
     size_t nrows = (size_t)rows, nheaders = (size_t)total.headers;
@@ -290,16 +280,18 @@ PyObject *kb_decode(PyObject *module, PyObject *args)
     out.header_key_cap = (size_t)total.header_key_bytes;
     out.header_value_cap = (size_t)total.header_value_bytes;
     size_t bitmap = (nrows + 7) / 8;
-    uint8_t *at[BUFFERS];
+    uint8_t **at = (uint8_t **)buffers;
     const size_t sizes[BUFFERS] = {
         nrows * 8, nrows * 4, nrows * 8, bitmap, (nrows + 1) * 4, out.key_cap, bitmap, (nrows + 1) * 4, out.value_cap,
         bitmap, (nrows + 1) * 4, (nheaders + 1) * 4, out.header_key_cap, (nheaders + 7) / 8, (nheaders + 1) * 4,
         out.header_value_cap};
     for (int k = 0; k < BUFFERS; k++) {
         int bitmap_or_offsets = k == KEY_VALID || k == VALUE_VALID || k == HEADERS_VALID || k == HEADER_VALUE_VALID;
-        buffers[k] = kb_new_buffer(sizes[k], &at[k], bitmap_or_offsets);
-        if (buffers[k] == NULL)
+        buffers[k] = kb_alloc_buffer(sizes[k], bitmap_or_offsets);
+        if (buffers[k] == NULL) {
+            PyErr_NoMemory();
             goto done;
+        }
     }
     out.timestamp = (int64_t *)at[TIMESTAMP];
     out.timestamp_type = (int32_t *)at[TIMESTAMP_TYPE];
@@ -324,8 +316,9 @@ PyObject *kb_decode(PyObject *module, PyObject *args)
     for (size_t i = 0; status == 0 && i < n; i++) {
         checked_batch *b = &batches[i];
         record_sizes ignored = {0};
-        status = kb_walk_records((const uint8_t *)b->view.buf + b->payload_at, b->payload_len, &b->head, client,
-                              &ignored, &out, &f);
+        /* check() applied the producer's rules already: here only the layout is walked again. */
+        status = kb_walk_records((const uint8_t *)b->view.buf + b->payload_at, b->payload_len, &b->head, 0,
+                                 &ignored, &out, &f);
     }
     if (status == 0 && (out.rows != nrows || out.header_rows != nheaders || out.key_len != out.key_cap ||
                         out.value_len != out.value_cap || out.header_key_len != out.header_key_cap ||
@@ -335,28 +328,17 @@ PyObject *kb_decode(PyObject *module, PyObject *args)
     if (status)
         goto done;
 
-    result = PyTuple_New(6 + BUFFERS);
-    if (result == NULL)
-        goto done;
-    long long counts[6] = {(long long)nrows, (long long)nheaders, out.key_nulls, out.value_nulls, out.headers_nulls,
-                           out.header_value_nulls};
-    for (int k = 0; k < 6; k++) {
-        PyObject *count = PyLong_FromLongLong(counts[k]);
-        if (count == NULL) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyTuple_SET_ITEM(result, k, count);
-    }
-    for (int k = 0; k < BUFFERS; k++) {
-        PyTuple_SET_ITEM(result, 6 + k, buffers[k]);
-        buffers[k] = NULL;
+    PyObject *capsule = kb_arrow_records(buffers, &out, with_offsets);
+    memset(buffers, 0, sizeof buffers); /* the capsule owns them now */
+    if (capsule != NULL) {
+        /* The address too: pyarrow imports from it with a schema object, no schema to parse. */
+        result = Py_BuildValue("(NK)", capsule, (unsigned long long)(uintptr_t)PyCapsule_GetPointer(capsule, "arrow_array"));
     }
 done:
     if (status && !PyErr_Occurred())
         kb_raise_failure(&f);
     for (int k = 0; k < BUFFERS; k++)
-        Py_XDECREF(buffers[k]);
+        free(buffers[k]);
     release_batches(batches, n);
     Py_DECREF(seq);
     return result;

@@ -28,111 +28,42 @@ static int reserve(output *o, size_t n, failure *f)
     return 0;
 }
 
-/* A fixed-width or variable-width Arrow column as handed in: buffers plus the array's offset. */
-typedef struct {
-    Py_buffer valid, offsets, data;
-    int has_valid, has_offsets, has_data;
-    size_t index;
-} column;
-
-static void release_column(column *c)
-{
-    if (c->has_valid)
-        PyBuffer_Release(&c->valid);
-    if (c->has_offsets)
-        PyBuffer_Release(&c->offsets);
-    if (c->has_data)
-        PyBuffer_Release(&c->data);
-    c->has_valid = c->has_offsets = c->has_data = 0;
-}
-
-static int get_optional_buffer(PyObject *o, Py_buffer *view, int *has)
-{
-    if (o == Py_None)
-        return 0;
-    if (PyObject_GetBuffer(o, view, PyBUF_SIMPLE))
-        return -1;
-    *has = 1;
-    return 0;
-}
-
-/* (buffer, index): int64/int32 values */
-static int parse_fixed(PyObject *spec, column *c)
-{
-    PyObject *data;
-    Py_ssize_t index;
-    if (!PyArg_ParseTuple(spec, "On:column", &data, &index))
-        return -1;
-    if (index < 0) {
-        PyErr_SetString(PyExc_ValueError, "negative array offset");
-        return -1;
-    }
-    c->index = (size_t)index;
-    return get_optional_buffer(data, &c->data, &c->has_data);
-}
-
-/* (validity or None, offsets, data, index): binary / string */
-static int parse_binary(PyObject *spec, column *c)
-{
-    PyObject *valid, *offsets, *data;
-    Py_ssize_t index;
-    if (!PyArg_ParseTuple(spec, "OOOn:column", &valid, &offsets, &data, &index))
-        return -1;
-    if (index < 0) {
-        PyErr_SetString(PyExc_ValueError, "negative array offset");
-        return -1;
-    }
-    c->index = (size_t)index;
-    if (get_optional_buffer(valid, &c->valid, &c->has_valid) || get_optional_buffer(offsets, &c->offsets, &c->has_offsets) ||
-        get_optional_buffer(data, &c->data, &c->has_data))
-        return -1;
-    return 0;
-}
-
 static int fixed_at(const column *c, size_t row, size_t width, const char *name, int64_t *value, failure *f)
 {
+    if (row >= c->length || c->data == NULL)
+        return kb_fail(f, "invalid", "row %zu is beyond the %s column", row, name);
     size_t i = c->index + row;
-    if (!c->has_data || i >= (size_t)c->data.len / width)
-        return kb_fail(f, "invalid", "row %zu is beyond the %s column's buffer", row, name);
-    *value = width == 8 ? load_i64(c->data.buf, i) : load_i32(c->data.buf, i);
+    *value = width == 8 ? load_i64(c->data, i) : load_i32(c->data, i);
     return 0;
 }
 
 static int is_valid(const column *c, size_t i)
 {
-    if (!c->has_valid)
-        return 1;
-    if ((i >> 3) >= (size_t)c->valid.len)
-        return 0;
-    return (((const uint8_t *)c->valid.buf)[i >> 3] >> (i & 7)) & 1;
+    return c->valid == NULL || ((c->valid[i >> 3] >> (i & 7)) & 1);
 }
 
-/* Slot ``i`` (array offset included) of a binary column: its bytes, or length -1 when null. */
+/* Slot ``slot`` of a binary column: its bytes, or length -1 when null. */
 static int binary_at(const column *c, size_t slot, const char *name, const uint8_t **ptr, int32_t *length,
                      failure *f)
 {
+    if (slot >= c->length)
+        return kb_fail(f, "invalid", "slot %zu is beyond the %s column", slot, name);
     size_t i = c->index + slot;
     if (!is_valid(c, i)) {
         *ptr = NULL;
         *length = -1;
         return 0;
     }
-    if (!c->has_offsets || i + 1 >= (size_t)c->offsets.len / 4)
-        return kb_fail(f, "invalid", "slot %zu is beyond the %s column's offsets", slot, name);
-    int32_t start = load_i32(c->offsets.buf, i), end = load_i32(c->offsets.buf, i + 1);
-    size_t data_len = c->has_data ? (size_t)c->data.len : 0;
-    if (start < 0 || end < start || (size_t)end > data_len)
-        return kb_fail(f, "invalid", "slot %zu of the %s column points outside its data", slot, name);
-    *ptr = (const uint8_t *)c->data.buf + start;
+    int32_t start = load_i32(c->offsets, i), end = load_i32(c->offsets, i + 1);
+    if (start < 0 || end < start)
+        return kb_fail(f, "invalid", "slot %zu of the %s column has bad offsets", slot, name);
+    *ptr = c->data + start;
     *length = end - start;
     return 0;
 }
 
 typedef struct {
-    size_t rows;
-    column offset, timestamp, timestamp_type, key, value;
-    int has_headers;
-    column headers, header_key, header_value;
+    table_view rows;
     int32_t leader_epoch;
     size_t max_records, max_bytes;
     int codec;
@@ -145,15 +76,15 @@ static inline int64_t floor_ms(int64_t us) { return us / 1000 - ((us % 1000) < 0
 static int header_range(const encode_input *in, size_t row, size_t *first, size_t *end, failure *f)
 {
     *first = *end = 0;
-    if (!in->has_headers)
+    if (!in->rows.has_headers)
         return 0;
-    const column *c = &in->headers;
+    const column *c = &in->rows.headers;
     size_t i = c->index + row;
+    if (row >= c->length)
+        return kb_fail(f, "invalid", "row %zu is beyond the headers column", row);
     if (!is_valid(c, i))
         return 0;
-    if (!c->has_offsets || i + 1 >= (size_t)c->offsets.len / 4)
-        return kb_fail(f, "invalid", "row %zu is beyond the headers column's offsets", row);
-    int32_t a = load_i32(c->offsets.buf, i), b = load_i32(c->offsets.buf, i + 1);
+    int32_t a = load_i32(c->offsets, i), b = load_i32(c->offsets, i + 1);
     if (a < 0 || b < a)
         return kb_fail(f, "invalid", "row %zu of the headers column has bad offsets", row);
     *first = (size_t)a;
@@ -168,8 +99,8 @@ static int record_body_size(const encode_input *in, size_t row, int64_t timestam
 {
     const uint8_t *ptr;
     int32_t key_length, value_length;
-    if (binary_at(&in->key, row, "key", &ptr, &key_length, f) ||
-        binary_at(&in->value, row, "value", &ptr, &value_length, f))
+    if (binary_at(&in->rows.key, row, "key", &ptr, &key_length, f) ||
+        binary_at(&in->rows.value, row, "value", &ptr, &value_length, f))
         return -1;
     size_t first, end;
     if (header_range(in, row, &first, &end, f))
@@ -181,8 +112,8 @@ static int record_body_size(const encode_input *in, size_t row, int64_t timestam
                (value_length > 0 ? (size_t)value_length : 0) + varint_size((int32_t)(end - first));
     for (size_t j = first; j < end; j++) {
         int32_t hk, hv;
-        if (binary_at(&in->header_key, j, "header key", &ptr, &hk, f) ||
-            binary_at(&in->header_value, j, "header value", &ptr, &hv, f))
+        if (binary_at(&in->rows.header_key, j, "header key", &ptr, &hk, f) ||
+            binary_at(&in->rows.header_value, j, "header value", &ptr, &hv, f))
             return -1;
         if (hk < 0)
             hk = 0;
@@ -210,8 +141,8 @@ static int write_record(const encode_input *in, size_t row, int64_t timestamp_de
     const uint8_t *key, *value;
     int32_t key_length, value_length;
     size_t first, end;
-    if (binary_at(&in->key, row, "key", &key, &key_length, f) ||
-        binary_at(&in->value, row, "value", &value, &value_length, f) || header_range(in, row, &first, &end, f))
+    if (binary_at(&in->rows.key, row, "key", &key, &key_length, f) ||
+        binary_at(&in->rows.value, row, "value", &value, &value_length, f) || header_range(in, row, &first, &end, f))
         return -1;
     w = put_varint(w, (int32_t)body);
     *w++ = 0; /* record attributes: unused */
@@ -223,8 +154,8 @@ static int write_record(const encode_input *in, size_t row, int64_t timestamp_de
     for (size_t j = first; j < end; j++) {
         const uint8_t *hk, *hv;
         int32_t hk_length, hv_length;
-        if (binary_at(&in->header_key, j, "header key", &hk, &hk_length, f) ||
-            binary_at(&in->header_value, j, "header value", &hv, &hv_length, f))
+        if (binary_at(&in->rows.header_key, j, "header key", &hk, &hk_length, f) ||
+            binary_at(&in->rows.header_value, j, "header value", &hv, &hv_length, f))
             return -1;
         w = put_bytes(w, hk, hk_length < 0 ? 0 : hk_length);
         w = put_bytes(w, hv, hv_length);
@@ -258,9 +189,9 @@ static int encode_batch(const encode_input *in, size_t *row, output *o, failure 
 {
     size_t start = *row;
     int64_t kind = 0, base_offset = 0, first_us = 0;
-    if (fixed_at(&in->timestamp_type, start, 4, "timestampType", &kind, f) ||
-        fixed_at(&in->offset, start, 8, "offset", &base_offset, f) ||
-        fixed_at(&in->timestamp, start, 8, "timestamp", &first_us, f))
+    if (fixed_at(&in->rows.timestamp_type, start, 4, "timestampType", &kind, f) ||
+        fixed_at(&in->rows.offset, start, 8, "offset", &base_offset, f) ||
+        fixed_at(&in->rows.timestamp, start, 8, "timestamp", &first_us, f))
         return -1;
     if (kind != 0 && kind != 1)
         return kb_fail(f, "invalid", "row %zu has timestampType %lld: data batches hold CreateTime (0) or "
@@ -272,11 +203,11 @@ static int encode_batch(const encode_input *in, size_t *row, output *o, failure 
         return -1;
     o->len += HEADER_BYTES;
     size_t count = 0, payload = 0;
-    while (*row < in->rows && count < in->max_records) {
+    while (*row < in->rows.rows && count < in->max_records) {
         size_t r = *row;
         int64_t k = 0, offset = 0, us = 0;
-        if (fixed_at(&in->timestamp_type, r, 4, "timestampType", &k, f) ||
-            fixed_at(&in->offset, r, 8, "offset", &offset, f) || fixed_at(&in->timestamp, r, 8, "timestamp", &us, f))
+        if (fixed_at(&in->rows.timestamp_type, r, 4, "timestampType", &k, f) ||
+            fixed_at(&in->rows.offset, r, 8, "offset", &offset, f) || fixed_at(&in->rows.timestamp, r, 8, "timestamp", &us, f))
             return -1;
         if (k != kind)
             break;
@@ -337,73 +268,50 @@ static int encode_batch(const encode_input *in, size_t *row, output *o, failure 
     return 0;
 }
 
-static void release_input(encode_input *in)
-{
-    release_column(&in->offset);
-    release_column(&in->timestamp);
-    release_column(&in->timestamp_type);
-    release_column(&in->key);
-    release_column(&in->value);
-    release_column(&in->headers);
-    release_column(&in->header_key);
-    release_column(&in->header_value);
-}
-
+/* encode(rows, start, leader_epoch, max_records, max_bytes, codec, compress) -> (batches, stop):
+ * the rows from ``start`` on as batches, up to the first control row (``stop``; the number
+ * of rows when there is none), which the caller writes as a control batch of its own. */
 PyObject *kb_encode(PyObject *module, PyObject *args)
 {
     (void)module;
     encode_input in;
     memset(&in, 0, sizeof in);
-    Py_ssize_t rows, max_records, max_bytes;
-    PyObject *offset, *timestamp, *timestamp_type, *key, *value, *headers;
-    if (!PyArg_ParseTuple(args, "nOOOOOOinniO:encode", &rows, &offset, &timestamp, &timestamp_type, &key, &value,
-                          &headers, &in.leader_epoch, &max_records, &max_bytes, &in.codec, &in.compress))
+    PyObject *capsule;
+    Py_ssize_t start, max_records, max_bytes;
+    if (!PyArg_ParseTuple(args, "OninniO:encode", &capsule, &start, &in.leader_epoch, &max_records, &max_bytes,
+                          &in.codec, &in.compress))
         return NULL;
-    if (rows < 0 || max_records < 1 || max_bytes < 1 || in.codec < 0 || in.codec > MAX_CODEC ||
+    if (start < 0 || max_records < 1 || max_bytes < 1 || in.codec < 0 || in.codec > MAX_CODEC ||
         (in.codec != 0 && !PyCallable_Check(in.compress))) {
-        PyErr_SetString(PyExc_ValueError, "encode: bad rows, limits or codec");
+        PyErr_SetString(PyExc_ValueError, "encode: bad start, limits or codec");
         return NULL;
     }
-    in.rows = (size_t)rows;
+    if (kb_view_rows(capsule, &in.rows))
+        return NULL;
     in.max_records = (size_t)max_records;
     in.max_bytes = (size_t)max_bytes;
-    PyObject *result = NULL;
-    if (parse_fixed(offset, &in.offset) || parse_fixed(timestamp, &in.timestamp) ||
-        parse_fixed(timestamp_type, &in.timestamp_type) || parse_binary(key, &in.key) || parse_binary(value, &in.value))
-        goto done;
-    if (headers != Py_None) {
-        PyObject *header_key, *header_value, *valid, *list_offsets;
-        Py_ssize_t index;
-        if (!PyArg_ParseTuple(headers, "OOnOO:headers", &valid, &list_offsets, &index, &header_key, &header_value))
-            goto done;
-        if (index < 0) {
-            PyErr_SetString(PyExc_ValueError, "negative array offset");
-            goto done;
-        }
-        in.has_headers = 1;
-        in.headers.index = (size_t)index;
-        if (get_optional_buffer(valid, &in.headers.valid, &in.headers.has_valid) ||
-            get_optional_buffer(list_offsets, &in.headers.offsets, &in.headers.has_offsets) ||
-            parse_binary(header_key, &in.header_key) || parse_binary(header_value, &in.header_value))
-            goto done;
-    }
     failure f = {0};
     output o = {0};
     int status = 0;
-    size_t row = 0;
+    size_t row = (size_t)start;
     PyThreadState *thread = PyEval_SaveThread();
-    while (status == 0 && row < in.rows)
+    while (status == 0 && row < in.rows.rows) {
+        int64_t kind = 0;
+        status = fixed_at(&in.rows.timestamp_type, row, 4, "timestampType", &kind, &f);
+        if (status || kind == CONTROL_TIMESTAMP_TYPE)
+            break;
         status = encode_batch(&in, &row, &o, &f, &thread);
+    }
     PyEval_RestoreThread(thread);
+    PyObject *result = NULL;
     if (status) {
         if (!PyErr_Occurred())
             kb_raise_failure(&f);
     } else {
-        result = PyBytes_FromStringAndSize((const char *)o.buf, (Py_ssize_t)o.len);
+        /* y# makes None of a NULL buffer: no batch before a control row is b"" */
+        result = Py_BuildValue("(y#n)", o.buf ? (const char *)o.buf : "", (Py_ssize_t)o.len, (Py_ssize_t)row);
     }
     PyMem_RawFree(o.buf);
-done:
-    release_input(&in);
     return result;
 }
 
@@ -426,10 +334,11 @@ PyObject *kb_encode_control(PyObject *module, PyObject *args)
     size_t body = 1 + varlong_size(0) + varint_size(0) + varint_size((int32_t)key.len) + (size_t)key.len +
                   varint_size((int32_t)value.len) + (size_t)value.len + varint_size(0);
     size_t total = HEADER_BYTES + varint_size((int32_t)body) + body;
-    uint8_t *w;
-    result = kb_new_buffer(total, &w, 1);
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
     if (result == NULL)
         goto done;
+    uint8_t *w = (uint8_t *)PyBytes_AS_STRING(result);
+    memset(w, 0, total);
     uint8_t *r = w + HEADER_BYTES;
     r = put_varint(r, (int32_t)body);
     *r++ = 0;

@@ -19,12 +19,10 @@ log's transaction rows:
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sparklog.errors import InvalidTxnStateError
-from sparklog.log.txn_log import CONTROL_TIMESTAMP_TYPE, ControlRecord, control_records
+from sparklog.log.txn_log import ControlRecord, control_records
 from sparklog.model.kafka_batches import (
     BATCH_OVERHEAD_BYTES,
     CODECS,
@@ -94,41 +92,22 @@ def encode_batches(
 ) -> bytes:
     """``records`` (``offset``, ``timestamp``, ``timestampType``, ``key``, ``value``,
     ``headers``; offset order) as consecutive record batches, control rows as control batches."""
-    if records.num_rows == 0:
-        return b""
-    kinds = records.column("timestampType")
-    if pc.min(kinds).as_py() != CONTROL_TIMESTAMP_TYPE:
-        return encode_records(
-            records, leader_epoch=leader_epoch, compression=compression, max_records_per_batch=max_records_per_batch
-        )
-    markers = control_records(records)
-    offsets = records.column("offset")
-    timestamps = records.column("timestamp").cast(pa.int64())
-    out = []
-    start = 0
-    for row in (int(i) for i in np.flatnonzero(kinds.to_numpy() == CONTROL_TIMESTAMP_TYPE)):
-        if row > start:
-            out.append(
-                encode_records(
-                    records.slice(start, row - start),
-                    leader_epoch=leader_epoch,
-                    compression=compression,
-                    max_records_per_batch=max_records_per_batch,
-                )
-            )
-        offset = offsets[row].as_py()
-        out.append(control_batch(markers[offset], offset, timestamps[row].as_py() // 1000, leader_epoch))
-        start = row + 1
-    if start < records.num_rows:
-        out.append(
-            encode_records(
-                records.slice(start),
-                leader_epoch=leader_epoch,
-                compression=compression,
-                max_records_per_batch=max_records_per_batch,
-            )
-        )
-    return b"".join(out)
+    markers: dict[int, ControlRecord] = {}
+
+    def control(row: int) -> bytes:
+        if not markers:
+            markers.update(control_records(records))
+        offset = records.column("offset")[row].as_py()
+        timestamp_us = records.column("timestamp").cast(pa.int64())[row].as_py()
+        return control_batch(markers[offset], offset, timestamp_us // 1000, leader_epoch)
+
+    return encode_records(
+        records,
+        leader_epoch=leader_epoch,
+        compression=compression,
+        max_records_per_batch=max_records_per_batch,
+        control=control,
+    )
 
 
 def control_batch(marker: ControlRecord, offset: int, timestamp_ms: int, leader_epoch: int) -> bytes:
