@@ -8,13 +8,14 @@ Reading (a broker's Produce path) is two calls, so a broker can check each reque
 arrives and read the records of a whole commit round at once:
 
 * :func:`read_batches` checks every batch of some bytes — magic 2 (older formats:
-  :class:`UnsupportedMagicError`), a length that fits, the CRC32C, a known codec, no control
-  batch from a producer, record count = last offset delta + 1, and every record's lengths
-  and varints inside its record, header keys UTF-8, a producer's offset deltas 0, 1, 2, ...
+  :class:`UnsupportedMagicError`), a length that fits, the CRC32C, a known codec, every
+  record's lengths and varints inside its record, header keys UTF-8, and from a producer no
+  control batch, record count = last offset delta + 1 and offset deltas 0, 1, 2, ...
   (:class:`CorruptBatchError` otherwise) — decompressing each payload once;
 * :func:`decode_records` reads the records of any number of checked batches, in one pass,
   into one table (``timestamp`` µs, ``timestampType``, ``key``, ``value``, ``headers``: the
   topic table's columns, :data:`RECORD_SCHEMA`); batch ``i``'s rows follow batch ``i - 1``'s.
+  The columns reach pyarrow through Arrow's C data interface, without a copy.
 
 A CreateTime record's timestamp is the batch's first timestamp plus its delta; a
 LogAppendTime batch's records all carry the batch's max timestamp, ``timestampType`` 1 (what
@@ -24,8 +25,12 @@ tell an empty list from none).
 Writing (Fetch of data read from segments): :func:`encode_records` turns rows in offset order
 into consecutive batches — offset deltas carry compaction gaps, the base offset and partition
 leader epoch go in the header, LogAppendTime rows make LogAppendTime batches (cut where the
-append time changes, since such a batch has one time), optionally compressed per batch;
-:func:`encode_control_batch` writes a transaction marker's control batch.
+append time changes, since such a batch has one time), optionally compressed per batch; the
+rows are read in place (Arrow's C data interface). :func:`encode_control_batch` writes a
+transaction marker's control batch.
+
+Failures of the extension on input it was handed by sparklog itself (rows out of offset
+order, a transaction marker without ``control``) are :class:`~sparklog.errors.PolicyError`.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
-from sparklog.errors import SparklogError
+from sparklog.errors import PolicyError, SparklogError
 from sparklog.model import _kafka_batches
 from sparklog.model.kafka_compression import CompressionError, deflate, inflate
 from sparklog.model.schema import FILE_SCHEMA
@@ -79,6 +84,17 @@ class CorruptBatchError(SparklogError):
 
 class UnsupportedMagicError(SparklogError):
     """A batch of message format v0/v1 (Kafka: UNSUPPORTED_FOR_MESSAGE_FORMAT)."""
+
+
+class _TableOverflow(SparklogError):
+    """Batches whose records would overflow one table's int32 offsets: read in groups."""
+
+
+_ERRORS: dict[str, type[SparklogError]] = {
+    "magic": UnsupportedMagicError,
+    "corrupt": CorruptBatchError,
+    "overflow": _TableOverflow,
+}
 
 
 class RecordBatch:
@@ -177,9 +193,7 @@ def decode_records(batches: Sequence[RecordBatch], *, with_offsets: bool = False
     schema = FILE_SCHEMA if with_offsets else RECORD_SCHEMA
     try:
         parts = [_import(_native(_kafka_batches.decode, [b._checked for b in batches], with_offsets), schema)]
-    except ValueError as exc:
-        if exc.args[:1] != ("overflow",):
-            raise
+    except _TableOverflow:
         parts = [_import(_native(_kafka_batches.decode, group, with_offsets), schema) for group in _groups(batches)]
     return pa.Table.from_batches(parts, schema=schema)
 
@@ -218,7 +232,7 @@ def encode_records(
             out.append(data)
             if stop < batch.num_rows:
                 if control is None:
-                    raise ValueError(f"row {first_row + stop} is a transaction marker: encode it with control")
+                    raise PolicyError(f"row {first_row + stop} is a transaction marker: pass control to encode it")
                 out.append(control(first_row + stop))
                 stop += 1
             start = stop
@@ -249,11 +263,7 @@ def _native(function: Callable[..., _T], *args: Any) -> _T:
         raise CorruptBatchError(str(exc)) from exc
     except ValueError as exc:
         kind, message = exc.args if len(exc.args) == 2 else ("invalid", str(exc))
-        if kind == "magic":
-            raise UnsupportedMagicError(message) from exc
-        if kind == "corrupt":
-            raise CorruptBatchError(message) from exc
-        raise
+        raise _ERRORS.get(kind, PolicyError)(message) from exc
 
 
 def _groups(batches: Sequence[RecordBatch]) -> list[list[CheckedBatch]]:

@@ -8,18 +8,22 @@ import os
 import random
 import struct
 
+import pyarrow as pa
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from sparklog.errors import PolicyError
 from sparklog.model.kafka_batches import (
     CorruptBatchError,
     UnsupportedMagicError,
     crc32c,
     decode_records,
     encode_control_batch,
+    encode_records,
     read_batches,
 )
 from sparklog.model.kafka_compression import deflate
+from sparklog.model.schema import FILE_SCHEMA
 
 T0 = 1_700_000_000_000
 FUZZ_ROUNDS = int(os.environ.get("SPARKLOG_FUZZ_ROUNDS", "4000"))
@@ -212,3 +216,26 @@ def test_random_and_mutated_input_never_crashes() -> None:
         except (CorruptBatchError, UnsupportedMagicError):
             outcomes["refused"] += 1
     assert outcomes["read"] > 100 and outcomes["refused"] > 1000, outcomes
+
+
+def test_rows_the_encoder_cannot_write_are_policy_errors() -> None:
+    rows = pa.Table.from_pydict(
+        {
+            "offset": [5, 4],
+            "timestamp": [T0 * 1000, T0 * 1000],
+            "timestampType": [0, 0],
+            "key": [None, None],
+            "value": [b"a", b"b"],
+        },
+        schema=pa.schema([FILE_SCHEMA.field(c) for c in ("offset", "timestamp", "timestampType", "key", "value")]),
+    )
+    with pytest.raises(PolicyError, match="offset order"):
+        encode_records(rows, leader_epoch=0)
+    marker = rows.set_column(0, "offset", pa.array([1, 2], pa.int64())).set_column(
+        2, "timestampType", pa.array([0, -1], pa.int32())
+    )
+    with pytest.raises(PolicyError, match="row 1 is a transaction marker"):
+        encode_records(marker, leader_epoch=0)
+    assert (
+        read_batches(encode_records(marker, leader_epoch=0, control=lambda row: b""), from_producer=False)[0].count == 1
+    )

@@ -13,11 +13,11 @@ static int read_head(const uint8_t *data, size_t len, size_t pos, int client, ba
     int magic = (int8_t)h[MAGIC_AT];
     if (magic != 2)
         return kb_fail(f, "magic", "record batch of magic %d at byte %zu: only magic 2 (Kafka 0.11+) is accepted", magic,
-                    pos);
+                       pos);
     int32_t length = (int32_t)get32(h + LENGTH_AT);
     if (length < HEADER_BYTES - LENGTH_PREFIX_BYTES || (size_t)length > left - LENGTH_PREFIX_BYTES)
         return kb_fail(f, "corrupt", "record batch length %d at byte %zu does not fit the %zu bytes sent", length, pos,
-                    len);
+                       len);
     b->start = pos;
     b->end = pos + LENGTH_PREFIX_BYTES + (size_t)length;
     uint32_t stored = get32(h + CRC_AT);
@@ -25,7 +25,7 @@ static int read_head(const uint8_t *data, size_t len, size_t pos, int client, ba
     if (stored != computed)
         return kb_fail(f, "corrupt",
                     "record batch CRC32C does not match its contents (batch at byte %zu: stored %08x, computed %08x)",
-                    pos, stored, computed);
+                       pos, stored, computed);
     b->base_offset = (int64_t)get64(h);
     b->leader_epoch = (int32_t)get32(h + LEADER_EPOCH_AT);
     b->attributes = (int16_t)get16(h + ATTRIBUTES_AT);
@@ -48,7 +48,7 @@ static int read_head(const uint8_t *data, size_t len, size_t pos, int client, ba
                        b->last_offset_delta, b->count);
     if (codec == 0 && (size_t)b->count > (b->end - pos - HEADER_BYTES) / (MIN_RECORD_BODY + 1))
         return kb_fail(f, "corrupt", "the batch at byte %zu declares %d records in %zu bytes", pos, b->count,
-                    b->end - pos - HEADER_BYTES);
+                       b->end - pos - HEADER_BYTES);
     return 0;
 }
 
@@ -124,7 +124,7 @@ PyObject *kb_check(PyObject *module, PyObject *args)
         checked_batch *b = &batches[i];
         if ((b->head.attributes & CODEC_MASK) == 0)
             status = kb_walk_records(bytes + b->head.start + HEADER_BYTES, b->head.end - b->head.start - HEADER_BYTES,
-                                  &b->head, client, &b->sizes, NULL, &f);
+                                     &b->head, client, &b->sizes, NULL, &f);
     }
     Py_END_ALLOW_THREADS
 

@@ -72,7 +72,7 @@ static int append_binary(uint8_t *valid, int32_t *offsets, uint8_t *data, size_t
  * consecutive offsets and keeps the batch's bytes for its fetch tail). With ``out`` the
  * records are also written there. */
 int kb_walk_records(const uint8_t *p, size_t len, const batch_head *b, int client, record_sizes *sizes,
-                        columns *out, failure *f)
+                    columns *out, failure *f)
 {
     reader r = {p, len, 0};
     const int log_append_time = (b->attributes & TIMESTAMP_TYPE_BIT) != 0;
@@ -95,7 +95,7 @@ int kb_walk_records(const uint8_t *p, size_t len, const batch_head *b, int clien
         if (client ? offset_delta != i : (offset_delta <= previous_delta || offset_delta > b->last_offset_delta))
             return BAD_RECORD("record %d of the batch at byte %zu has offset delta %d (%s)", i, at, offset_delta,
                               client ? "a producer's records are numbered 0, 1, 2, ..."
-                                     : "deltas rise up to the batch's last offset delta");
+                              : "deltas rise up to the batch's last offset delta");
         previous_delta = offset_delta;
         int64_t timestamp_ms, timestamp_us;
         if (log_append_time)
@@ -162,7 +162,7 @@ int kb_walk_records(const uint8_t *p, size_t len, const batch_head *b, int clien
                 (header_value_length > 0 && (size_t)header_value_length > rec.end - rec.pos))
                 return BAD_RECORD(
                     "record %d of the batch at byte %zu: header %d value length %d outside the record", i, at, h,
-                    header_value_length);
+                                  header_value_length);
             const uint8_t *header_value = p + rec.pos;
             if (header_value_length > 0)
                 rec.pos += (size_t)header_value_length;

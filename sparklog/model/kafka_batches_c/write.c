@@ -195,7 +195,7 @@ static int encode_batch(const encode_input *in, size_t *row, output *o, failure 
         return -1;
     if (kind != 0 && kind != 1)
         return kb_fail(f, "invalid", "row %zu has timestampType %lld: data batches hold CreateTime (0) or "
-                                  "LogAppendTime (1) rows", start, (long long)kind);
+                       "LogAppendTime (1) rows", start, (long long)kind);
     const int64_t first_ms = floor_ms(first_us);
     int64_t max_ms = first_ms, previous = base_offset - 1, last_delta = 0;
     const size_t batch_at = o->len;
@@ -213,7 +213,7 @@ static int encode_batch(const encode_input *in, size_t *row, output *o, failure 
             break;
         if (offset <= previous)
             return kb_fail(f, "invalid", "row %zu has offset %lld after %lld: rows must be in offset order", r,
-                        (long long)offset, (long long)previous);
+                           (long long)offset, (long long)previous);
         int64_t delta = offset - base_offset;
         if (delta > INT32_MAX)
             break;
