@@ -8,12 +8,13 @@ static int read_head(const uint8_t *data, size_t len, size_t pos, int client, ba
 {
     size_t left = len - pos;
     if (left < MAGIC_PREFIX_BYTES)
-        return kb_fail(f, "corrupt", "%zu trailing bytes at byte %zu are shorter than a record batch header", left, pos);
+        return kb_fail(f, "corrupt", "%zu trailing bytes at byte %zu are shorter than a record batch header", left,
+                       pos);
     const uint8_t *h = data + pos;
     int magic = (int8_t)h[MAGIC_AT];
     if (magic != 2)
-        return kb_fail(f, "magic", "record batch of magic %d at byte %zu: only magic 2 (Kafka 0.11+) is accepted", magic,
-                       pos);
+        return kb_fail(f, "magic", "record batch of magic %d at byte %zu: only magic 2 (Kafka 0.11+) is accepted",
+                       magic, pos);
     int32_t length = (int32_t)get32(h + LENGTH_AT);
     if (length < HEADER_BYTES - LENGTH_PREFIX_BYTES || (size_t)length > left - LENGTH_PREFIX_BYTES)
         return kb_fail(f, "corrupt", "record batch length %d at byte %zu does not fit the %zu bytes sent", length, pos,
@@ -332,7 +333,8 @@ PyObject *kb_decode(PyObject *module, PyObject *args)
     memset(buffers, 0, sizeof buffers); /* the capsule owns them now */
     if (capsule != NULL) {
         /* The address too: pyarrow imports from it with a schema object, no schema to parse. */
-        result = Py_BuildValue("(NK)", capsule, (unsigned long long)(uintptr_t)PyCapsule_GetPointer(capsule, "arrow_array"));
+        void *array = PyCapsule_GetPointer(capsule, "arrow_array");
+        result = Py_BuildValue("(NK)", capsule, (unsigned long long)(uintptr_t)array);
     }
 done:
     if (status && !PyErr_Occurred())

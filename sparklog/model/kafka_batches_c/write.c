@@ -207,7 +207,8 @@ static int encode_batch(const encode_input *in, size_t *row, output *o, failure 
         size_t r = *row;
         int64_t k = 0, offset = 0, us = 0;
         if (fixed_at(&in->rows.timestamp_type, r, 4, "timestampType", &k, f) ||
-            fixed_at(&in->rows.offset, r, 8, "offset", &offset, f) || fixed_at(&in->rows.timestamp, r, 8, "timestamp", &us, f))
+            fixed_at(&in->rows.offset, r, 8, "offset", &offset, f) ||
+            fixed_at(&in->rows.timestamp, r, 8, "timestamp", &us, f))
             return -1;
         if (k != kind)
             break;
@@ -242,7 +243,8 @@ static int encode_batch(const encode_input *in, size_t *row, output *o, failure 
     int attributes = (int)in->codec | (kind == 1 ? TIMESTAMP_TYPE_BIT : 0);
     if (in->codec != 0) {
         PyEval_RestoreThread(*thread);
-        PyObject *plain = PyBytes_FromStringAndSize((const char *)o->buf + batch_at + HEADER_BYTES, (Py_ssize_t)payload);
+        const char *records = (const char *)o->buf + batch_at + HEADER_BYTES;
+        PyObject *plain = PyBytes_FromStringAndSize(records, (Py_ssize_t)payload);
         PyObject *packed = plain ? PyObject_CallFunction(in->compress, "iO", in->codec, plain) : NULL;
         Py_XDECREF(plain);
         Py_buffer view;
