@@ -22,6 +22,7 @@ from sparklog.model.kafka_batches import (
 )
 from sparklog.model.schema import FILE_SCHEMA
 from sparklog.server.kafka.records import control_batch, decode_batches, encode_batches
+from sparklog.server.leader_appender import PendingAppend, read_round
 
 CODEC_NAMES = ["none", "gzip", "snappy", "lz4", "zstd"]
 T0 = 1_700_000_000_000
@@ -260,3 +261,18 @@ def test_empty_input_reads_and_writes_nothing() -> None:
     assert read_batches(b"") == []
     assert decode_records([]).num_rows == 0
     assert encode_records(table_of([], []), leader_epoch=0) == b""
+
+
+def test_a_commit_round_reads_its_batches_at_once_one_slice_per_partition() -> None:
+    def pending(partition: int, records: list[Record]) -> PendingAppend:
+        (batch,) = read_batches(kafka_python_batch(records, CODECS["zstd"]))
+        return PendingAppend(partition, None, "1", 1000, batch=batch, wire=batch.raw)
+
+    items = [pending(1, RECORDS[:2]), pending(0, RECORDS[2:3]), pending(1, RECORDS[3:6]), pending(0, RECORDS[6:])]
+    read = read_round(items)
+    assert {p: [i.rows for i in r.items] for p, r in read.items()} == {0: [1, 1], 1: [2, 3]}
+    for partition, rows in read.items():
+        mine = [i for i in items if i.partition == partition]
+        assert rows.items == mine
+        assert rows.records.equals(pa.concat_tables([i.records for i in mine if i.records is not None]))
+    assert [r["value"] for r in read[1].records.to_pylist()] == [r[1] for r in RECORDS[:2] + RECORDS[3:6]]
