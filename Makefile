@@ -1,5 +1,6 @@
 # sparklog — the two commands: `make demo` and `make test`.
-# Everything comes from PyPI (into .venv) or Debian packages (kcat); nothing downloads at run time.
+# Everything comes from PyPI (into .venv) or Debian packages (kcat, a C compiler and the Python
+# headers); nothing downloads at run time.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -7,6 +8,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.sparklog-installed
 SPARK_ENV_STAMP := $(VENV)/.sparklog-spark-env
 KCAT_STAMP := $(VENV)/.sparklog-kcat
+# The C extension (the Kafka record-batch codec) is compiled by the install below.
+NATIVE_SOURCES := setup.py $(wildcard sparklog/model/kafka_batches_c/*.c sparklog/model/kafka_batches_c/*.h)
 # Keep Spark and the embedded ZooKeeper quiet and local.
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
@@ -16,8 +19,12 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 venv: $(STAMP) $(SPARK_ENV_STAMP) $(KCAT_STAMP)
 
 # `compat` editable mode puts the repo on sys.path, so Spark's data-source lookup
-# (pkgutil over sys.path) finds pyspark_sparklog in its Python workers.
-$(STAMP): pyproject.toml
+# (pkgutil over sys.path) finds pyspark_sparklog in its Python workers. The install compiles
+# the C extension in place: a C compiler and the Python headers come first (apt-get when
+# missing and root or sudo -n, else make stops with one line saying what to run); editing its
+# sources reinstalls.
+$(STAMP): pyproject.toml $(NATIVE_SOURCES)
+	@bash scripts/ensure-compiler.sh "$(PYTHON)"
 	@bash scripts/ensure-venv.sh "$(PYTHON)" "$(VENV)"
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --config-settings editable_mode=compat -e '.[dev]'

@@ -20,6 +20,11 @@ Invariants:
 * one failing partition fails only the requests of that round's commit; nothing that was
   not committed is reported as appended.
 
+Records: requests arrive checked but not read (:func:`~sparklog.broker.kafka.records.check_batches`);
+a round reads the records of all its producers' batches in one native pass into one table,
+ordered by partition, so each partition's rows are one slice of it
+(:func:`~sparklog.model.kafka_batches.decode_records`).
+
 Write leases: the round takes the leases of its partitions (owner ``broker-<id>``) and
 releases them after the commit, so Spark jobs and light producers writing the same topic
 queue for the same leases and offsets stay unique and contiguous whoever writes.
@@ -27,6 +32,7 @@ queue for the same leases and offsets stay unique and contiguous whoever writes.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -46,6 +52,7 @@ from sparklog.log.table import TopicTable
 from sparklog.log.transactions import kafka_producer_id, producer_app_id
 from sparklog.log.txn_log import ControlRecord
 from sparklog.metadata.lease import WriterLease
+from sparklog.model.kafka_batches import RecordBatch, decode_records
 from sparklog.runtime.produce_request import (
     RETRIABLE,
     RequestSettings,
@@ -70,7 +77,8 @@ class PendingAppend:
     """Records for one partition from one produce request, waiting for a commit."""
 
     partition: int
-    records: pa.Table
+    # None until the round reads them: the records of ``batch`` (:func:`read_round`).
+    records: pa.Table | None
     acks: Acks
     timeout_ms: int
     compression: str = "none"  # the producer's codec (for compression.type=producer)
@@ -84,10 +92,18 @@ class PendingAppend:
     wire: bytes | None = None
     # Called with the base offset as soon as the commit returned (before any acks=all wait).
     on_commit: Callable[[int], None] | None = None
+    # A producer's checked batch whose records are read with the round's others.
+    batch: RecordBatch | None = None
     done: threading.Event = field(default_factory=threading.Event)
     base_offset: int = -1
     log_append_time_ms: int = -1
     error: BaseException | None = None
+
+    @property
+    def rows(self) -> int:
+        if self.records is not None:
+            return self.records.num_rows
+        return _batch_of(self).count
 
     def wait_done(self, timeout_s: float) -> bool:
         return self.done.wait(timeout_s)
@@ -165,9 +181,14 @@ class LeaderAppender:
 
     def _commit_round(self, topic: str, items: list[PendingAppend]) -> None:
         deadline = time.monotonic() + max(i.timeout_ms for i in items) / 1000
+        try:
+            read = read_round(items)
+        except Exception as exc:  # noqa: BLE001 - answered to the clients as Kafka error codes
+            self._fail(items, exc)
+            return
         while True:
             try:
-                self._try_round(topic, items)
+                self._try_round(topic, items, read)
                 return
             except RETRIABLE as exc:
                 if time.monotonic() + _RETRY_BACKOFF_S > deadline:
@@ -179,7 +200,7 @@ class LeaderAppender:
                 self._fail(items, exc)
                 return
 
-    def _try_round(self, topic: str, items: list[PendingAppend]) -> None:
+    def _try_round(self, topic: str, items: list[PendingAppend], read: Mapping[int, RoundRows]) -> None:
         replicas = self.replicas
         partitions = sorted({i.partition for i in items})
         states = replicas.states(topic, partitions)
@@ -202,11 +223,11 @@ class LeaderAppender:
         settings = topic_write_settings(replicas, topic, items[0].compression, METADATA_MAX_AGE_MS)
         if acks == "all":
             check_min_isr(topic, {p: states[p] for p in led}, settings.min_insync_replicas, after_append=False)
-        merged = {
-            p: pa.concat_tables([i.records for i in items if i.partition == p]).combine_chunks()
-            for p in led
-            if any(i.partition == p for i in items)
-        }
+        merged = {}
+        for p in led:
+            kept = [i for i in items if i.partition == p]
+            if kept:
+                merged[p] = _partition_rows(kept, read.get(p))
         followers = sorted({b for p in merged for b in states[p].isr} - {self.broker_id})
         stage_roots = [replicas.replica_table(topic, b).root for b in followers] if acks == "all" else []
         request = RequestSettings(
@@ -238,7 +259,7 @@ class LeaderAppender:
         bases = []
         for item in items:
             bases.append(next_offset[item.partition])
-            next_offset[item.partition] += item.records.num_rows
+            next_offset[item.partition] += item.rows
             if item.on_commit is not None:
                 item.on_commit(bases[-1])
             if item.wire is not None and not settings.log_append_time:
@@ -247,7 +268,7 @@ class LeaderAppender:
                     item.partition,
                     states[item.partition].leader_epoch,
                     bases[-1],
-                    item.records.num_rows,
+                    item.rows,
                     item.wire,
                 )
             else:
@@ -303,6 +324,51 @@ class LeaderAppender:
                 item.finish(error=error)
 
 
+@dataclass(frozen=True)
+class RoundRows:
+    """A partition's rows read by :func:`read_round`: the items whose batches they are, in order."""
+
+    items: list[PendingAppend]
+    records: pa.Table
+
+
+def read_round(items: Sequence[PendingAppend]) -> dict[int, RoundRows]:
+    """Read the records of every producer batch among ``items`` in one pass, in partition
+    order then arrival order: each item gets its slice, each partition its rows."""
+    unread = sorted((i for i in items if i.records is None), key=lambda i: i.partition)
+    if not unread:
+        return {}
+    table = decode_records([_batch_of(i) for i in unread])
+    read: dict[int, RoundRows] = {}
+    row = 0
+    for partition, group in itertools.groupby(unread, key=lambda i: i.partition):
+        kept = list(group)
+        start = row
+        for item in kept:
+            item.records = table.slice(row, _batch_of(item).count)
+            row += _batch_of(item).count
+        read[partition] = RoundRows(kept, table.slice(start, row - start))
+    return read
+
+
+def _batch_of(item: PendingAppend) -> RecordBatch:
+    assert item.batch is not None, "an append carries records or a batch"
+    return item.batch
+
+
+def _partition_rows(items: list[PendingAppend], read: RoundRows | None) -> pa.Table:
+    """One partition's records of the round: the slice :func:`read_round` made when the
+    round appends exactly those items (no copy), else the items' records concatenated."""
+    if (
+        read is not None
+        and len(read.items) == len(items)
+        and all(a is b for a, b in zip(read.items, items, strict=True))
+    ):
+        return read.records
+    tables = [i.records for i in items if i.records is not None]
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
+
+
 def _kafka_producers(
     items: Sequence[PendingAppend], transactions_for: Callable[[Mapping[int, int]], Mapping[str, int]]
 ) -> KafkaProducerBatches:
@@ -313,7 +379,7 @@ def _kafka_producers(
     batches: dict[int, list[tuple[int, int, int, int, int]]] = {}
     for item in items:
         row = rows.get(item.partition, 0)
-        rows[item.partition] = row + item.records.num_rows
+        rows[item.partition] = row + item.rows
         batch = item.producer
         if batch is None:
             continue

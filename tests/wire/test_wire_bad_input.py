@@ -21,6 +21,7 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i16, i32, i32Timedelta
 
 import sparklog
+from sparklog.model.kafka_batches import crc32c
 from sparklog.testing import BrokerAgents
 from tests.wire.conftest import create_led_topic
 from tests.wire.raw import call
@@ -57,6 +58,21 @@ def truncated(data: bytearray) -> bytes:
     return bytes(data[:-7])
 
 
+def with_crc(data: bytearray) -> bytes:
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+def bad_record(data: bytearray) -> bytes:
+    data[61] = 0xFF  # the first record's length varint runs past the record: the CRC is made right
+    return with_crc(data)
+
+
+def control_attribute(data: bytearray) -> bytes:
+    struct.pack_into(">h", data, 21, 0x30)  # transactional + control: only brokers write those
+    return with_crc(data)
+
+
 def produce_request(partitions: dict[int, bytes], acks: int = 1, topic: str = TOPIC) -> ProduceRequest:
     return ProduceRequest(
         transactional_id=None,
@@ -79,6 +95,8 @@ CASES: dict[str, tuple[Callable[[], bytes], ErrorCode]] = {
     "corrupt crc": (lambda: corrupt_crc(batch([b"a", b"b"])), ErrorCode.corrupt_message),
     "truncated batch": (lambda: truncated(batch([b"a", b"b"])), ErrorCode.corrupt_message),
     "magic 1": (lambda: old_magic(batch([b"a"])), ErrorCode.unsupported_for_message_format),
+    "bad record inside a good crc": (lambda: bad_record(batch([b"a", b"b"])), ErrorCode.corrupt_message),
+    "control batch from a client": (lambda: control_attribute(batch([b"a"])), ErrorCode.corrupt_message),
     "batch over max.message.bytes": (lambda: bytes(batch([b"x" * 3000])), ErrorCode.message_too_large),
 }
 

@@ -41,7 +41,7 @@ from sparklog.broker.kafka.context import (
     response_module,
 )
 from sparklog.broker.kafka.error_codes import error_code
-from sparklog.broker.kafka.records import TransactionalBatchError, WireBatch, decode_batches
+from sparklog.broker.kafka.records import RecordBatch, TransactionalBatchError, check_batches
 from sparklog.broker.leader_appender import PendingAppend
 from sparklog.broker.producer_state import ProducerBatch, ProducerStates
 from sparklog.config import Acks
@@ -137,7 +137,7 @@ def _prepare(
     if broker.appender is None:
         raise NotLeaderError(f"this listener does not serve produce requests ({topic}-{partition})")
     state = led_partition(broker, topic, partition)
-    batches = decode_batches(data)
+    batches = check_batches(data)  # the records are read with the rest of the commit round's
     max_message_bytes = int(replicas.topic_config(topic, METADATA_MAX_AGE_MS)["max.message.bytes"])
     for batch in batches:
         if batch.size_bytes > max_message_bytes:
@@ -153,10 +153,11 @@ def _prepare(
             continue
         item = PendingAppend(
             partition,
-            batch.records,
+            None,
             acks,
             timeout_ms,
             batch.compression,
+            batch=batch,
             wire=batch.raw,
             transactional=batch.transactional,
         )
@@ -167,7 +168,7 @@ def _prepare(
 
 
 def _verify_transactional(
-    broker: BrokerContext, topic: str, partition: int, leader_epoch: int, batch: WireBatch
+    broker: BrokerContext, topic: str, partition: int, leader_epoch: int, batch: RecordBatch
 ) -> None:
     """A transaction's first batch in this partition must belong to an ongoing transaction
     holding the partition; later ones continue the transaction the leader already tracks."""
@@ -184,7 +185,7 @@ def _check_sequence(
     topic: str,
     partition: int,
     leader_epoch: int,
-    batch: WireBatch,
+    batch: RecordBatch,
     item: PendingAppend,
 ) -> None:
     """A duplicate is answered at once with its first offsets; a new batch carries its

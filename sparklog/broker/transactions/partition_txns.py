@@ -35,8 +35,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-import pyarrow as pa
-
 from sparklog.broker.producer_state import ProducerBatch
 from sparklog.errors import InvalidProducerEpochError, TransactionCoordinatorFencedError
 from sparklog.log.table import TopicTable
@@ -70,10 +68,13 @@ class PendingItem(Protocol):
     """What a round holds of a queued request (a :class:`~sparklog.broker.leader_appender.PendingAppend`)."""
 
     partition: int
-    records: pa.Table
     producer: ProducerBatch | None
     transactional: bool
     marker: ControlRecord | None
+
+    @property
+    def rows(self) -> int:
+        """How many records the item appends."""
 
     def finish(
         self, base_offset: int = -1, log_append_time_ms: int = -1, error: BaseException | None = None
@@ -134,7 +135,7 @@ class PartitionTransactions:
             partition = item.partition
             if item.marker is None and not item.transactional:
                 kept.append(item)
-                rows[partition] = rows.get(partition, 0) + item.records.num_rows
+                rows[partition] = rows.get(partition, 0) + item.rows
                 continue
             state = self._state(table, partition, leader_epochs[partition])
             position = rows.get(partition, 0)
@@ -171,7 +172,7 @@ class PartitionTransactions:
                     )
                 )
                 continue
-            run = (position, position + item.records.num_rows)
+            run = (position, position + item.rows)
             pending = opened.setdefault(partition, {})
             if batch.producer_id in pending:
                 _extend(pending[batch.producer_id].runs, run)
