@@ -10,6 +10,8 @@ import pyarrow as pa
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
+from sparklog.broker.kafka.records import control_batch, decode_batches, encode_batches
+from sparklog.broker.leader_appender import PendingAppend, read_round
 from sparklog.log.txn_log import ControlRecord, control_record_rows
 from sparklog.model.kafka_batches import (
     CODECS,
@@ -21,8 +23,6 @@ from sparklog.model.kafka_batches import (
     read_batches,
 )
 from sparklog.model.schema import FILE_SCHEMA
-from sparklog.broker.kafka.records import control_batch, decode_batches, encode_batches
-from sparklog.broker.leader_appender import PendingAppend, read_round
 
 CODEC_NAMES = ["none", "gzip", "snappy", "lz4", "zstd"]
 T0 = 1_700_000_000_000

@@ -198,15 +198,15 @@ def test_random_and_mutated_input_never_crashes() -> None:
         if i % 10 == 0:
             data = rng.randbytes(rng.randrange(0, 200))
         else:
-            data = bytearray(rng.choice(seeds))
+            mutated = bytearray(rng.choice(seeds))
             for _ in range(rng.randrange(1, 4)):
-                at = rng.randrange(len(data))
-                data[at] = rng.randrange(256) if rng.random() < 0.8 else data[at] ^ 0x80
+                at = rng.randrange(len(mutated))
+                mutated[at] = rng.randrange(256) if rng.random() < 0.8 else mutated[at] ^ 0x80
             if rng.random() < 0.2:
-                data = data[: rng.randrange(len(data) + 1)]
-            if rng.random() < 0.9 and len(data) > 21:
-                data = bytearray(with_crc(data))  # past the CRC: the record checks must hold
-            data = bytes(data)
+                mutated = mutated[: rng.randrange(len(mutated) + 1)]
+            if rng.random() < 0.9 and len(mutated) > 21:
+                mutated = bytearray(with_crc(mutated))  # past the CRC: the record checks must hold
+            data = bytes(mutated)
         try:
             batches = read_batches(data, from_producer=rng.random() < 0.5)
             table = decode_records(batches, with_offsets=True)

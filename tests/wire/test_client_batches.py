@@ -57,6 +57,12 @@ def test_librdkafka_batches_read_as_kafka_python_reads_them(
     ]
 
 
+def read_more(consumer: Consumer, messages: list[Any]) -> int:
+    """Add what one poll of ``consumer`` returns to ``messages``; how many there are now."""
+    messages.extend(consumer.consume(100, timeout=0.5))
+    return len(messages)
+
+
 def test_rows_written_around_the_broker_are_encoded_for_librdkafka(
     cluster: sparklog.Cluster, one_broker: BrokerAgents
 ) -> None:
@@ -70,10 +76,7 @@ def test_rows_written_around_the_broker_are_encoded_for_librdkafka(
     consumer.assign([TopicPartition(TOPIC, 0, 0)])
     messages: list[Any] = []
     try:
-        wait_until(
-            lambda: bool(messages.extend(consumer.consume(100, timeout=0.5))) or len(messages) >= len(expected),
-            "librdkafka reads every record",
-        )
+        wait_until(lambda: read_more(consumer, messages) >= len(expected), "librdkafka reads every record")
     finally:
         consumer.close()
     assert all(m.error() is None for m in messages)
@@ -94,10 +97,7 @@ def test_log_append_time_batches_are_encoded_for_librdkafka(
     consumer.assign([TopicPartition(TOPIC, 0, 0)])
     messages: list[Any] = []
     try:
-        wait_until(
-            lambda: bool(messages.extend(consumer.consume(100, timeout=0.5))) or len(messages) >= len(stored),
-            "librdkafka reads every record",
-        )
+        wait_until(lambda: read_more(consumer, messages) >= len(stored), "librdkafka reads every record")
     finally:
         consumer.close()
     log_append_time = 2  # confluent_kafka.TIMESTAMP_LOG_APPEND_TIME
