@@ -7,11 +7,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.sparklog-installed
 SPARK_ENV_STAMP := $(VENV)/.sparklog-spark-env
 KCAT_STAMP := $(VENV)/.sparklog-kcat
+# Apache Kafka's broker jars, the baseline of the Kafka-wire benchmarks (benchmarks/kafka/pom.xml).
+KAFKA_JARS := $(VENV)/kafka-jars
+KAFKA_STAMP := $(VENV)/.sparklog-kafka-jars
 # Keep Spark and the embedded ZooKeeper quiet and local.
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: venv demo lint test bench clean zookeeper-stop
+.PHONY: venv demo lint test bench kafka-jars clean zookeeper-stop
 
 venv: $(STAMP) $(SPARK_ENV_STAMP) $(KCAT_STAMP)
 
@@ -49,7 +52,16 @@ lint: venv
 test: venv lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: venv
+# Apache Kafka (pinned in benchmarks/kafka/pom.xml) from Maven Central with `mvn`, once: Maven and
+# Java come from apt-get when missing. The benchmarks never download; without the jars the
+# Kafka-wire cases stop and name this target.
+$(KAFKA_STAMP): benchmarks/kafka/pom.xml scripts/ensure-kafka-jars.sh | $(STAMP)
+	@bash scripts/ensure-kafka-jars.sh benchmarks/kafka/pom.xml $(KAFKA_JARS)
+	@touch $(KAFKA_STAMP)
+
+kafka-jars: $(KAFKA_STAMP)
+
+bench: venv $(KAFKA_STAMP)
 	$(BIN)/python -m benchmarks.run
 
 # The embedded ZooKeeper and the embedded broker (`make demo` starts both; they keep running):
