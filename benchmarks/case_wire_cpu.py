@@ -9,7 +9,7 @@ over the 6 of the topic. Every answer is checked (correlation id in order, error
 Figure: the broker process's CPU time (user + system, ``/proc/<pid>/stat``, every thread)
 over the requests, less what the broker burns idle over the same wall time (measured for 2 s
 just before), ÷ the requests, in µs. The raw figure without the idle correction, the idle rate
-and the requests per second are in the JSON. 1,000 requests of each kind go first, untimed.
+and the requests per second are in the JSON. 5,000 requests of each kind go first, untimed.
 
 A raw client rather than librdkafka: at ``linger.ms=0`` librdkafka still batches whatever
 queued while a request was in flight, so the records per request would depend on the broker's
@@ -49,7 +49,7 @@ CASE = "u"
 TITLE = "broker CPU per small Produce request (raw client, pipelined, acks=all), sparklog vs Kafka"
 TOPIC = "wire-cpu"
 REQUESTS = 20_000
-WARMUP = 1_000
+WARMUP = 5_000  # Kafka: enough calls for the JIT to compile the request path before the count
 WINDOW = 32  # unanswered requests at most (sparklog reads up to 128 ahead per connection)
 RECORDS_PER_REQUEST = (1, 3)
 IDLE_SECONDS = 2.0

@@ -13,8 +13,8 @@ as a commit made records visible); a
 **end to end** = ``produce()`` → ``poll()`` returned it in the consumer thread; for
 information, **ack** = ``produce()`` → delivery report. Both sides of a measurement run in
 one process and read one clock (``time.monotonic_ns()``; the send time travels in the
-record's first 8 bytes). Warm-up sends (at least 20, and until the consumer has received
-one) are not counted.
+record's first 8 bytes). Warm-up sends (at least 200 — Kafka's JIT —, and until the consumer has
+received one) are not counted.
 
 Kafka's consumer keeps librdkafka's default 500 ms, like sparklog's: both brokers answer a long
 poll as soon as records arrive. The mock's consumer sets ``fetch.wait.max.ms=1``. The mock does not wake a waiting fetch when records arrive (it

@@ -6,7 +6,7 @@ What it measures, against each system with a 6-partition, replication-factor-1 t
 * **one at a time:** one ``confluent_kafka.Producer`` (``acks=all``, ``linger.ms=0``: a single
   record would otherwise wait 5 ms in the client for company) sends 2,000 keyless 100-byte
   records, each after the previous one's delivery report; latency = ``produce()`` → its delivery
-  report handled by ``poll()`` (20 untimed warm-up sends first);
+  report handled by ``poll()`` (200 untimed warm-up sends first: Kafka's JIT);
 * **capacity curve:** 16 and then 64 producer *processes* (:mod:`benchmarks.fleet`, one
   ``confluent_kafka.Producer`` each, same settings, each warmed up with one record) together
   offer 10k, 25k, 50k, 100k, 200k records/s, in that order, for 10 s per step (at least 2 s at
@@ -222,7 +222,7 @@ def draw_curve(rows: list[dict[str, Any]], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.6))
     colours = {"sparklog": "tab:red", "kafka": "tab:blue", "mock": "tab:gray"}
     styles = {PRODUCERS[0]: "-", PRODUCERS[1]: "--"}
     for system in SYSTEMS:
@@ -245,8 +245,9 @@ def draw_curve(rows: list[dict[str, Any]], path: Path) -> Path:
     right.set_title("p99 latency vs offered")
     for axis in (left, right):
         axis.grid(True, which="both", alpha=0.3)
-    right.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
+    handles, labels = right.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=4, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
