@@ -97,18 +97,12 @@ def stamp_of(value: bytes | None) -> int:
 
 
 # -- the sparklog side ------------------------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class Broker:
     """A running sparklog broker agent: where clients connect and which process it is."""
 
     bootstrap_servers: str
     pid: int
-    topic: str
-    cluster: Any  # sparklog.Cluster (observer client of the run's cluster)
-    agents: Any  # sparklog.testing.BrokerAgents
-
-    def high_watermarks(self) -> dict[int, int]:
-        return {int(p): int(hw) for p, hw in self.cluster.high_watermarks(self.topic).items()}
 
 
 @contextlib.contextmanager
@@ -131,7 +125,7 @@ def sparklog_broker(
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{topic}: no leader within {_LEAD_TIMEOUT_S} s\n{agents.logs([1])}")
                 time.sleep(0.05)
-            yield Broker(agents.bootstrap_servers, agents.pid(1), topic, cluster, agents)
+            yield Broker(agents.bootstrap_servers, agents.pid(1))
 
 
 # -- the baseline: librdkafka's mock cluster --------------------------------------------------
@@ -200,15 +194,6 @@ class MockCluster:
         if not self._handle:
             raise RuntimeError("the mock cluster is closed")
         self._lib.rd_kafka_mock_group_initial_rebalance_delay_ms(self._mcluster, delay_ms)
-
-    def high_watermarks(self) -> dict[int, int]:
-        return {p: high for p, (_low, high) in self.log_ranges().items()}
-
-    def log_ranges(self) -> dict[int, tuple[int, int]]:
-        """``(log start, high watermark)`` per partition. The mock keeps at most the last 5 MB
-        (and 100,000 record batches) of a partition (``rd_kafka_mock_partition_new``: not
-        configurable through a client): older batches are dropped as new ones arrive."""
-        return watermarks(self.bootstrap_servers, self.topic)
 
     def close(self) -> None:
         if self._handle:
