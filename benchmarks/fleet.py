@@ -79,10 +79,11 @@ def _go(job: FloodJob | PacedJob, client: FloodProducer | PacedProducer, start_n
 
 
 def _worker(conn: Any) -> None:
-    """A fleet process: ``("prepare", job)`` → ``"ready"``; ``("go", start_ns)`` → the result;
-    ``None`` ends it. A failure is sent back as ``("error", traceback)``."""
+    """A fleet process: ``"up"`` once started; ``("prepare", job)`` → ``"ready"``; ``("go",
+    start_ns)`` → the result; ``None`` ends it. A failure is sent back as ``("error", traceback)``."""
     job: FloodJob | PacedJob | None = None
     client: FloodProducer | PacedProducer | None = None
+    conn.send("up")  # imports done: the fleet's start-up is over before anything is measured
     while (message := conn.recv()) is not None:
         try:
             kind, payload = message
@@ -111,6 +112,9 @@ class Fleet:
             child.close()
             self._conns.append(parent)
             self._processes.append(process)
+        # Wait until every process has started (on 2 cores, 64 interpreters importing take
+        # seconds of CPU, which must not overlap the first system's measurement).
+        self._collect(self._conns)
 
     @property
     def size(self) -> int:
