@@ -245,8 +245,11 @@ def draw_curve(rows: list[dict[str, Any]], path: Path) -> Path:
     right.set_title("p99 latency vs offered")
     for axis in (left, right):
         axis.grid(True, which="both", alpha=0.3)
-    handles, labels = right.get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=4, frameon=False)
+    legend: dict[str, Any] = {}
+    for axis in (left, right):
+        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    fig.legend(list(legend.values()), list(legend), fontsize=8, loc="lower center", ncol=4, frameon=False)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
