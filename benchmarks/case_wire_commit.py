@@ -26,7 +26,17 @@ from __future__ import annotations
 import time
 
 from benchmarks.harness import BenchContext, CaseResult
-from benchmarks.wire import QUIET, Endpoint, Figures, compare, fmt_latency, latency_targets, p50_p99, wire_metric
+from benchmarks.wire import (
+    QUIET,
+    Endpoint,
+    Figures,
+    compare,
+    fmt_latency,
+    latency_targets,
+    p50_p99,
+    systems_note,
+    wire_metric,
+)
 
 CASE = "t"
 TITLE = "OffsetCommit latency (confluent-kafka, assign() + commit(asynchronous=False)), sparklog vs Kafka vs mock"
@@ -91,7 +101,7 @@ def run(ctx: BenchContext) -> CaseResult:
             "commits": commits,
             "warmup": WARMUP,
             "offsets_replication_factor": 1,
-            "systems": "sparklog broker agent; Apache Kafka (KRaft, one node; baseline); librdkafka mock cluster",
+            "systems": systems_note(),
         },
     )
     result.runs = compare(

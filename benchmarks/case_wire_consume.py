@@ -60,6 +60,7 @@ from benchmarks.wire import (
     record_pool,
     record_rss,
     sample_rss,
+    systems_note,
     wire_metric,
 )
 
@@ -147,7 +148,7 @@ def run(ctx: BenchContext) -> CaseResult:
             "mock_fill_producer_config": MOCK_FILL_CONFIG,
             "consumer_config": CONSUMER_CONFIG,
             "mock_consumer_config": MOCK_CONSUMER_CONFIG,
-            "systems": "sparklog broker agent; Apache Kafka (KRaft, one node; baseline); librdkafka mock cluster",
+            "systems": systems_note(),
         },
     )
     result.runs = compare(

@@ -33,6 +33,7 @@ import time
 
 from benchmarks.harness import BenchContext, CaseResult, Target
 from benchmarks.wire import (
+    BROKERS,
     PARTITIONS,
     VALUE_BYTES,
     Endpoint,
@@ -42,6 +43,7 @@ from benchmarks.wire import (
     kafka_request,
     kafka_string,
     read_frame,
+    systems_note,
     wire_metric,
 )
 
@@ -165,7 +167,7 @@ def run(ctx: BenchContext) -> CaseResult:
             "produce_version": PRODUCE_VERSION,
             "acks": "all",
             "idle_seconds": IDLE_SECONDS,
-            "systems": "sparklog broker agent; Apache Kafka (KRaft, one node; baseline)",
+            "systems": systems_note(BROKERS),
         },
     )
     result.runs = compare(

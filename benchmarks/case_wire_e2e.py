@@ -39,6 +39,7 @@ from benchmarks.wire import (
     fmt_latency,
     latency_targets,
     p50_p99,
+    systems_note,
     wire_metric,
 )
 
@@ -81,7 +82,7 @@ def run(ctx: BenchContext) -> CaseResult:
             "producer_config": PRODUCER_CONFIG,
             "consumer_config": CONSUMER_CONFIG,
             "mock_consumer_config": MOCK_CONSUMER_CONFIG,
-            "systems": "sparklog broker agent; Apache Kafka (KRaft, one node; baseline); librdkafka mock cluster",
+            "systems": systems_note(),
         },
     )
     result.runs = compare(

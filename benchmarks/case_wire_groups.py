@@ -85,7 +85,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.harness import BenchContext, CaseResult, Target
-from benchmarks.wire import QUIET, SYSTEMS, VALUE_BYTES, Endpoint, Figures, compare, wire_metric
+from benchmarks.wire import QUIET, SYSTEMS, VALUE_BYTES, Endpoint, Figures, compare, systems_note, wire_metric
 
 CASE = "r"
 TITLE = "consumer groups: 8 confluent-kafka consumers join / one leaves, sparklog vs mock"
@@ -495,8 +495,7 @@ def run(ctx: BenchContext) -> CaseResult:
             "broker_properties": BROKER_PROPERTIES,
             "consumer_config": CONSUMER_CONFIG,
             "mock_consumer_config": {**CONSUMER_CONFIG, **MOCK_CONSUMER_CONFIG},
-            "systems": "sparklog broker agent; Apache Kafka (KRaft, one node; baseline); librdkafka mock cluster "
-            "(initial rebalance delay 0 everywhere)",
+            "systems": systems_note() + " (initial rebalance delay 0 everywhere)",
         },
     )
     result.runs = compare(

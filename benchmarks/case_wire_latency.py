@@ -52,6 +52,7 @@ from benchmarks.wire import (
     p50_p99,
     sequential_sends,
     settle,
+    systems_note,
     wire_metric,
 )
 
@@ -163,7 +164,7 @@ def run(ctx: BenchContext) -> CaseResult:
             "replication_factor": 1,
             "producer_config": PRODUCER_CONFIG,
             "curve_producer_config": CURVE_CONFIG,
-            "systems": "sparklog broker agent; Apache Kafka (KRaft, one node; baseline); librdkafka mock cluster",
+            "systems": systems_note(),
         },
     )
     with Fleet(max(PRODUCERS)) as fleet:

@@ -37,6 +37,7 @@ from benchmarks import case_wire_consume, case_wire_produce
 from benchmarks.fleet import Fleet
 from benchmarks.harness import BenchContext, CaseResult, Metric, Target, median
 from benchmarks.wire import (
+    BROKERS,
     Endpoint,
     Figures,
     compare,
@@ -53,7 +54,6 @@ TITLE = "broker resident memory (VmRSS) during (m) produce and (p) consume, and 
 TARGET_MIB = 1024.0
 CONNECTIONS = 1_000
 TARGET_IDLE_MIB = 50.0
-BROKERS = ("sparklog", "kafka")  # the systems that have a broker process
 TOPIC = "wire-memory"
 API_VERSIONS = 18
 

@@ -43,6 +43,7 @@ from benchmarks.wire import (
     mib,
     record_rss,
     sample_rss,
+    systems_note,
     wire_metric,
 )
 
@@ -133,7 +134,7 @@ def run(ctx: BenchContext) -> CaseResult:
             "topic_partitions": PARTITIONS,
             "replication_factor": 1,
             "producer_config": PRODUCER_CONFIG,
-            "systems": "sparklog broker agent; Apache Kafka (KRaft, one node; baseline); librdkafka mock cluster",
+            "systems": systems_note(),
         },
     )
     with Fleet(max(PROCESSES)) as fleet:

@@ -32,7 +32,17 @@ import time
 from typing import Any
 
 from benchmarks.harness import BenchContext, CaseResult, Target
-from benchmarks.wire import QUIET, Endpoint, Figures, RecordPool, compare, produce_flood, record_pool, wire_metric
+from benchmarks.wire import (
+    QUIET,
+    Endpoint,
+    Figures,
+    RecordPool,
+    compare,
+    produce_flood,
+    record_pool,
+    systems_note,
+    wire_metric,
+)
 
 CASE = "s"
 TITLE = "confluent-kafka transactional produce (1,000-record transactions) vs idempotent produce, per system"
@@ -134,7 +144,7 @@ def run(ctx: BenchContext) -> CaseResult:
             "topic_partitions": 6,
             "replication_factor": 1,
             "producer_config": PRODUCER_CONFIG,
-            "systems": "sparklog broker agent; Apache Kafka (KRaft, one node; baseline); librdkafka mock cluster",
+            "systems": systems_note(),
         },
     )
     result.runs = compare(

@@ -64,6 +64,12 @@ _LEAD_TIMEOUT_S = 60.0
 QUIET: dict[str, Any] = {"log_level": 3}
 SYSTEMS = ("sparklog", "kafka", "mock")  # the first goes first in run 1, the second in run 2, …
 BASELINE = "kafka"  # the ratio's denominator; the mock is a second column
+BROKERS = ("sparklog", "kafka")  # the systems with a broker process of their own
+_DESCRIPTIONS = {
+    "sparklog": "sparklog broker agent",
+    "kafka": "Apache Kafka (KRaft, one node; baseline)",
+    "mock": "librdkafka mock cluster",
+}
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -229,6 +235,17 @@ def watermarks(
 
 
 # -- the three systems ------------------------------------------------------------------------
+def systems_note(systems: Sequence[str] = SYSTEMS) -> str:
+    """What a case compares, for its JSON parameters (with Kafka's version when its jars are here)."""
+    from benchmarks.kafka_broker import KafkaJarsMissing, kafka_version
+
+    try:
+        version = f"Apache Kafka {kafka_version()}"
+    except KafkaJarsMissing:
+        version = "Apache Kafka"
+    return "; ".join(_DESCRIPTIONS[s].replace("Apache Kafka", version) for s in systems)
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """One system ready for a case: where clients connect, the topic, the broker's process
