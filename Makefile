@@ -10,11 +10,14 @@ SPARK_ENV_STAMP := $(VENV)/.sparklog-spark-env
 KCAT_STAMP := $(VENV)/.sparklog-kcat
 # The C extension (the Kafka record-batch codec) is compiled by the install below.
 NATIVE_SOURCES := setup.py $(wildcard sparklog/model/kafka_batches_c/*.c sparklog/model/kafka_batches_c/*.h)
+# Apache Kafka's broker jars, the baseline of the Kafka-wire benchmarks (benchmarks/kafka/pom.xml).
+KAFKA_JARS := $(VENV)/kafka-jars
+KAFKA_STAMP := $(VENV)/.sparklog-kafka-jars
 # Keep Spark and the embedded ZooKeeper quiet and local.
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: venv demo lint test bench clean zookeeper-stop
+.PHONY: venv demo lint test bench kafka-jars clean zookeeper-stop
 
 venv: $(STAMP) $(SPARK_ENV_STAMP) $(KCAT_STAMP)
 
@@ -56,7 +59,16 @@ lint: venv
 test: venv lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: venv
+# Apache Kafka (pinned in benchmarks/kafka/pom.xml) from Maven Central with `mvn`, once: Maven and
+# Java come from apt-get when missing. The benchmarks never download; without the jars the
+# Kafka-wire cases stop and name this target.
+$(KAFKA_STAMP): benchmarks/kafka/pom.xml scripts/ensure-kafka-jars.sh | $(STAMP)
+	@bash scripts/ensure-kafka-jars.sh benchmarks/kafka/pom.xml $(KAFKA_JARS)
+	@touch $(KAFKA_STAMP)
+
+kafka-jars: $(KAFKA_STAMP)
+
+bench: venv $(KAFKA_STAMP)
 	$(BIN)/python -m benchmarks.run
 
 # The embedded ZooKeeper and the embedded broker (`make demo` starts both; they keep running):

@@ -1,8 +1,10 @@
-"""Case (t): OffsetCommit latency through the Kafka protocol (confluent-kafka).
+"""Case (t): OffsetCommit latency through the Kafka protocol (confluent-kafka): sparklog's broker,
+Apache Kafka, the mock.
 
-What it measures, against one sparklog broker agent (a separate process, fresh cluster per
-run; the group's ``__consumer_offsets`` partition is led by it, replication factor 1 as the
-offsets topic gets on a one-broker cluster) and a 6-partition topic:
+What it measures, against each system (:mod:`benchmarks.wire`: sparklog's broker agent, a
+separate process; Apache Kafka, one KRaft node, the baseline; librdkafka's mock cluster; the
+same run, the order rotated by run; the group's ``__consumer_offsets`` partition has one
+replica, as the offsets topic gets on a one-broker cluster) and a 6-partition topic:
 
 * **one partition:** a ``confluent_kafka.Consumer`` with a ``group.id`` and ``assign()``
   (standalone commits, generation -1) commits offset ``i`` of partition 0 with
@@ -10,12 +12,10 @@ offsets topic gets on a one-broker cluster) and a 6-partition topic:
   warm-up commits first); latency = the ``commit`` call;
 * **three partitions:** the same with partitions 0–2 in every commit.
 
-Each commit is an OffsetCommit request answered once the offsets are in the coordinator's
-Delta table (and on every in-sync replica, none here): what ``sparklog groups describe``,
-``Cluster.committed_offsets`` and OffsetFetch read.
-
-Baseline: the same against librdkafka's in-memory mock cluster (one broker, see
-:mod:`benchmarks.wire`), same runs, alternating which side goes first.
+Each commit is an OffsetCommit request answered, on sparklog, once the offsets are in the
+coordinator's Delta table (and on every in-sync replica, none here): what ``sparklog groups
+describe``, ``Cluster.committed_offsets`` and OffsetFetch read; on Kafka, once the offset
+records are appended to ``__consumer_offsets`` (page cache, no fsync).
 
 Targets (issue 12): p50 ≤ 5 ms, p99 ≤ 25 ms, for both. For reference, the sparklog library's
 own commit (``Cluster.commit_offsets``, case (g)) measured p50 24.6 ms before this.
@@ -24,13 +24,22 @@ own commit (``Cluster.commit_offsets``, case (g)) measured p50 24.6 ms before th
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from benchmarks.harness import BenchContext, CaseResult, Metric, Target, alternate
-from benchmarks.wire import QUIET, MockCluster, p50_p99, sparklog_broker
+from benchmarks.harness import BenchContext, CaseResult
+from benchmarks.wire import (
+    QUIET,
+    Endpoint,
+    Figures,
+    compare,
+    fmt_latency,
+    latency_targets,
+    p50_p99,
+    systems_note,
+    wire_metric,
+)
 
 CASE = "t"
-TITLE = "OffsetCommit latency (confluent-kafka, assign() + commit(asynchronous=False)), sparklog vs mock"
+TITLE = "OffsetCommit latency (confluent-kafka, assign() + commit(asynchronous=False)), sparklog vs Kafka vs mock"
 COMMITS = 2_000
 WARMUP = 20
 TOPIC = "wire-commits"
@@ -67,9 +76,9 @@ def sequential_commits(bootstrap: str, partitions: int, commits: int) -> list[fl
         consumer.close()
 
 
-def _measure(bootstrap: str, commits: int) -> dict[str, Any]:
-    one = sequential_commits(bootstrap, 1, commits)
-    three = sequential_commits(bootstrap, 3, commits)
+def measure(commits: int, endpoint: Endpoint) -> Figures:
+    one = sequential_commits(endpoint.bootstrap_servers, 1, commits)
+    three = sequential_commits(endpoint.bootstrap_servers, 3, commits)
     o50, o99 = p50_p99(one)
     t50, t99 = p50_p99(three)
     return {
@@ -92,44 +101,22 @@ def run(ctx: BenchContext) -> CaseResult:
             "commits": commits,
             "warmup": WARMUP,
             "offsets_replication_factor": 1,
-            "baseline": "librdkafka mock cluster (test.mock.num.brokers=1), in-process",
+            "systems": systems_note(),
         },
     )
-    keys = ("one_p50_ms", "one_p99_ms", "three_p50_ms", "three_p99_ms")
-    figures: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in keys}
-    for run_no in range(1, ctx.runs + 1):
-        with ctx.fresh_env(CASE, run_no) as env:
-
-            def sparklog_side(env: Any = env) -> dict[str, Any]:
-                with sparklog_broker(env, TOPIC) as broker:
-                    return _measure(broker.bootstrap_servers, commits)
-
-            def mock_side() -> dict[str, Any]:
-                with MockCluster(TOPIC) as mock:
-                    return _measure(mock.bootstrap_servers, commits)
-
-            s, b = alternate(run_no, sparklog_side, mock_side)
-        for key in keys:
-            figures[key][0].append(s[key])
-            figures[key][1].append(b[key])
-        ctx.log(
-            CASE,
-            f"run {run_no}: one partition p50/p99 sparklog {s['one_p50_ms']:.2f}/{s['one_p99_ms']:.2f} ms, mock "
-            f"{b['one_p50_ms']:.2f}/{b['one_p99_ms']:.2f} ms; three partitions sparklog "
-            f"{s['three_p50_ms']:.2f}/{s['three_p99_ms']:.2f} ms, mock {b['three_p50_ms']:.2f}/{b['three_p99_ms']:.2f} ms",
-        )
-        result.runs.append(
-            {"run": run_no, "order": "sparklog-first" if run_no % 2 else "baseline-first", "sparklog": s, "baseline": b}
-        )
-    p50 = [Target("value", "<=", TARGET_P50_MS, f"≤ {TARGET_P50_MS:g} ms")]
-    p99 = [Target("value", "<=", TARGET_P99_MS, f"≤ {TARGET_P99_MS:g} ms")]
+    result.runs = compare(
+        ctx,
+        CASE,
+        lambda endpoint, _run_no: measure(commits, endpoint),
+        topic=TOPIC,
+        show=lambda f: f"one partition {fmt_latency(f, 'one')}, three {fmt_latency(f, 'three')}",
+    )
+    p50, p99 = latency_targets(TARGET_P50_MS, TARGET_P99_MS)
     for key, name, targets in (
         ("one_p50_ms", "commit of 1 partition: p50", p50),
         ("one_p99_ms", "commit of 1 partition: p99", p99),
         ("three_p50_ms", "commit of 3 partitions: p50", p50),
         ("three_p99_ms", "commit of 3 partitions: p99", p99),
     ):
-        result.metrics.append(
-            Metric(CASE, name, "ms", figures[key][0], figures[key][1], targets, higher_is_better=False)
-        )
+        result.metrics.append(wire_metric(CASE, result.runs, key, name, "ms", targets, higher_is_better=False))
     return result

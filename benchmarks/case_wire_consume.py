@@ -1,10 +1,13 @@
-"""Case (p): confluent-kafka (librdkafka) consumer reading a topic from the start, from a sparklog broker.
+"""Case (p): confluent-kafka (librdkafka) consumer reading a topic from the start: sparklog's
+broker, Apache Kafka, the mock.
 
-What it measures: a 6-partition, replication-factor-1 topic led by one sparklog broker agent
-(a separate process, fresh cluster per run) is first filled, untimed, with 5,000,000 keyed
+What it measures: a 6-partition, replication-factor-1 topic of each system
+(:mod:`benchmarks.wire`: sparklog's broker agent, a separate process; Apache Kafka, one KRaft
+node, the baseline; librdkafka's mock cluster; the same run, the order rotated by run) is first
+filled, untimed, with 5,000,000 keyed
 100-byte records by the producer of case (m) (``acks=all``, lz4, ``linger.ms=5``): the
-topic is what the broker itself wrote through the Kafka protocol (its group commits'
-segments), not bulk-loaded. Then one ``confluent_kafka.Consumer`` (``assign`` of all 6
+topic is what the broker itself wrote through the Kafka protocol (sparklog: its group
+commits' segments; Kafka: its log segments), not bulk-loaded. Then one ``confluent_kafka.Consumer`` (``assign`` of all 6
 partitions at offset 0, ``consume(num_messages=10_000)`` in a loop — fewer for the last
 call: ``consume(n)`` waits until it has ``n`` messages or its timeout passes —, librdkafka's default
 fetch sizes: ``fetch.max.bytes`` 50 MB, ``max.partition.fetch.bytes`` 1 MB,
@@ -16,8 +19,7 @@ Checked: the record count and every partition's final position equal the high wa
 (the topic may hold a few more records than were sent: see (m) on retried requests; the
 consumer reads them all and the figure is per record read).
 
-Baseline: the same fill and the same consumer against librdkafka's in-memory mock cluster
-(one broker, see :mod:`benchmarks.wire`), 6-partition topic. The mock keeps only the last
+Kafka gets the same fill and the same consumer, one pass, as sparklog. The mock keeps only the last
 5 MB (≈ 45,000 of these records) of each partition — a limit built into librdkafka's mock
 (``rd_kafka_mock_partition_new``), not settable from a client — and drops older batches as
 new ones arrive; so its consumer reads what the mock kept, from each partition's log start
@@ -34,39 +36,41 @@ as large as sparklog's (batches re-encoded from the segments, up to
 Filled like sparklog (``linger.ms=5``), the mock's batches at the end of a fill held ~90
 records and it read ~110,000 records/s.
 
-Target (issue 11): ≥ 1,000,000 records/s; the ratio sparklog ÷ mock is reported. The
-broker's resident memory is sampled during the timed consume (and the fill) for case (q).
+Target (issue 11): ≥ 1,000,000 records/s; the ratios sparklog ÷ Kafka and sparklog ÷ mock
+are reported. The brokers' resident memory is sampled during the timed consume (and the fill)
+for case (q).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from benchmarks.case_wire_produce import PRODUCER_CONFIG
-from benchmarks.harness import BenchContext, CaseResult, Metric, Target, alternate, run_record
+from benchmarks.harness import BenchContext, CaseResult, Metric, Target
 from benchmarks.wire import (
-    MockCluster,
+    PARTITIONS,
+    Endpoint,
+    Figures,
     RecordPool,
-    RssSampler,
     check_stored,
+    compare,
     consume_ranges,
     mib,
     produce_flood,
     record_pool,
     record_rss,
-    sparklog_broker,
+    sample_rss,
+    systems_note,
+    wire_metric,
 )
 
-if TYPE_CHECKING:
-    from benchmarks.harness import RunEnv
-
 CASE = "p"
-TITLE = "confluent-kafka consumer reading from the start, sparklog broker vs librdkafka mock"
+TITLE = "confluent-kafka consumer reading from the start: sparklog broker vs Kafka vs librdkafka mock"
 RECORDS = 5_000_000
 TOPIC = "wire-consume"
 # librdkafka stops fetching a partition for fetch.queue.backoff.ms (default 1 s) once its local
 # queue holds queued.min.messages (100,000): against a broker faster than the application that
-# pause, not the broker, decides the rate. 10 ms on both sides (it never triggers against a
+# pause, not the broker, decides the rate. 10 ms on every system (it never triggers against a
 # broker slower than the application).
 CONSUMER_CONFIG: dict[str, Any] = {"fetch.queue.backoff.ms": 10}
 # The mock holds a fetch that found nothing for fetch.wait.max.ms (it is not woken by data):
@@ -80,39 +84,53 @@ MOCK_FILL_CONFIG: dict[str, Any] = {**PRODUCER_CONFIG, "linger.ms": 1000, "batch
 TARGET_RECORDS_PER_S = 1_000_000
 
 
-def sparklog_side(
-    ctx: BenchContext, env: RunEnv, run_no: int, pool: RecordPool, records: int
-) -> tuple[float, float, dict[str, Any]]:
-    """Fill a fresh broker's topic, then read it; -> (consume s, fill s, RSS row of the consume)."""
-    with sparklog_broker(env, TOPIC) as broker:
-        with RssSampler(broker.pid) as fill_rss:
-            fill_s = produce_flood(broker.bootstrap_servers, TOPIC, pool, records, PRODUCER_CONFIG).seconds
-        record_rss(ctx, f"{CASE}-fill", run_no, fill_rss)
-        hw = broker.high_watermarks()
-        stored = sum(hw.values())
-        check_stored(stored, records, "sparklog")  # more: retried requests stored twice (see (m))
-        ranges = {p: (0, end) for p, end in hw.items()}
-        with RssSampler(broker.pid) as rss:
-            consumed = consume_ranges(broker.bootstrap_servers, TOPIC, ranges, stored, CONSUMER_CONFIG)
-        assert consumed.passes == 1 and consumed.records == stored, consumed
-        # the time for ``records`` records (what the mock side is scaled to)
-        return consumed.seconds * records / stored, fill_s, record_rss(ctx, CASE, run_no, rss)
+def broker_side(ctx: BenchContext, endpoint: Endpoint, run_no: int, pool: RecordPool, records: int) -> Figures:
+    """sparklog or Kafka: fill the topic, then read it in one pass (RSS rows for (q))."""
+    bootstrap = endpoint.bootstrap_servers
+    with sample_rss(endpoint) as fill_rss:
+        fill_s = produce_flood(bootstrap, TOPIC, pool, records, PRODUCER_CONFIG).seconds
+    hw = endpoint.high_watermarks()
+    stored = sum(hw.values())
+    check_stored(stored, records, endpoint.system)  # more: retried requests stored twice (see (m))
+    with sample_rss(endpoint) as rss:
+        consumed = consume_ranges(bootstrap, TOPIC, {p: (0, end) for p, end in hw.items()}, stored, CONSUMER_CONFIG)
+    assert consumed.passes == 1 and consumed.records == stored, consumed
+    figures: Figures = {
+        "records_per_s": stored / consumed.seconds,
+        "fill_records_per_s": records / fill_s,
+        "records_read": stored,
+    }
+    if fill_rss is not None and rss is not None:
+        record_rss(ctx, f"{CASE}-fill", run_no, fill_rss, endpoint.system)
+        figures["broker_rss"] = record_rss(ctx, CASE, run_no, rss, endpoint.system)
+    return figures
 
 
-def baseline_side(pool: RecordPool, records: int) -> tuple[float, dict[str, Any]]:
-    """Fill the mock and read what it kept as often as it takes to read ``records`` records;
-    -> (seconds, what was read)."""
-    with MockCluster(TOPIC) as mock:
-        produce_flood(mock.bootstrap_servers, TOPIC, pool, records, MOCK_FILL_CONFIG)
-        ranges = mock.log_ranges()
-        check_stored(sum(end for _start, end in ranges.values()), records, "the mock")
-        consumed = consume_ranges(mock.bootstrap_servers, TOPIC, ranges, records, MOCK_CONSUMER_CONFIG)
-        info = {
-            "records_read": consumed.records,
-            "passes": consumed.passes,
-            "retained_records": sum(end - start for start, end in ranges.values()),
-        }
-        return consumed.seconds * records / consumed.records, info
+def mock_side(endpoint: Endpoint, pool: RecordPool, records: int) -> Figures:
+    """Fill the mock and read what it kept as often as it takes to read ``records`` records."""
+    bootstrap = endpoint.bootstrap_servers
+    fill_s = produce_flood(bootstrap, TOPIC, pool, records, MOCK_FILL_CONFIG).seconds
+    ranges = endpoint.log_ranges()
+    check_stored(sum(end for _start, end in ranges.values()), records, "the mock")
+    consumed = consume_ranges(bootstrap, TOPIC, ranges, records, MOCK_CONSUMER_CONFIG)
+    return {
+        "records_per_s": consumed.records / consumed.seconds,
+        "fill_records_per_s": records / fill_s,
+        "records_read": consumed.records,
+        "passes": consumed.passes,
+        "retained_records": sum(end - start for start, end in ranges.values()),
+    }
+
+
+def measure(ctx: BenchContext, pool: RecordPool, records: int, endpoint: Endpoint, run_no: int) -> Figures:
+    if endpoint.system == "mock":
+        return mock_side(endpoint, pool, records)
+    return broker_side(ctx, endpoint, run_no, pool, records)
+
+
+def show(f: Figures) -> str:
+    rss = f", broker max RSS {mib(f['broker_rss']['max_bytes']):.0f} MiB" if "broker_rss" in f else ""
+    return f"{f['records_per_s']:,.0f} rec/s (fill {f['fill_records_per_s']:,.0f} rec/s){rss}"
 
 
 def run(ctx: BenchContext) -> CaseResult:
@@ -124,54 +142,35 @@ def run(ctx: BenchContext) -> CaseResult:
         __doc__ or "",
         params={
             "records": records,
-            "topic_partitions": 6,
+            "topic_partitions": PARTITIONS,
             "replication_factor": 1,
             "fill_producer_config": PRODUCER_CONFIG,
             "mock_fill_producer_config": MOCK_FILL_CONFIG,
             "consumer_config": CONSUMER_CONFIG,
             "mock_consumer_config": MOCK_CONSUMER_CONFIG,
-            "baseline": "librdkafka mock cluster (test.mock.num.brokers=1), in-process",
+            "systems": systems_note(),
         },
     )
-    sparklog_rates: list[float] = []
-    mock_rates: list[float] = []
-    fill_rates: list[float] = []
-    for run_no in range(1, ctx.runs + 1):
-        with ctx.fresh_env(CASE, run_no) as env:
-            extra: dict[str, Any] = {}
-
-            def measure_sparklog(env: RunEnv = env, run_no: int = run_no) -> float:
-                seconds, fill_s, row = sparklog_side(ctx, env, run_no, pool, records)
-                extra.update(fill_seconds=fill_s, broker_rss=row)
-                return seconds
-
-            def measure_mock() -> float:
-                seconds, info = baseline_side(pool, records)
-                extra.update(mock=info)
-                return seconds
-
-            s_sec, b_sec = alternate(run_no, measure_sparklog, measure_mock)
-        sparklog_rates.append(records / s_sec)
-        mock_rates.append(records / b_sec)
-        fill_rates.append(records / extra["fill_seconds"])
-        ctx.log(
-            CASE,
-            f"run {run_no}: sparklog {records / s_sec:,.0f} rec/s, mock {records / b_sec:,.0f} rec/s "
-            f"(sparklog fill {fill_rates[-1]:,.0f} rec/s), broker max RSS {mib(extra['broker_rss']['max_bytes']):.0f} MiB",
-        )
-        result.runs.append(run_record(run_no, records, s_sec, b_sec, **extra))
+    result.runs = compare(
+        ctx, CASE, lambda endpoint, run_no: measure(ctx, pool, records, endpoint, run_no), topic=TOPIC, show=show
+    )
     result.metrics.append(
-        Metric(
+        wire_metric(
             CASE,
-            "consume from offset 0, 6 partitions (vs mock cluster)",
+            result.runs,
+            "records_per_s",
+            "consume from offset 0, 6 partitions",
             "records/s",
-            sparklog_rates,
-            mock_rates,
             [Target("value", ">=", TARGET_RECORDS_PER_S, f"≥ {TARGET_RECORDS_PER_S // 1_000_000}M rec/s")],
-            note="records written through the broker by case (m)'s producer",
+            note="records written through each broker by case (m)'s producer; ratio = sparklog ÷ Kafka",
         )
     )
-    result.metrics.append(
-        Metric(CASE, "fill: produce as in (m), untimed here (info)", "records/s", fill_rates, None, [], note="info")
+    fill: Metric = wire_metric(
+        CASE,
+        result.runs,
+        "fill_records_per_s",
+        "fill: one producer process as in (m), untimed here (info)",
+        "records/s",
     )
+    result.metrics.append(fill)
     return result

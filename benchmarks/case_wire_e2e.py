@@ -1,7 +1,9 @@
-"""Case (o): end-to-end latency through the Kafka protocol: produce → a confluent-kafka consumer has it.
+"""Case (o): end-to-end latency through the Kafka protocol: produce → a confluent-kafka consumer
+has it; sparklog's broker, Apache Kafka, the mock.
 
-What it measures, against one sparklog broker agent (a separate process, fresh cluster per
-run) and a 6-partition, replication-factor-1 topic: a ``confluent_kafka.Consumer`` in its
+What it measures, against each system (:mod:`benchmarks.wire`: sparklog's broker agent, a
+separate process; Apache Kafka, one KRaft node, the baseline; librdkafka's mock cluster; the
+same run, the order rotated by run) and a 6-partition, replication-factor-1 topic: a ``confluent_kafka.Consumer`` in its
 own thread is assigned all 6 partitions at their end (``assign``: no group join in the
 figure; group joins are case (r)) and loops on ``poll(0.05)`` (librdkafka's
 default ``fetch.wait.max.ms`` 500: its fetches long-poll the broker, which answers as soon
@@ -11,15 +13,13 @@ as a commit made records visible); a
 **end to end** = ``produce()`` → ``poll()`` returned it in the consumer thread; for
 information, **ack** = ``produce()`` → delivery report. Both sides of a measurement run in
 one process and read one clock (``time.monotonic_ns()``; the send time travels in the
-record's first 8 bytes). Warm-up sends (at least 20, and until the consumer has received
-one) are not counted.
+record's first 8 bytes). Warm-up sends (at least 200 — Kafka's JIT —, and until the consumer has
+received one) are not counted.
 
-Baseline: the same against librdkafka's in-memory mock cluster (one broker, see
-:mod:`benchmarks.wire`), same runs, with one difference: the baseline's consumer sets
-``fetch.wait.max.ms=1``. The mock does not wake a waiting fetch when records arrive (it
+Kafka's consumer keeps librdkafka's default 500 ms, like sparklog's: both brokers answer a long
+poll as soon as records arrive. The mock's consumer sets ``fetch.wait.max.ms=1``. The mock does not wake a waiting fetch when records arrive (it
 answers a fetch that found nothing only after ``fetch.wait.max.ms``), so with the default
-500 ms its end-to-end p50 came out 320–510 ms — a property of the mock, not of a Kafka
-broker, which answers a long poll as soon as data is there. A 1 ms wait makes the mock's
+500 ms its end-to-end p50 came out 320–510 ms — a property of the mock, not of Kafka. A 1 ms wait makes the mock's
 figure what a broker that answers at once would give (ack + at most ~1 ms + one fetch).
 
 Targets (issue 11): end to end p50 ≤ 10 ms, p99 ≤ 50 ms.
@@ -29,21 +29,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.harness import BenchContext, CaseResult, Metric, Target, alternate
-from benchmarks.wire import PARTITIONS, EndToEnd, MockCluster, end_to_end, p50_p99, sparklog_broker
+from benchmarks.harness import BenchContext, CaseResult
+from benchmarks.wire import (
+    PARTITIONS,
+    Endpoint,
+    Figures,
+    compare,
+    end_to_end,
+    fmt_latency,
+    latency_targets,
+    p50_p99,
+    systems_note,
+    wire_metric,
+)
 
 CASE = "o"
-TITLE = "end-to-end latency: produce (acks=all) → confluent-kafka consumer, sparklog vs mock"
+TITLE = "end-to-end latency: produce (acks=all) → confluent-kafka consumer, sparklog vs Kafka vs mock"
 SENDS = 2_000
 TOPIC = "wire-e2e"
 PRODUCER_CONFIG: dict[str, Any] = {"acks": "all", "linger.ms": 0}
-SPARKLOG_CONSUMER_CONFIG: dict[str, Any] = {"fetch.wait.max.ms": 500}  # librdkafka's default
+CONSUMER_CONFIG: dict[str, Any] = {"fetch.wait.max.ms": 500}  # librdkafka's default
 MOCK_CONSUMER_CONFIG: dict[str, Any] = {"fetch.wait.max.ms": 1}  # the mock does not wake long polls
 TARGET_P50_MS = 10.0
 TARGET_P99_MS = 50.0
 
 
-def _summary(measured: EndToEnd) -> dict[str, float]:
+def measure(sends: int, endpoint: Endpoint) -> Figures:
+    consumer_config = MOCK_CONSUMER_CONFIG if endpoint.system == "mock" else CONSUMER_CONFIG
+    measured = end_to_end(endpoint.bootstrap_servers, TOPIC, PARTITIONS, sends, PRODUCER_CONFIG, consumer_config)
     e50, e99 = p50_p99(measured.e2e_ms)
     a50, a99 = p50_p99(measured.ack_ms)
     return {
@@ -67,65 +80,24 @@ def run(ctx: BenchContext) -> CaseResult:
             "topic_partitions": PARTITIONS,
             "replication_factor": 1,
             "producer_config": PRODUCER_CONFIG,
-            "sparklog_consumer_config": SPARKLOG_CONSUMER_CONFIG,
-            "baseline_consumer_config": MOCK_CONSUMER_CONFIG,
-            "baseline": "librdkafka mock cluster (test.mock.num.brokers=1), in-process",
+            "consumer_config": CONSUMER_CONFIG,
+            "mock_consumer_config": MOCK_CONSUMER_CONFIG,
+            "systems": systems_note(),
         },
     )
-    keys = ("e2e_p50_ms", "e2e_p99_ms", "ack_p50_ms", "ack_p99_ms")
-    figures: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in keys}
-    for run_no in range(1, ctx.runs + 1):
-        with ctx.fresh_env(CASE, run_no) as env:
-
-            def sparklog_side(env: Any = env) -> dict[str, float]:
-                with sparklog_broker(env, TOPIC) as broker:
-                    return _summary(
-                        end_to_end(
-                            broker.bootstrap_servers,
-                            TOPIC,
-                            PARTITIONS,
-                            sends,
-                            PRODUCER_CONFIG,
-                            SPARKLOG_CONSUMER_CONFIG,
-                        )
-                    )
-
-            def mock_side() -> dict[str, float]:
-                with MockCluster(TOPIC) as mock:
-                    return _summary(
-                        end_to_end(
-                            mock.bootstrap_servers, TOPIC, PARTITIONS, sends, PRODUCER_CONFIG, MOCK_CONSUMER_CONFIG
-                        )
-                    )
-
-            s, b = alternate(run_no, sparklog_side, mock_side)
-        for key in keys:
-            figures[key][0].append(s[key])
-            figures[key][1].append(b[key])
-        ctx.log(
-            CASE,
-            f"run {run_no}: end to end p50/p99 sparklog {s['e2e_p50_ms']:.2f}/{s['e2e_p99_ms']:.2f} ms "
-            f"(ack {s['ack_p50_ms']:.2f}/{s['ack_p99_ms']:.2f}), mock {b['e2e_p50_ms']:.2f}/{b['e2e_p99_ms']:.2f} ms",
-        )
-        result.runs.append(
-            {"run": run_no, "order": "sparklog-first" if run_no % 2 else "baseline-first", "sparklog": s, "baseline": b}
-        )
-    rows: tuple[tuple[str, str, list[Target]], ...] = (
-        (
-            "e2e_p50_ms",
-            "produce → consumer poll: p50",
-            [Target("value", "<=", TARGET_P50_MS, f"≤ {TARGET_P50_MS:g} ms")],
-        ),
-        (
-            "e2e_p99_ms",
-            "produce → consumer poll: p99",
-            [Target("value", "<=", TARGET_P99_MS, f"≤ {TARGET_P99_MS:g} ms")],
-        ),
+    result.runs = compare(
+        ctx,
+        CASE,
+        lambda endpoint, _run_no: measure(sends, endpoint),
+        topic=TOPIC,
+        show=lambda f: f"end to end {fmt_latency(f, 'e2e')} (ack {fmt_latency(f, 'ack')})",
+    )
+    p50, p99 = latency_targets(TARGET_P50_MS, TARGET_P99_MS)
+    for key, name, targets in (
+        ("e2e_p50_ms", "produce → consumer poll: p50", p50),
+        ("e2e_p99_ms", "produce → consumer poll: p99", p99),
         ("ack_p50_ms", "produce → delivery report: p50 (info)", []),
         ("ack_p99_ms", "produce → delivery report: p99 (info)", []),
-    )
-    for key, name, targets in rows:
-        result.metrics.append(
-            Metric(CASE, name, "ms", figures[key][0], figures[key][1], targets, higher_is_better=False)
-        )
+    ):
+        result.metrics.append(wire_metric(CASE, result.runs, key, name, "ms", targets, higher_is_better=False))
     return result

@@ -1,8 +1,10 @@
 """Case (r): consumer groups through the Kafka protocol — 8 confluent-kafka consumers join a
-group, then one of them leaves (issue 12 part 5).
+group, then one of them leaves (issue 12 part 5); sparklog's broker, Apache Kafka, the mock.
 
-Set-up, per side and run: one sparklog broker agent (a separate process, fresh cluster per
-run, :mod:`benchmarks.wire`) started with **``group.initial.rebalance.delay.ms=0``**, and a
+Set-up, per system and run (:mod:`benchmarks.wire`: sparklog's broker agent, a separate
+process; Apache Kafka, one KRaft node, the baseline; librdkafka's mock cluster; the same run,
+the order rotated by run): the broker started with
+**``group.initial.rebalance.delay.ms=0``** (sparklog and Kafka alike; the mock's own knob), and a
 topic of :data:`PARTITIONS` (48) partitions, replication factor 1, with
 :data:`RECORDS_PER_PARTITION` keyless 100-byte records (× ``--scale``, at least 10) in **every**
 partition, produced untimed. Why the delay is 0: with Kafka's default (3000 ms) the first join
@@ -53,9 +55,10 @@ Per repetition, for ``partition.assignment.strategy`` eager ``range`` and then
 Figures are medians over every repetition of every run (``REPEATS`` × ``--scale``, at least 1,
 repetitions per run and side), as in case (h).
 
-Baseline: the same clients and data against librdkafka's in-memory mock cluster (one broker,
-:class:`benchmarks.wire.MockCluster`) in the same runs, its initial rebalance delay set to 0 as
-well (``rd_kafka_mock_group_initial_rebalance_delay_ms``; the mock's default is 3000 ms). The
+Kafka gets the same clients, settings and data as sparklog; its coordinator, like sparklog's,
+ends a join phase as soon as every known member has rejoined. The mock's initial rebalance
+delay is set to 0 as well (``rd_kafka_mock_group_initial_rebalance_delay_ms``; its default is
+3000 ms). The
 mock's group coordinator is **timer-driven** (librdkafka ``src/rdkafka_mock_cgrp.c``): a join
 phase does not end when every member has rejoined but when a timer fires — the initial delay
 for an empty group, otherwise ``session.timeout.ms − 1000`` ms of the last joiner (44 s with
@@ -65,9 +68,8 @@ the rebalance (heartbeats ≤ 0.5 s apart, measured gaps up to ≈ 0.7 s on a lo
 0.4 s window the survivors missed it and lost their assignments (an extra generation). So the
 mock's join and leave figures are ≈ its 1 s timer plus client work (≈ 2 s when a member still
 missed the window) — not a coordinator's
-processing cost; a ratio below 1 here does not mean sparklog's coordinator is faster than a
-Kafka broker's, and the absolute figures against the targets are what matters. (Kafka's
-coordinator, like sparklog's, ends a join phase as soon as every known member has rejoined.)
+processing cost; the ratio to the mock compares sparklog with a timer, the ratio to Kafka with a
+coordinator.
 
 Targets (issue 12): join → first record ≤ 1 s; leave → survivors own all 48 ≤ 0.5 s.
 """
@@ -75,7 +77,6 @@ Targets (issue 12): join → first record ≤ 1 s; leave → survivors own all 4
 from __future__ import annotations
 
 import math
-import os
 import random
 import threading
 import time
@@ -83,8 +84,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.harness import BenchContext, CaseResult, Metric, RunEnv, Target, alternate
-from benchmarks.wire import QUIET, VALUE_BYTES, MockCluster, sparklog_broker, watermarks
+from benchmarks.harness import BenchContext, CaseResult, Target
+from benchmarks.wire import QUIET, SYSTEMS, VALUE_BYTES, Endpoint, Figures, compare, systems_note, wire_metric
 
 CASE = "r"
 TITLE = "consumer groups: 8 confluent-kafka consumers join / one leaves, sparklog vs mock"
@@ -423,21 +424,13 @@ def measure(bootstrap: str, run_no: int, repeats: int, extra: dict[str, Any]) ->
     return figures
 
 
-def sparklog_side(env: RunEnv, run_no: int, repeats: int, records_per_partition: int) -> dict[str, Any]:
-    with sparklog_broker(env, TOPIC, partitions=PARTITIONS, properties=BROKER_PROPERTIES) as broker:
-        _fill(broker.bootstrap_servers, records_per_partition)
-        hw = broker.high_watermarks()
-        assert len(hw) == PARTITIONS and all(v == records_per_partition for v in hw.values()), hw
-        return measure(broker.bootstrap_servers, run_no, repeats, {})
-
-
-def mock_side(run_no: int, repeats: int, records_per_partition: int) -> dict[str, Any]:
-    with MockCluster(TOPIC, partitions=PARTITIONS) as mock:
-        mock.set_group_initial_rebalance_delay_ms(0)
-        _fill(mock.bootstrap_servers, records_per_partition)
-        hw = {p: high for p, (_low, high) in watermarks(mock.bootstrap_servers, TOPIC, PARTITIONS).items()}
-        assert len(hw) == PARTITIONS and all(v == records_per_partition for v in hw.values()), hw
-        return measure(mock.bootstrap_servers, run_no, repeats, MOCK_CONSUMER_CONFIG)
+def measure_system(endpoint: Endpoint, run_no: int, repeats: int, records_per_partition: int) -> Figures:
+    """Fill the topic, check it, then the repetitions (the mock's consumers: its 1 s join window)."""
+    _fill(endpoint.bootstrap_servers, records_per_partition)
+    hw = endpoint.high_watermarks()
+    assert len(hw) == PARTITIONS and all(v == records_per_partition for v in hw.values()), hw
+    extra = MOCK_CONSUMER_CONFIG if endpoint.system == "mock" else {}
+    return measure(endpoint.bootstrap_servers, run_no, repeats, extra)
 
 
 # -- the case ----------------------------------------------------------------------------------
@@ -452,6 +445,38 @@ _ROWS: tuple[tuple[str, str, float | None, tuple[str, ...]], ...] = (
 
 def _value(x: float | None) -> float:
     return math.nan if x is None else float(x)
+
+
+def _repetitions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per repetition (of every run), ``{system: {"<strategy>:<key>": value}}``: the
+    figures are medians over every repetition, as in case (h)."""
+    flat: list[dict[str, Any]] = []
+    for row in rows:
+        systems = [s for s in SYSTEMS if s in row]
+        for rep in range(max(len(row[s][strategy]) for s in systems for strategy in STRATEGIES)):
+            flat.append(
+                {
+                    s: {
+                        f"{strategy}:{key}": _value(row[s][strategy][rep][key])
+                        for strategy in STRATEGIES
+                        if rep < len(row[s][strategy])
+                        for key, *_ in _ROWS
+                    }
+                    for s in systems
+                }
+            )
+    return flat
+
+
+def _show(figures: Figures) -> str:
+    return "; ".join(
+        f"{strategy} join→first record "
+        + "/".join(f"{rep['join_first_record_s']:.2f}" for rep in figures[strategy])
+        + " s, leave→all owned "
+        + "/".join(f"{rep['leave_all_owned_s']:.2f}" for rep in figures[strategy])
+        + " s"
+        for strategy in STRATEGIES
+    )
 
 
 def run(ctx: BenchContext) -> CaseResult:
@@ -469,54 +494,28 @@ def run(ctx: BenchContext) -> CaseResult:
             "strategies": list(STRATEGIES),
             "broker_properties": BROKER_PROPERTIES,
             "consumer_config": CONSUMER_CONFIG,
-            "baseline_consumer_config": {**CONSUMER_CONFIG, **MOCK_CONSUMER_CONFIG},
-            "baseline": "librdkafka mock cluster (test.mock.num.brokers=1), in-process, initial rebalance delay 0",
+            "mock_consumer_config": {**CONSUMER_CONFIG, **MOCK_CONSUMER_CONFIG},
+            "systems": systems_note() + " (initial rebalance delay 0 everywhere)",
         },
     )
-    figures: dict[tuple[str, str], tuple[list[float], list[float]]] = {
-        (strategy, key): ([], []) for key, _, _, strategies in _ROWS for strategy in strategies
-    }
-    for run_no in range(1, ctx.runs + 1):
-        with ctx.fresh_env(CASE, run_no) as env:
-
-            def sparklog_run(env: RunEnv = env, run_no: int = run_no) -> dict[str, Any]:
-                return sparklog_side(env, run_no, repeats, records_per_partition)
-
-            def mock_run(run_no: int = run_no) -> dict[str, Any]:
-                return mock_side(run_no, repeats, records_per_partition)
-
-            s, b = alternate(run_no, sparklog_run, mock_run)
-        for strategy in STRATEGIES:
-            for key, _, _, strategies in _ROWS:
-                if strategy in strategies:
-                    figures[(strategy, key)][0].extend(_value(rep[key]) for rep in s[strategy])
-                    figures[(strategy, key)][1].extend(_value(rep[key]) for rep in b[strategy])
-
-            def show(side: dict[str, Any], key: str, strategy: str = strategy) -> str:
-                return "/".join(f"{rep[key]:.2f}" for rep in side[strategy])
-
-            ctx.log(
-                CASE,
-                f"run {run_no} {strategy}: join→first record sparklog {show(s, 'join_first_record_s')} s, "
-                f"mock {show(b, 'join_first_record_s')} s; leave→all owned sparklog "
-                f"{show(s, 'leave_all_owned_s')} s, mock {show(b, 'leave_all_owned_s')} s",
-            )
-        result.runs.append(
-            {
-                "run": run_no,
-                "order": "sparklog-first" if run_no % 2 else "baseline-first",
-                "load_avg": list(os.getloadavg()),
-                "sparklog": s,
-                "baseline": b,
-            }
-        )
+    result.runs = compare(
+        ctx,
+        CASE,
+        lambda endpoint, run_no: measure_system(endpoint, run_no, repeats, records_per_partition),
+        topic=TOPIC,
+        partitions=PARTITIONS,
+        properties=BROKER_PROPERTIES,
+        show=_show,
+    )
+    reps = _repetitions(result.runs)
     for strategy in STRATEGIES:
         for key, name, bound, strategies in _ROWS:
             if strategy not in strategies:
                 continue
             targets = [Target("value", "<=", bound, f"≤ {bound:g} s")] if bound is not None else []
-            sparklog_reps, baseline_reps = figures[(strategy, key)]  # every repetition of every run
             result.metrics.append(
-                Metric(CASE, f"{strategy}: {name}", "s", sparklog_reps, baseline_reps, targets, higher_is_better=False)
+                wire_metric(
+                    CASE, reps, f"{strategy}:{key}", f"{strategy}: {name}", "s", targets, higher_is_better=False
+                )
             )
     return result

@@ -40,6 +40,7 @@ __all__ = [
     "machine_info",
     "median",
     "percentile",
+    "rotate",
     "timed",
     "write_json",
 ]
@@ -83,6 +84,15 @@ def alternate(run_no: int, sparklog_side: Callable[[], T], baseline_side: Callab
         return first, baseline_side()
     second = baseline_side()
     return sparklog_side(), second
+
+
+def rotate(run_no: int, sides: dict[str, Callable[[], T]]) -> tuple[list[str], dict[str, T]]:
+    """Run every side once, the order rotated by run (run 1: as given, run 2: from the second
+    side on, …), so none always goes first. -> (the order, each side's result)."""
+    names = list(sides)
+    shift = (run_no - 1) % len(names)
+    order = names[shift:] + names[:shift]
+    return order, {name: sides[name]() for name in order}
 
 
 @dataclass(frozen=True)
@@ -151,6 +161,11 @@ class Metric:
     targets: list[Target] = field(default_factory=list)
     higher_is_better: bool = True
     note: str = ""
+    # What the baseline is when it has a name (the wire cases: "kafka"), and further columns
+    # beside it (the wire cases: {"mock": …}), each with its own ratio; targets apply to the
+    # value or to the ratio to the baseline only.
+    baseline_label: str = "baseline"
+    others: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def sparklog_median(self) -> float:
@@ -163,10 +178,14 @@ class Metric:
     @property
     def ratio(self) -> float:
         """sparklog median ÷ baseline median (for throughputs higher is better, for latencies lower)."""
-        base = self.baseline_median
-        if math.isnan(base) or base == 0:
-            return math.nan
-        return self.sparklog_median / base
+        return _ratio(self.sparklog_median, self.baseline_median)
+
+    def other_median(self, label: str) -> float:
+        return median(self.others.get(label) or [])
+
+    def other_ratio(self, label: str) -> float:
+        """sparklog median ÷ the median of the column ``label``."""
+        return _ratio(self.sparklog_median, self.other_median(label))
 
     @property
     def status(self) -> str:
@@ -188,6 +207,10 @@ class Metric:
             "sparklog_median": _finite(self.sparklog_median),
             "baseline_median": _finite(self.baseline_median),
             "ratio_to_baseline": _finite(self.ratio),
+            "baseline_label": self.baseline_label,
+            "others_runs": self.others,
+            "others_median": {k: _finite(self.other_median(k)) for k in self.others},
+            "ratio_to_others": {k: _finite(self.other_ratio(k)) for k in self.others},
             "targets": [t.to_json() for t in self.targets],
             "target_results": [t.met(self.sparklog_median, self.ratio) for t in self.targets],
             "status": self.status,
@@ -223,6 +246,12 @@ class CaseResult:
         }
 
 
+def _ratio(value: float, base: float) -> float:
+    if math.isnan(base) or math.isnan(value) or base == 0:
+        return math.nan
+    return value / base
+
+
 def _finite(x: float) -> float | None:
     return None if math.isnan(x) else x
 
@@ -252,6 +281,13 @@ class BenchContext:
     runs: int = 3
     scale: float = 1.0
     cache: dict[str, Any] = field(default_factory=dict)
+    output: Path | None = None  # the JSON report; figures (PNG) are written beside it
+
+    def artifact(self, name: str) -> Path:
+        """Where a case writes a file beside the report: ``<report stem>-<name>``."""
+        report = self.output or Path("benchmarks/results/latest.json").resolve()
+        report.parent.mkdir(parents=True, exist_ok=True)
+        return report.with_name(f"{report.stem}-{name}")
 
     def scaled(self, n: int, minimum: int = 1) -> int:
         """``n`` multiplied by ``--scale`` (at least ``minimum``)."""
@@ -321,7 +357,19 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "java": _java_version(),
-        "versions": {p: _version(p) for p in ("sparklog", "pyspark", "deltalake", "pyarrow", "kazoo", "numpy")},
+        "versions": {
+            p: _version(p)
+            for p in (
+                "sparklog",
+                "pyspark",
+                "deltalake",
+                "pyarrow",
+                "kazoo",
+                "numpy",
+                "confluent-kafka",
+                "kafka-python",
+            )
+        },
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
 
@@ -345,24 +393,46 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:.3g}"
 
 
+def _fmt_ratio(ratio: float) -> str:
+    return "—" if math.isnan(ratio) else f"{ratio:.2f}×"
+
+
 def format_table(results: Sequence[CaseResult]) -> str:
-    """The results as a fixed-width text table (one row per metric, errors as rows)."""
-    header = ("case", "metric", "sparklog", "baseline", "unit", "ratio", "target", "result")
+    """The results as a fixed-width text table (one row per metric, errors as rows). The
+    baseline column is headed ``baseline/<label>`` (e.g. ``baseline/kafka``) for metrics that
+    name it; every further column a metric has (e.g. ``mock``) gets a value and a ratio column."""
+    metrics = [m for r in results if not r.error for m in r.metrics]
+    others = sorted({label for m in metrics for label in m.others})
+    header = (
+        "case",
+        "metric",
+        "sparklog",
+        "baseline",
+        *others,
+        "unit",
+        "ratio",
+        *(f"ratio/{o}" for o in others),
+        "target",
+        "result",
+    )
     rows: list[tuple[str, ...]] = []
     for result in results:
         if result.error:
-            rows.append((result.case, result.title, "—", "—", "", "", "", "ERROR"))
+            blanks = ("",) * (2 * len(others))
+            rows.append((result.case, result.title, "—", "—", *blanks, "", "", "", "ERROR"))
             continue
         for m in result.metrics:
-            ratio = m.ratio
+            base = _fmt(m.baseline_median, m.unit)
             rows.append(
                 (
                     m.case,
                     m.name,
                     _fmt(m.sparklog_median, m.unit),
-                    _fmt(m.baseline_median, m.unit),
+                    base if m.baseline_label == "baseline" or base == "—" else f"{base} ({m.baseline_label})",
+                    *(_fmt(m.other_median(o), m.unit) for o in others),
                     m.unit,
-                    "—" if math.isnan(ratio) else f"{ratio:.2f}×",
+                    _fmt_ratio(m.ratio),
+                    *(_fmt_ratio(m.other_ratio(o)) for o in others),
                     "; ".join(t.label for t in m.targets) or "(info)",
                     m.status,
                 )

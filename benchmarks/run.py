@@ -52,6 +52,7 @@ from benchmarks import (
     case_sql_scan,
     case_wire_commit,
     case_wire_consume,
+    case_wire_cpu,
     case_wire_e2e,
     case_wire_groups,
     case_wire_latency,
@@ -82,6 +83,7 @@ CASES: dict[str, ModuleType] = {
     case_wire_groups.CASE: case_wire_groups,
     case_wire_txn.CASE: case_wire_txn,
     case_wire_commit.CASE: case_wire_commit,
+    case_wire_cpu.CASE: case_wire_cpu,
 }
 DEFAULT_OUTPUT = Path("benchmarks/results/latest.json")
 SPARK_MASTER = "local[2]"
@@ -245,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        ctx = BenchContext(spark=spark, zk_hosts=zk_hosts, work_dir=work_dir, runs=args.runs, scale=args.scale)
+        ctx = BenchContext(
+            spark=spark, zk_hosts=zk_hosts, work_dir=work_dir, runs=args.runs, scale=args.scale, output=args.output
+        )
         for name in args.only:
             module = CASES[name]
             ctx.log(name, f"{module.TITLE}: {args.runs} run(s), scale {args.scale}, load avg {os.getloadavg()[0]:.2f}")

@@ -1,21 +1,29 @@
-"""Shared machinery of the Kafka-wire cases (m)–(q): a sparklog broker agent process, the
-librdkafka mock cluster that is their baseline, record pools, and confluent-kafka drivers.
+"""Shared machinery of the Kafka-wire cases (m)–(u): the three systems every case measures with
+the same clients and data in the same run, the loop over runs and systems, record pools, and
+confluent-kafka drivers.
 
-* :func:`sparklog_broker` — one ``sparklog broker start`` process (``BrokerAgents``, id 1,
-  in a fresh ``sparklog.home``/chroot of the run) and a topic of :data:`PARTITIONS`
-  partitions, replication factor 1, every partition led by it.
-* :class:`MockCluster` — librdkafka's in-memory mock cluster (one broker), started exactly
-  as the ``test.mock.num.brokers`` client property starts it: a librdkafka client handle is
-  created with that property and its mock cluster is taken with
+* The systems (:data:`SYSTEMS`, opened by :func:`open_system` as an :class:`Endpoint`):
+  ``sparklog`` — one ``sparklog broker start`` process (``BrokerAgents``, id 1, in a fresh
+  ``sparklog.home``/chroot of the run) and a topic of :data:`PARTITIONS` partitions,
+  replication factor 1, every partition led by it; ``kafka`` — Apache Kafka 4 itself, one KRaft
+  node (broker and controller) on loopback (:mod:`benchmarks.kafka_broker`), the baseline and
+  the ratio's denominator; ``mock`` — librdkafka's in-memory mock cluster (one broker), started
+  exactly as the ``test.mock.num.brokers`` client property starts it: a librdkafka client
+  handle is created with that property and its mock cluster is taken with
   ``rd_kafka_handle_mock_cluster``. The Python binding has no call to create a topic on the
-  mock (the mock refuses the Admin API's CreateTopics: it reports no controller), so the
-  topic is created with librdkafka's ``rd_kafka_mock_topic_create`` through ``ctypes``, from
-  the very library confluent-kafka loaded (its wheel's ``confluent_kafka.libs``). Auto-created
-  topics would get the mock's default 4 partitions. Nothing is downloaded; the brokers are
-  threads of this process listening on 127.0.0.1, reachable by any client.
-* :class:`RssSampler` — ``VmRSS`` of a process (``/proc/<pid>/status``) every 50 ms.
+  mock (the mock refuses the Admin API's CreateTopics: it reports no controller), so the topic
+  is created with librdkafka's ``rd_kafka_mock_topic_create`` through ``ctypes``, from the very
+  library confluent-kafka loaded (its wheel's ``confluent_kafka.libs``). Auto-created topics
+  would get the mock's default 4 partitions. The mock's brokers are threads of this process
+  listening on 127.0.0.1, reachable by any client.
+* :func:`compare` — every run in a fresh env, each system in turn (the order rotated by run),
+  a case's measurement against each; :func:`wire_metric` turns the figures into a table row
+  (sparklog, Kafka as the baseline, the mock beside it).
+* :class:`RssSampler` — ``VmRSS`` of a process (``/proc/<pid>/status``) every 50 ms;
+  :func:`cpu_seconds` — a process's user + system CPU time (``/proc/<pid>/stat``).
 * the drivers — :func:`produce_flood` (throughput), :func:`consume_ranges`,
-  :func:`sequential_sends`, :func:`paced_producers`, :func:`end_to_end`.
+  :func:`sequential_sends`, :func:`end_to_end`; the multi-process ones are in
+  :mod:`benchmarks.fleet`.
 
 Timestamps that cross threads (a send time carried in a record and read by a delivery
 callback or a consumer) are ``time.monotonic_ns()``: CLOCK_MONOTONIC is one clock for every
@@ -28,16 +36,19 @@ import contextlib
 import ctypes
 import glob
 import json
+import math
+import os
 import random
 import struct
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.harness import percentile
+from benchmarks.harness import Metric, Target, percentile, rotate
+from benchmarks.kafka_broker import create_topic, kafka_broker
 
 if TYPE_CHECKING:
     from benchmarks.harness import BenchContext, RunEnv
@@ -51,6 +62,14 @@ _LEAD_TIMEOUT_S = 60.0
 # librdkafka logs errors only: an overloaded broker makes it log every timed-out request (level
 # 4-5), thousands of lines; failed deliveries are counted and reported by the drivers instead.
 QUIET: dict[str, Any] = {"log_level": 3}
+SYSTEMS = ("sparklog", "kafka", "mock")  # the first goes first in run 1, the second in run 2, …
+BASELINE = "kafka"  # the ratio's denominator; the mock is a second column
+BROKERS = ("sparklog", "kafka")  # the systems with a broker process of their own
+_DESCRIPTIONS = {
+    "sparklog": "sparklog broker agent",
+    "kafka": "Apache Kafka (KRaft, one node; baseline)",
+    "mock": "librdkafka mock cluster",
+}
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -84,18 +103,12 @@ def stamp_of(value: bytes | None) -> int:
 
 
 # -- the sparklog side ------------------------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class Broker:
     """A running sparklog broker agent: where clients connect and which process it is."""
 
     bootstrap_servers: str
     pid: int
-    topic: str
-    cluster: Any  # sparklog.Cluster (observer client of the run's cluster)
-    agents: Any  # sparklog.testing.BrokerAgents
-
-    def high_watermarks(self) -> dict[int, int]:
-        return {int(p): int(hw) for p, hw in self.cluster.high_watermarks(self.topic).items()}
 
 
 @contextlib.contextmanager
@@ -118,7 +131,7 @@ def sparklog_broker(
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{topic}: no leader within {_LEAD_TIMEOUT_S} s\n{agents.logs([1])}")
                 time.sleep(0.05)
-            yield Broker(agents.bootstrap_servers, agents.pid(1), topic, cluster, agents)
+            yield Broker(agents.bootstrap_servers, agents.pid(1))
 
 
 # -- the baseline: librdkafka's mock cluster --------------------------------------------------
@@ -188,15 +201,6 @@ class MockCluster:
             raise RuntimeError("the mock cluster is closed")
         self._lib.rd_kafka_mock_group_initial_rebalance_delay_ms(self._mcluster, delay_ms)
 
-    def high_watermarks(self) -> dict[int, int]:
-        return {p: high for p, (_low, high) in self.log_ranges().items()}
-
-    def log_ranges(self) -> dict[int, tuple[int, int]]:
-        """``(log start, high watermark)`` per partition. The mock keeps at most the last 5 MB
-        (and 100,000 record batches) of a partition (``rd_kafka_mock_partition_new``: not
-        configurable through a client): older batches are dropped as new ones arrive."""
-        return watermarks(self.bootstrap_servers, self.topic)
-
     def close(self) -> None:
         if self._handle:
             self._lib.rd_kafka_destroy(self._handle)
@@ -209,11 +213,17 @@ class MockCluster:
         self.close()
 
 
-def watermarks(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict[int, tuple[int, int]]:
-    """``(log start, high watermark)`` of each partition as a Kafka client sees them (ListOffsets)."""
+def watermarks(
+    bootstrap: str, topic: str, partitions: int = PARTITIONS, read_committed: bool = False
+) -> dict[int, tuple[int, int]]:
+    """``(log start, high watermark)`` of each partition as a Kafka client sees them (ListOffsets);
+    with ``read_committed`` the second is the last stable offset."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks", **QUIET})
+    isolation = "read_committed" if read_committed else "read_uncommitted"
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "bench-watermarks", "isolation.level": isolation, **QUIET}
+    )
     try:
         found = {}
         for p in range(partitions):
@@ -224,7 +234,148 @@ def watermarks(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict
         consumer.close()
 
 
-# -- broker memory ----------------------------------------------------------------------------
+# -- the three systems ------------------------------------------------------------------------
+def systems_note(systems: Sequence[str] = SYSTEMS) -> str:
+    """What a case compares, for its JSON parameters (with Kafka's version when its jars are here)."""
+    from benchmarks.kafka_broker import KafkaJarsMissing, kafka_version
+
+    try:
+        version = f"Apache Kafka {kafka_version()}"
+    except KafkaJarsMissing:
+        version = "Apache Kafka"
+    return "; ".join(_DESCRIPTIONS[s].replace("Apache Kafka", version) for s in systems)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One system ready for a case: where clients connect, the topic, the broker's process
+    (None for the mock: it lives in this process)."""
+
+    system: str
+    bootstrap_servers: str
+    topic: str
+    partitions: int
+    pid: int | None
+
+    def log_ranges(self, read_committed: bool = False) -> dict[int, tuple[int, int]]:
+        return watermarks(self.bootstrap_servers, self.topic, self.partitions, read_committed)
+
+    def high_watermarks(self, read_committed: bool = False) -> dict[int, int]:
+        return {p: high for p, (_low, high) in self.log_ranges(read_committed).items()}
+
+
+@contextlib.contextmanager
+def open_system(
+    system: str, env: RunEnv, topic: str, partitions: int = PARTITIONS, properties: dict[str, str] | None = None
+) -> Iterator[Endpoint]:
+    """``system`` running with ``topic`` (RF 1) for as long as the ``with`` lasts. ``properties``
+    are broker settings under Kafka's names, given to sparklog's agent and to Kafka alike; the
+    mock takes ``group.initial.rebalance.delay.ms`` only (its one such knob)."""
+    properties = properties or {}
+    if system == "sparklog":
+        with sparklog_broker(env, topic, partitions, properties) as broker:
+            yield Endpoint(system, broker.bootstrap_servers, topic, partitions, broker.pid)
+    elif system == "kafka":
+        with kafka_broker(env.scratch / "kafka", properties) as kafka:
+            create_topic(kafka.bootstrap_servers, topic, partitions)
+            yield Endpoint(system, kafka.bootstrap_servers, topic, partitions, kafka.pid)
+    elif system == "mock":
+        with MockCluster(topic, partitions) as mock:
+            delay = properties.get("group.initial.rebalance.delay.ms")
+            if delay is not None:
+                mock.set_group_initial_rebalance_delay_ms(int(delay))
+            yield Endpoint(system, mock.bootstrap_servers, topic, partitions, None)
+    else:
+        raise ValueError(f"unknown system {system!r}; one of {SYSTEMS}")
+
+
+Figures = dict[str, Any]
+
+
+def compare(
+    ctx: BenchContext,
+    case: str,
+    measure: Callable[[Endpoint, int], Figures],
+    *,
+    topic: str,
+    partitions: int = PARTITIONS,
+    properties: dict[str, str] | None = None,
+    systems: Sequence[str] = SYSTEMS,
+    show: Callable[[Figures], str] | None = None,
+) -> list[dict[str, Any]]:
+    """``ctx.runs`` runs; in each, a fresh env and every system in turn (the order rotated by
+    run), each opened with the topic, measured by ``measure(endpoint, run_no)`` and closed before
+    the next one starts. -> per run ``{"run", "order", "load_avg", <system>: figures, …}`` (the case's
+    JSON rows). ``show(figures)`` is a system's part of the progress line."""
+    rows = []
+    for run_no in range(1, ctx.runs + 1):
+        with ctx.fresh_env(case, run_no) as env:
+
+            def side(system: str, env: RunEnv = env, run_no: int = run_no) -> Callable[[], Figures]:
+                def run_side() -> Figures:
+                    with open_system(system, env, topic, partitions, properties) as endpoint:
+                        return measure(endpoint, run_no)
+
+                return run_side
+
+            order, figures = rotate(run_no, {system: side(system) for system in systems})
+        if show is not None:
+            ctx.log(case, f"run {run_no}: " + "; ".join(f"{s} {show(figures[s])}" for s in systems))
+        rows.append({"run": run_no, "order": order, "load_avg": list(os.getloadavg()), **figures})
+    return rows
+
+
+def column(rows: Sequence[dict[str, Any]], system: str, key: str) -> list[float]:
+    """``key``'s figure of ``system`` in every run that measured it (None → NaN)."""
+    values = [row[system].get(key) for row in rows if system in row]
+    return [math.nan if v is None else float(v) for v in values]
+
+
+def wire_metric(
+    case: str,
+    rows: Sequence[dict[str, Any]],
+    key: str,
+    name: str,
+    unit: str,
+    targets: Sequence[Target] = (),
+    higher_is_better: bool = True,
+    note: str = "",
+) -> Metric:
+    """A table row of ``key``: sparklog, Kafka as the baseline (the ratio's denominator) and every
+    other system measured (the mock) as a further column with its own ratio."""
+    systems = [s for s in SYSTEMS if any(s in row for row in rows)]
+    others = {s: column(rows, s, key) for s in systems if s not in ("sparklog", BASELINE)}
+    return Metric(
+        case,
+        name,
+        unit,
+        column(rows, "sparklog", key),
+        column(rows, BASELINE, key) if BASELINE in systems else None,
+        list(targets),
+        higher_is_better=higher_is_better,
+        note=note,
+        baseline_label=BASELINE,
+        others=others,
+    )
+
+
+def fmt_latency(figures: Figures, prefix: str) -> str:
+    """``p50/p99 ms`` of ``<prefix>_p50_ms`` / ``<prefix>_p99_ms`` for a progress line."""
+    return f"{figures[f'{prefix}_p50_ms']:.2f}/{figures[f'{prefix}_p99_ms']:.2f} ms"
+
+
+# -- broker processes: memory and CPU ---------------------------------------------------------
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far, every thread (``/proc/<pid>/stat`` fields 14–15)."""
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+        # the command name (field 2) may hold spaces: split after its closing parenthesis
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
 def rss_bytes(pid: int) -> int | None:
     """``VmRSS`` of ``pid`` in bytes (None once the process is gone)."""
     try:
@@ -273,9 +424,42 @@ class RssSampler:
         return max(self.samples, default=0)
 
 
-def record_rss(ctx: BenchContext, source: str, run_no: int, sampler: RssSampler) -> dict[str, Any]:
+@contextlib.contextmanager
+def sample_rss(endpoint: Endpoint) -> Iterator[RssSampler | None]:
+    """An :class:`RssSampler` of the system's broker process while the ``with`` lasts (None for
+    the mock: it has no process of its own)."""
+    if endpoint.pid is None:
+        yield None
+        return
+    with RssSampler(endpoint.pid) as sampler:
+        yield sampler
+
+
+class CpuMeter:
+    """The broker process's CPU seconds (user + system) between ``with`` entry and exit; NaN for
+    the mock (it lives in the benchmark's process)."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.seconds = math.nan
+        self._start = 0.0
+
+    def __enter__(self) -> CpuMeter:
+        if self.pid is not None:
+            self._start = cpu_seconds(self.pid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pid is not None:
+            self.seconds = cpu_seconds(self.pid) - self._start
+
+
+def record_rss(
+    ctx: BenchContext, source: str, run_no: int, sampler: RssSampler, system: str = "sparklog"
+) -> dict[str, Any]:
     """Keep a run's broker RSS samples for case (q) (``ctx.cache['broker_rss']``); -> JSON row."""
     row = {
+        "system": system,
         "source": source,
         "run": run_no,
         "samples": len(sampler.samples),
@@ -347,45 +531,61 @@ class _Statistics:
         self.max_rtt_ms = max([self.max_rtt_ms, *rtts])
 
 
+class FloodProducer:
+    """One ``confluent_kafka.Producer`` that produces records of the pool as fast as it goes:
+    created and connected (metadata known) by the constructor, untimed; :meth:`run` is timed."""
+
+    def __init__(self, bootstrap: str, topic: str, pool: RecordPool, config: dict[str, Any]) -> None:
+        from confluent_kafka import Producer
+
+        self.topic, self.pool = topic, pool
+        self.errors = DeliveryErrors()
+        self.statistics = _Statistics()
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "delivery.report.only.error": True,
+                "on_delivery": self.errors,
+                "statistics.interval.ms": 500,
+                "stats_cb": self.statistics,
+                **QUIET,
+                **config,
+            }
+        )
+        self.producer.list_topics(topic, timeout=30)  # connected, metadata known: not timed
+
+    def run(self, first: int, records: int) -> Flood:
+        """Records ``first .. first+records-1``, then ``flush()``; -> the time from the first
+        ``produce`` to ``flush`` returning and the client's request counters."""
+        producer, topic = self.producer, self.topic
+        values, keys = self.pool.values, self.pool.keys
+        produce = producer.produce
+        started = time.perf_counter()
+        for i in range(first, first + records):
+            try:
+                produce(topic, values[i % POOL], keys[i % KEY_POOL])
+            except BufferError:
+                _produce(producer, topic, values[i % POOL], keys[i % KEY_POOL])
+        left = producer.flush(600)
+        seconds = time.perf_counter() - started
+        producer.poll(0.6)  # one more statistics window, so the counters include the end of the flood
+        if left or self.errors.errors:
+            errors = self.errors.errors
+            raise AssertionError(f"{left} records undelivered, {len(errors)} failed: {errors[:3]}")
+        stats = self.statistics
+        return Flood(seconds, stats.requests, stats.retries, stats.timeouts, stats.max_rtt_ms)
+
+
 def produce_flood(
     bootstrap: str, topic: str, pool: RecordPool, records: int, config: dict[str, Any], first: int = 0
 ) -> Flood:
-    """Produce records ``first .. first+records-1`` of the pool as fast as the client goes, then
+    """Produce records ``first .. first+records-1`` of the pool as fast as one client goes, then
     ``flush()``; -> seconds from the first ``produce`` to ``flush`` returning, and the request
     counters of librdkafka's statistics. Every record must be delivered (delivery reports for
     errors only). Without idempotence, a request that timed out in the client is sent again and
     may then be stored twice (at least once: Kafka's contract): callers check that the log holds
     *at least* every record and report the difference."""
-    from confluent_kafka import Producer
-
-    errors = DeliveryErrors()
-    statistics = _Statistics()
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "delivery.report.only.error": True,
-            "on_delivery": errors,
-            "statistics.interval.ms": 500,
-            "stats_cb": statistics,
-            **QUIET,
-            **config,
-        }
-    )
-    producer.list_topics(topic, timeout=30)  # connected, metadata known: not timed
-    values, keys = pool.values, pool.keys
-    produce = producer.produce
-    started = time.perf_counter()
-    for i in range(first, first + records):
-        try:
-            produce(topic, values[i % POOL], keys[i % KEY_POOL])
-        except BufferError:
-            _produce(producer, topic, values[i % POOL], keys[i % KEY_POOL])
-    left = producer.flush(600)
-    seconds = time.perf_counter() - started
-    producer.poll(0.6)  # one more statistics window, so the counters include the end of the flood
-    if left or errors.errors:
-        raise AssertionError(f"{left} records undelivered, {len(errors.errors)} failed: {errors.errors[:3]}")
-    return Flood(seconds, statistics.requests, statistics.retries, statistics.timeouts, statistics.max_rtt_ms)
+    return FloodProducer(bootstrap, topic, pool, config).run(first, records)
 
 
 def check_stored(stored: int, acknowledged: int, where: str) -> int:
@@ -459,7 +659,13 @@ def consume_ranges(
     return Consumed(got, seconds, passes)
 
 
-def sequential_sends(bootstrap: str, topic: str, sends: int, config: dict[str, Any], warmup: int = 20) -> list[float]:
+# Untimed sends before the counted ones: enough for Kafka's JIT to compile its request path.
+WARMUP_SENDS = 200
+
+
+def sequential_sends(
+    bootstrap: str, topic: str, sends: int, config: dict[str, Any], warmup: int = WARMUP_SENDS
+) -> list[float]:
     """Send one record, wait for its delivery report, send the next; -> each one's latency in ms
     (``produce`` → the report handled by ``poll``). ``warmup`` sends first, not counted."""
     from confluent_kafka import Producer
@@ -489,81 +695,49 @@ def sequential_sends(bootstrap: str, topic: str, sends: int, config: dict[str, A
     return done[warmup:]
 
 
-@dataclass
-class PacedResult:
-    """What :func:`paced_producers` measured."""
+class PacedProducer:
+    """One ``confluent_kafka.Producer`` that sends keyless stamped records on a schedule (open
+    loop: each at its time whatever the broker does), recording ``produce`` → delivery report per
+    record. The constructor connects and sends one untimed warm-up record."""
 
-    latencies_ms: list[float]
-    offered: int
-    seconds: float  # first send → last delivery report
-    failed: list[str] = field(default_factory=list)
+    def __init__(self, bootstrap: str, topic: str, config: dict[str, Any], seed: int) -> None:
+        from confluent_kafka import Producer
 
-    @property
-    def delivered_per_s(self) -> float:
-        return len(self.latencies_ms) / self.seconds if self.seconds else 0.0
+        self.topic = topic
+        self.filler = random.Random(seed).randbytes(VALUE_BYTES)
+        self.latencies_ms: list[float] = []
+        self.failed: list[str] = []
+        self.last_report_ns = self.last_send_ns = 0
+        self.producer = Producer({"bootstrap.servers": bootstrap, "on_delivery": self._delivered, **QUIET, **config})
+        self.producer.list_topics(topic, timeout=30)
+        self.producer.produce(topic, stamped_value(self.filler))
+        self.producer.flush(60)
+        self.latencies_ms.clear()
 
+    def _delivered(self, err: Any, msg: Any) -> None:
+        now = time.monotonic_ns()
+        if err is not None:
+            self.failed.append(str(err))
+            return
+        self.last_report_ns = now
+        self.latencies_ms.append((now - stamp_of(msg.value())) / 1e6)
 
-def paced_producers(
-    bootstrap: str, topic: str, producers: int, rate: float, duration_s: float, config: dict[str, Any]
-) -> PacedResult:
-    """``producers`` producer instances (one thread each) together offering ``rate`` records/s
-    for ``duration_s`` (open loop: producer ``j`` sends its ``i``-th record at
-    ``t0 + (i + j/producers) / per_producer_rate``, whatever the broker does), then flush; each
-    record's latency is ``produce`` → its delivery report. Threads wait in ``poll`` (delivery
-    reports are handled as they arrive) until their next send."""
-    from confluent_kafka import Producer
-
-    per_producer = rate / producers
-    count = max(1, round(per_producer * duration_s))
-    latencies: list[list[float]] = [[] for _ in range(producers)]
-    failed: list[str] = []
-    clients = []
-    for j in range(producers):
-
-        def delivered(err: Any, msg: Any, sink: list[float] = latencies[j]) -> None:
-            if err is not None:
-                failed.append(str(err))
-                return
-            sink.append((time.monotonic_ns() - stamp_of(msg.value())) / 1e6)
-
-        client = Producer({"bootstrap.servers": bootstrap, "on_delivery": delivered, **QUIET, **config})
-        client.list_topics(topic, timeout=30)
-        clients.append(client)
-    fillers = [random.Random(100 + j).randbytes(VALUE_BYTES) for j in range(producers)]
-    # warm-up: every client has a connection and one delivered record (not counted)
-    for j, client in enumerate(clients):
-        client.produce(topic, stamped_value(fillers[j]))
-        client.flush(60)
-    for sink in latencies:
-        sink.clear()
-    start_ns = time.monotonic_ns() + 50_000_000
-    interval_ns = 1e9 / per_producer
-
-    def run(j: int) -> None:
-        client, filler = clients[j], fillers[j]
-        offset_ns = j * interval_ns / producers
+    def run(self, start_ns: int, interval_ns: float, count: int, flush_s: float) -> int:
+        """Record ``i`` at ``start_ns + i * interval_ns`` (waiting in ``poll``, which runs the
+        delivery callbacks), then ``flush``; -> how many records were still undelivered."""
+        producer, topic, filler = self.producer, self.topic, self.filler
+        self.last_send_ns = start_ns
         for i in range(count):
-            due = start_ns + offset_ns + i * interval_ns
+            due = start_ns + i * interval_ns
             while True:
                 wait_s = (due - time.monotonic_ns()) / 1e9
                 if wait_s <= 0:
                     break
-                client.poll(wait_s)
-            _produce(client, topic, stamped_value(filler))
-            client.poll(0)
-        client.flush(120)
-
-    threads = [threading.Thread(target=run, args=(j,), name=f"paced-{j}", daemon=True) for j in range(producers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(300)
-    seconds = (time.monotonic_ns() - start_ns) / 1e9
-    left = sum(len(client) for client in clients)
-    all_latencies = [x for sink in latencies for x in sink]
-    if left:
-        failed.append(f"{left} records still undelivered after flush")
-    return PacedResult(all_latencies, count * producers, seconds, failed)
+                producer.poll(wait_s)
+            _produce(producer, topic, stamped_value(filler))
+            producer.poll(0)
+        self.last_send_ns = time.monotonic_ns()
+        return int(producer.flush(flush_s))
 
 
 @dataclass
@@ -581,7 +755,7 @@ def end_to_end(
     sends: int,
     producer_config: dict[str, Any],
     consumer_config: dict[str, Any],
-    warmup: int = 20,
+    warmup: int = WARMUP_SENDS,
 ) -> EndToEnd:
     """A consumer (its own thread, ``assign`` of every partition at the end) and a producer that
     sends one record at a time (next after the delivery report). Per record: produce → the
@@ -655,6 +829,17 @@ def end_to_end(
     return EndToEnd([received[s] for s in counted], [acks[s] for s in counted])
 
 
+def settle(bootstrap: str, topic: str, config: dict[str, Any], quiet_ms: float = 100.0, limit_s: float = 60.0) -> float:
+    """Send one record at a time until one is acknowledged within ``quiet_ms`` — an overloaded
+    broker goes on answering the requests its clients already pipelined after they gave up —
+    for at most ``limit_s``; -> the seconds it took."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        if sequential_sends(bootstrap, topic, 1, config, warmup=0)[0] <= quiet_ms:
+            break
+    return time.monotonic() - started
+
+
 def _send_and_wait(producer: Any, topic: str, filler: bytes, acks: dict[int, float], deadline: float) -> int:
     value = stamped_value(filler)
     stamp = stamp_of(value)
@@ -666,7 +851,43 @@ def _send_and_wait(producer: Any, topic: str, filler: bytes, acks: dict[int, flo
     return stamp
 
 
+# -- raw Kafka protocol (cases q and u: requests no client library sends the way we need) ------
+_CLIENT_ID = b"bench-raw"
+
+
+def kafka_request(api_key: int, version: int, correlation_id: int, body: bytes = b"") -> bytes:
+    """A size-prefixed request: header v1 (api key, version, correlation id, client id), then
+    ``body`` (non-flexible versions only)."""
+    header = struct.pack(">hhih", api_key, version, correlation_id, len(_CLIENT_ID)) + _CLIENT_ID
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def read_frame(stream: Any) -> bytes:
+    """One size-prefixed response from a socket's binary file (``sock.makefile("rb")``)."""
+    size_bytes = stream.read(4)
+    if len(size_bytes) < 4:
+        raise AssertionError("the broker closed the connection")
+    size = struct.unpack(">i", size_bytes)[0]
+    frame = stream.read(size)
+    if len(frame) < size:
+        raise AssertionError("the broker closed the connection mid-response")
+    return bytes(frame)
+
+
+def kafka_string(value: str) -> bytes:
+    data = value.encode()
+    return struct.pack(">h", len(data)) + data
+
+
 # -- small helpers ----------------------------------------------------------------------------
+def latency_targets(p50_ms: float, p99_ms: float) -> tuple[list[Target], list[Target]]:
+    """The usual pair of latency targets on a metric's median: (p50 ≤ …, p99 ≤ …)."""
+    return (
+        [Target("value", "<=", p50_ms, f"≤ {p50_ms:g} ms")],
+        [Target("value", "<=", p99_ms, f"≤ {p99_ms:g} ms")],
+    )
+
+
 def p50_p99(values: list[float]) -> tuple[float, float]:
     return percentile(values, 50), percentile(values, 99)
 
