@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +19,15 @@ from benchmarks.wire import kafka_request, read_frame, wire_metric
 
 def test_rotate_changes_who_goes_first() -> None:
     ran: list[str] = []
-    sides = {name: (lambda name=name: ran.append(name) or name.upper()) for name in ("sparklog", "kafka", "mock")}
+
+    def side(name: str) -> Callable[[], str]:
+        def run() -> str:
+            ran.append(name)
+            return name.upper()
+
+        return run
+
+    sides = {name: side(name) for name in ("sparklog", "kafka", "mock")}
     assert rotate(1, sides) == (
         ["sparklog", "kafka", "mock"],
         {"sparklog": "SPARKLOG", "kafka": "KAFKA", "mock": "MOCK"},
@@ -29,7 +39,7 @@ def test_rotate_changes_who_goes_first() -> None:
 
 
 def test_wire_metric_kafka_is_the_baseline_and_the_mock_a_column() -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"sparklog": {"x": 10.0}, "kafka": {"x": 40.0}, "mock": {"x": 100.0}},
         {"sparklog": {"x": 30.0}, "kafka": {"x": 60.0}, "mock": {"x": None}},
     ]
