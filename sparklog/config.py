@@ -247,6 +247,9 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "listeners": "PLAINTEXT://127.0.0.1:9092",
     "advertised.listeners": None,  # default: listeners (port 0 → the port actually bound)
     "socket.request.max.bytes": "104857600",
+    # Request handler threads (sparklog/broker/kafka/request_channel.py): one network thread
+    # reads every connection, these parse, handle and encode.
+    "num.io.threads": "8",
     # How often a broker agent applies retention and the Delta log step to the partitions it
     # leads (sparklog/broker/log_manager.py); Kafka's name and default (5 minutes).
     "log.retention.check.interval.ms": "300000",
@@ -321,6 +324,7 @@ class ClusterConfig:
     listeners: tuple[Endpoint, ...] = ()
     advertised_listeners: tuple[Endpoint, ...] = ()
     socket_request_max_bytes: int = 104_857_600
+    num_io_threads: int = 8
     log_retention_check_interval_ms: int = 300_000
     num_partitions: int = 1
     default_replication_factor: int = 1
@@ -345,6 +349,7 @@ class ClusterConfig:
             "replica.hard.links.enable": str(self.replica_hard_links_enable).lower(),
             "auto.create.topics.enable": str(self.auto_create_topics_enable).lower(),
             "socket.request.max.bytes": str(self.socket_request_max_bytes),
+            "num.io.threads": str(self.num_io_threads),
             "log.retention.check.interval.ms": str(self.log_retention_check_interval_ms),
             "num.partitions": str(self.num_partitions),
             "default.replication.factor": str(self.default_replication_factor),
@@ -437,6 +442,7 @@ def resolve_cluster_config(
         advertised_listeners=parse_listeners("advertised.listeners", str(merged["advertised.listeners"] or ""))
         or parse_listeners("listeners", str(merged["listeners"])),
         socket_request_max_bytes=as_int("socket.request.max.bytes", 1024),
+        num_io_threads=as_int("num.io.threads", 1),
         log_retention_check_interval_ms=as_int("log.retention.check.interval.ms", 1),
         num_partitions=as_int("num.partitions", 1),
         default_replication_factor=as_int("default.replication.factor", 1),

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from sparklog.broker.controller.controller import Controller, ControllerSettings
 from sparklog.broker.groups.coordinator import BrokerGroups
 from sparklog.broker.kafka.context import BrokerContext
-from sparklog.broker.kafka.listener import KafkaListener
+from sparklog.broker.kafka.listener import KafkaListener, NetworkThread
+from sparklog.broker.kafka.request_channel import RequestChannel
 from sparklog.broker.leader_appender import LeaderAppender
 from sparklog.broker.log_manager import LogManager
 from sparklog.broker.producer_state import ProducerStates
@@ -105,6 +106,8 @@ class BrokerAgent:
         self._registration: BrokerRegistration | None = None
         self._election: ControllerElection | None = None
         self._listeners: list[KafkaListener] = []
+        self._network = NetworkThread(f"broker-{self.broker_id}-network")
+        self._requests = RequestChannel(config.num_io_threads, f"broker-{self.broker_id}")
         self.healthy = False
 
     @property
@@ -114,6 +117,8 @@ class BrokerAgent:
     def start(self) -> BrokerAgent:
         # The persistent registry says where this broker's storage is, also while it is down.
         self.replicas.metadata.register_broker(self.broker_id, self.config.log_dir, self.config.broker_rack)
+        self._network.start()
+        self._requests.start()
         self._listeners = [
             KafkaListener(
                 endpoint,
@@ -128,6 +133,8 @@ class BrokerAgent:
                     transactions=self.transactions,
                 ),
                 self.config.socket_request_max_bytes,
+                self._network,
+                self._requests,
             )
             for endpoint in self.config.listeners
         ]
@@ -187,6 +194,8 @@ class BrokerAgent:
             thread.join(10)
         for listener in self._listeners:
             listener.stop()
+        self._network.stop()
+        self._requests.close()
         self.appender.close()
         if self._registration is not None:
             self._registration.close()

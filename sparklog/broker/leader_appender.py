@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from sparklog.broker.append_watchers import AppendWatchers
 from sparklog.broker.log_tail import LogTails
 from sparklog.broker.producer_state import ProducerBatch
 from sparklog.broker.transactions.partition_txns import PartitionTransactions
@@ -70,6 +71,8 @@ log = logging.getLogger(__name__)
 
 _RETRY_BACKOFF_S = 0.05
 _IDLE_CHECK_S = 0.1  # an idle committer lets go of leases other writers wait for this often
+# Guards registering and running PendingAppend callbacks (held for a list operation only).
+_DONE_LOCK = threading.Lock()
 
 
 @dataclass(eq=False)
@@ -98,6 +101,7 @@ class PendingAppend:
     base_offset: int = -1
     log_append_time_ms: int = -1
     error: BaseException | None = None
+    _on_done: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def rows(self) -> int:
@@ -108,22 +112,35 @@ class PendingAppend:
     def wait_done(self, timeout_s: float) -> bool:
         return self.done.wait(timeout_s)
 
+    def on_done(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once this append is answered (at once if it is); it runs on the
+        committer's thread, so it only hands work on."""
+        with _DONE_LOCK:
+            if not self.done.is_set():
+                self._on_done.append(callback)
+                return
+        callback()
+
     def finish(self, base_offset: int = -1, log_append_time_ms: int = -1, error: BaseException | None = None) -> None:
         self.base_offset, self.log_append_time_ms, self.error = base_offset, log_append_time_ms, error
-        self.done.set()
+        with _DONE_LOCK:
+            self.done.set()
+            callbacks, self._on_done = self._on_done, []
+        for callback in callbacks:
+            callback()
 
 
 class LeaderAppender:
     """Queues and group-commits produce requests for the partitions ``broker_id`` leads.
 
-    ``appended`` is notified (and ``commits`` grows) after every round: Fetch long polls wait on it."""
+    ``watchers`` wakes the Fetch long polls of a round's partitions once the round is
+    answered (data appended or not: a waiting fetch re-reads and answers errors too)."""
 
     def __init__(self, replicas: ReplicaManager, broker_id: int, writer_lease_ms: int) -> None:
         self.replicas = replicas
         self.broker_id = broker_id
         self.writer_lease_ms = writer_lease_ms
-        self.appended = threading.Condition()
-        self.commits = 0  # rounds done; grows under ``appended``
+        self.watchers = AppendWatchers()
         self._lock = threading.Condition()
         self._queues: dict[str, list[PendingAppend]] = {}
         self._threads: dict[str, threading.Thread] = {}
@@ -175,9 +192,7 @@ class LeaderAppender:
                 group = [i for i in items if (i.acks == "all") == acks_all]
                 if group:
                     self._commit_round(topic, group)
-            with self.appended:
-                self.commits += 1
-                self.appended.notify_all()
+            self.watchers.appended(topic, {i.partition for i in items})
 
     def _commit_round(self, topic: str, items: list[PendingAppend]) -> None:
         deadline = time.monotonic() + max(i.timeout_ms for i in items) / 1000

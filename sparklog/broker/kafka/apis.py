@@ -14,6 +14,7 @@ connection, as Kafka does.
 
 from __future__ import annotations
 
+import functools
 import io
 import struct
 from collections.abc import Callable
@@ -45,10 +46,20 @@ from sparklog.broker.kafka import (
     txn_markers_api,
     txn_offset_commit_api,
 )
-from sparklog.broker.kafka.context import NO_RESPONSE, NO_THROTTLE, Api, ApiRequest, BrokerContext, Partitions, build
+from sparklog.broker.kafka.context import (
+    NO_RESPONSE,
+    NO_THROTTLE,
+    Api,
+    ApiRequest,
+    BrokerContext,
+    Deferred,
+    DelayedResponse,
+    build,
+    wait_for_response,
+)
 from sparklog.errors import SparklogError
 
-__all__ = ["API_VERSIONS", "PendingResponse", "ProtocolError", "handle_request", "start_request"]
+__all__ = ["API_VERSIONS", "ProtocolError", "StartedRequest", "handle_request", "start_request"]
 
 API_VERSIONS_KEY = 18
 
@@ -61,28 +72,42 @@ class ProtocolError(SparklogError):
 
 
 @dataclass(frozen=True)
-class PendingResponse:
-    """A started request: ``respond`` blocks until its response frame payload is ready (None
-    when Kafka sends none); ``ordered``: a later request of the connection touching one of
-    these partitions is started only after this one is answered."""
+class StartedRequest:
+    """A parsed and started request: its answer is ``response`` (known at once) or comes
+    from ``delayed`` (woken, holds no thread) or ``deferred`` (blocks a thread of its own);
+    :meth:`frame` encodes it (None when Kafka sends no response: Produce with acks=0)."""
 
-    respond: Callable[[], bytes | None]
-    ordered: Partitions = frozenset()
+    api_key: int
+    api_version: int
+    correlation_id: int
+    response: Any = None
+    delayed: DelayedResponse | None = None
+    deferred: Deferred | None = None
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether the connection's next request may start before this one is answered."""
+        return self.delayed is not None and self.delayed.pipelined
+
+    def frame(self, response: Any) -> bytes | None:
+        if response is NO_RESPONSE:
+            return None
+        return _encode(self.api_key, self.api_version, self.correlation_id, response)
 
 
 def handle_request(payload: bytes, cluster: BrokerContext, peer: str) -> bytes | None:
-    """The response frame payload (header + body) for one request frame payload; None when
-    Kafka sends no response (Produce with acks=0)."""
-    return start_request(payload, cluster, peer).respond()
+    """The response frame payload (header + body) for one request frame payload, blocking
+    until it is ready; None when Kafka sends no response (Produce with acks=0)."""
+    started = start_request(payload, cluster, peer)
+    if started.delayed is not None:
+        return started.frame(wait_for_response(started.delayed))
+    if started.deferred is not None:
+        return started.frame(started.deferred.finish())
+    return started.frame(started.response)
 
 
-def start_request(
-    payload: bytes, cluster: BrokerContext, peer: str, before_start: Callable[[Partitions], None] | None = None
-) -> PendingResponse:
-    """Parse and start one request (in the connection's request order); its response may
-    be waited for later (:class:`PendingResponse`), so a listener can read on meanwhile.
-    ``before_start`` gets the partitions the request touches (APIs that declare them) and
-    returns when the request may start."""
+def start_request(payload: bytes, cluster: BrokerContext, peer: str) -> StartedRequest:
+    """Parse and start one request (in the connection's request order)."""
     if len(payload) < _PREFIX.size:
         raise ProtocolError(f"request of {len(payload)} bytes from {peer} is shorter than a request header")
     api_key, api_version, correlation_id = _PREFIX.unpack_from(payload)
@@ -92,39 +117,35 @@ def start_request(
     if not served[0] <= api_version <= served[1]:
         if api_key == API_VERSIONS_KEY:
             # The body of an unknown version cannot be read; the header prefix is all we need.
-            frame = _unsupported_api_versions(correlation_id)
-            return PendingResponse(lambda: frame)
+            return StartedRequest(api_key, 0, correlation_id, _api_versions_body(0, ErrorCode.unsupported_version))
         raise ProtocolError(
             f"api key {api_key} version {api_version} from {peer} is not served (served: v{served[0]}..v{served[1]})"
         )
     request = _parse(payload, api_key, api_version, peer)
     api = _APIS[api_key]
     if api.start is None:
-        answer = _frame(api_key, api_version, correlation_id, api.handle(request, cluster))
-        return PendingResponse(lambda: answer)
-    if before_start is not None and api.partitions is not None:
-        before_start(api.partitions(request))
-    deferred = api.start(request, cluster)
-    return PendingResponse(
-        lambda: _frame(api_key, api_version, correlation_id, deferred.finish()), ordered=deferred.ordered
-    )
+        return StartedRequest(api_key, api_version, correlation_id, api.handle(request, cluster))
+    waiting = api.start(request, cluster)
+    if isinstance(waiting, Deferred):
+        return StartedRequest(api_key, api_version, correlation_id, deferred=waiting)
+    return StartedRequest(api_key, api_version, correlation_id, delayed=waiting)
 
 
-def _frame(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes | None:
-    if response is NO_RESPONSE:
-        return None
-    return _encode(api_key, api_version, correlation_id, response)
+@functools.cache
+def _readers(api_key: int, api_version: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The header and body readers of a request version (kio resolves its schema by name:
+    once per version, not per request)."""
+    request_type = load_request_schema(api_key, api_version)
+    header_type = RequestHeaderV2 if request_type.__flexible__ else RequestHeaderV1
+    return entity_reader(header_type), entity_reader(request_type)
 
 
 def _parse(payload: bytes, api_key: int, api_version: int, peer: str) -> ApiRequest:
-    request_type = load_request_schema(api_key, api_version)
     header: RequestHeaderV1 | RequestHeaderV2
+    read_header, read_body = _readers(api_key, api_version)
     try:
-        if request_type.__flexible__:
-            header, header_size = entity_reader(RequestHeaderV2)(payload, 0)
-        else:
-            header, header_size = entity_reader(RequestHeaderV1)(payload, 0)
-        body, _ = entity_reader(request_type)(payload, header_size)
+        header, header_size = read_header(payload, 0)
+        body, _ = read_body(payload, header_size)
     except Exception as exc:
         raise ProtocolError(
             f"unreadable api key {api_key} v{api_version} request from {peer}: {type(exc).__name__}: {exc}"
@@ -151,10 +172,6 @@ def _api_versions_body(version: int, error_code: ErrorCode) -> Any:
         ),
         throttle_time=NO_THROTTLE,
     )
-
-
-def _unsupported_api_versions(correlation_id: int) -> bytes:
-    return _encode(API_VERSIONS_KEY, 0, correlation_id, _api_versions_body(0, ErrorCode.unsupported_version))
 
 
 def _api_versions(request: ApiRequest, _cluster: BrokerContext) -> Any:

@@ -9,9 +9,11 @@ negotiated version lacks, so one handler answers every version of its API.
 from __future__ import annotations
 
 import datetime
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.index import load_response_schema
 from kio.static.primitive import i32Timedelta
@@ -36,10 +38,11 @@ __all__ = [
     "ApiRequest",
     "BrokerContext",
     "Deferred",
-    "Partitions",
+    "DelayedResponse",
     "build",
     "led_partition",
     "response_module",
+    "wait_for_response",
 ]
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
@@ -89,19 +92,51 @@ class BrokerContext:
     transactions: TransactionCoordinator | None = None
 
 
-Partitions = frozenset[tuple[str, int]]
-
-
 @dataclass(frozen=True)
 class Deferred:
-    """A request that was started and is answered later: ``finish`` blocks until the response
-    entity is ready (a produce waiting for its commit). The listener reads and starts the
-    connection's next requests meanwhile, except a request touching one of the ``ordered``
-    partitions: that one is started only once this one is answered (its idempotent batches'
-    sequences depend on the outcome of these)."""
+    """A request whose answer waits on something slow that has no wake-up of its own (a
+    JoinGroup waiting for the group's other members): ``finish`` blocks until the response
+    entity is ready. The request channel runs it on a thread of its own, so a long wait
+    does not hold a request handler."""
 
     finish: Callable[[], Any]
-    ordered: Partitions = frozenset()
+
+
+class DelayedResponse(Protocol):
+    """A request answered later without holding a thread meanwhile (Kafka's delayed
+    operations: a produce waiting for its commit, a fetch waiting for data).
+
+    The request channel calls :meth:`try_complete` (on a handler thread) until it returns a
+    response entity; between tries it waits for the wake-up :meth:`on_progress` arranges,
+    for ``recheck_s`` (when not None), or for ``deadline_s`` (monotonic), when it calls
+    :meth:`expire` instead, once. None of these block. ``pipelined``: the connection's
+    next request may be started meanwhile (requests that can share a commit round)."""
+
+    deadline_s: float
+    recheck_s: float | None
+    pipelined: bool
+
+    def try_complete(self) -> Any | None: ...
+
+    def on_progress(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` (once, from any thread, possibly at once) when :meth:`try_complete`
+        may succeed where it last failed."""
+
+    def expire(self) -> Any: ...
+
+
+def wait_for_response(delayed: DelayedResponse) -> Any:
+    """``delayed``'s response, blocking this thread (direct callers of a handler)."""
+    while True:
+        response = delayed.try_complete()
+        if response is not None:
+            return response
+        remaining = delayed.deadline_s - time.monotonic()
+        if remaining <= 0:
+            return delayed.expire()
+        woken = threading.Event()
+        delayed.on_progress(woken.set)
+        woken.wait(remaining if delayed.recheck_s is None else min(remaining, delayed.recheck_s))
 
 
 def led_partition(
@@ -125,14 +160,13 @@ def led_partition(
 class Api:
     """One served API: its key, the version range ApiVersions advertises, the handler.
 
-    ``start`` (optional) splits the handler: it does the request's in-order part (checks,
-    queueing) and returns a :class:`Deferred` for the part that waits, so the listener can
-    pipeline a connection's requests (``handle`` must equal ``start(...).finish()``)."""
+    ``start`` (optional) splits the handler: it does the request's immediate part (checks,
+    queueing) and returns what waits — a :class:`DelayedResponse` (woken, holds no thread)
+    or a :class:`Deferred` (blocks a thread of its own); ``handle`` must answer as
+    ``start`` followed by that wait."""
 
     key: int
     min_version: int
     max_version: int
     handle: Callable[[ApiRequest, BrokerContext], Any]
-    start: Callable[[ApiRequest, BrokerContext], Deferred] | None = None
-    # The partitions a request touches, known before it starts (see Deferred.ordered).
-    partitions: Callable[[ApiRequest], Partitions] | None = None
+    start: Callable[[ApiRequest, BrokerContext], DelayedResponse | Deferred] | None = None

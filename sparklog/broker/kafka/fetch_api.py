@@ -9,8 +9,9 @@ Guarantees (invariants 5 and 8 on the wire):
 * whole record batches, the first one even when it is larger than ``partition_max_bytes``
   or ``max_bytes`` (KIP-74: a consumer always makes progress), the rest within the limits;
 * long polling: with fewer than ``min_bytes`` available the request waits, up to
-  ``max_wait_ms``, for this broker's next commit (the leader appender notifies) or a
-  write by another writer (Spark, the light producer), seen at the next re-read;
+  ``max_wait_ms``, without holding a thread (:class:`DelayedFetch`): this broker's
+  appends to its partitions wake it, a write by another writer (Spark, the light
+  producer) is seen at the next re-read;
 * ``read_committed`` (isolation level 1) never gets a record at or above the last stable
   offset (the first offset of the oldest open transaction) nor an aborted record: aborted
   runs are filtered here, on the broker, so ``aborted_transactions`` is always empty;
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +46,7 @@ from sparklog.broker.kafka.context import (
     build,
     led_partition,
     response_module,
+    wait_for_response,
 )
 from sparklog.broker.kafka.error_codes import error_code
 from sparklog.broker.kafka.records import BATCH_OVERHEAD_BYTES, encode_batches
@@ -69,60 +72,89 @@ class _PartitionRead:
 
 
 def fetch(request: ApiRequest, broker: BrokerContext) -> Any:
-    body = request.body
-    module = response_module(FETCH_KEY, request.api_version)
-    max_wait_s = max(0.0, body.max_wait.total_seconds())
-    deadline = time.monotonic() + max_wait_s
-    min_bytes = int(body.min_bytes)
-    max_bytes = int(getattr(body, "max_bytes", 2**31 - 1))
-    read_committed = int(getattr(body, "isolation_level", 0)) == 1
-    while True:
-        version = _appended_version(broker)
-        reads, total = _read_all(broker, body.topics, max_bytes, read_committed)
-        errors = any(r.error != ErrorCode.none for r in reads.values())
-        remaining = deadline - time.monotonic()
-        if total >= max(1, min_bytes) or errors or remaining <= 0:
-            break
-        _wait_for_append(broker, version, min(remaining, _FOREIGN_WRITE_POLL_S))
-    topics = []
-    for topic in body.topics:
-        partitions = []
-        for wanted in topic.partitions:
-            read = reads[(topic.topic, int(wanted.partition))]
-            partitions.append(
-                build(
-                    module.PartitionData,
-                    partition_index=wanted.partition,
-                    error_code=read.error,
-                    high_watermark=read.high_watermark,
-                    last_stable_offset=read.last_stable_offset,
-                    log_start_offset=read.log_start,
-                    aborted_transactions=() if read_committed else None,
-                    preferred_read_replica=-1,
-                    records=read.records,
+    return wait_for_response(start_fetch(request, broker))
+
+
+def start_fetch(request: ApiRequest, broker: BrokerContext) -> DelayedFetch:
+    return DelayedFetch(request, broker)
+
+
+class DelayedFetch:
+    """A Fetch until it has ``min_bytes`` (or an error) or reaches ``max_wait``: woken by
+    this broker's appends to its partitions (:class:`~sparklog.broker.append_watchers.AppendWatchers`),
+    re-read every ``recheck_s`` for writers other than this broker."""
+
+    pipelined = False
+
+    def __init__(self, request: ApiRequest, broker: BrokerContext) -> None:
+        body = request.body
+        self.request = request
+        self.broker = broker
+        self.deadline_s = time.monotonic() + max(0.0, body.max_wait.total_seconds())
+        self.recheck_s: float | None = _FOREIGN_WRITE_POLL_S
+        self._min_bytes = max(1, int(body.min_bytes))
+        self._max_bytes = int(getattr(body, "max_bytes", 2**31 - 1))
+        self._read_committed = int(getattr(body, "isolation_level", 0)) == 1
+        self._keys = [(str(t.topic), int(p.partition)) for t in body.topics for p in t.partitions]
+        self._seen: tuple[int, ...] = ()
+        self._cancel: Callable[[], None] | None = None
+
+    def try_complete(self) -> Any | None:
+        reads, total = self._read()
+        if total >= self._min_bytes or any(r.error != ErrorCode.none for r in reads.values()):
+            return self._respond(reads)
+        return None
+
+    def on_progress(self, wake: Callable[[], None]) -> None:
+        appender = self.broker.appender
+        if appender is not None:
+            self._stop_watching()
+            self._cancel = appender.watchers.watch(self._keys, self._seen, wake)
+
+    def expire(self) -> Any:
+        return self._respond(self._read()[0])
+
+    def _read(self) -> tuple[dict[tuple[str, int], _PartitionRead], int]:
+        appender = self.broker.appender
+        if appender is not None:
+            self._seen = appender.watchers.versions(self._keys)
+        return _read_all(self.broker, self.request.body.topics, self._max_bytes, self._read_committed)
+
+    def _stop_watching(self) -> None:
+        if self._cancel is not None:
+            self._cancel()
+            self._cancel = None
+
+    def _respond(self, reads: dict[tuple[str, int], _PartitionRead]) -> Any:
+        self._stop_watching()
+        request = self.request
+        module = response_module(FETCH_KEY, request.api_version)
+        topics = []
+        for topic in request.body.topics:
+            partitions = []
+            for wanted in topic.partitions:
+                read = reads[(topic.topic, int(wanted.partition))]
+                partitions.append(
+                    build(
+                        module.PartitionData,
+                        partition_index=wanted.partition,
+                        error_code=read.error,
+                        high_watermark=read.high_watermark,
+                        last_stable_offset=read.last_stable_offset,
+                        log_start_offset=read.log_start,
+                        aborted_transactions=() if self._read_committed else None,
+                        preferred_read_replica=-1,
+                        records=read.records,
+                    )
                 )
-            )
-        topics.append(build(module.FetchableTopicResponse, topic=topic.topic, partitions=tuple(partitions)))
-    return build(
-        module.FetchResponse,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        session_id=0,
-        responses=tuple(topics),
-    )
-
-
-def _appended_version(broker: BrokerContext) -> int:
-    return broker.appender.commits if broker.appender is not None else 0
-
-
-def _wait_for_append(broker: BrokerContext, version: int, timeout_s: float) -> None:
-    appender = broker.appender
-    if appender is None:
-        time.sleep(timeout_s)
-        return
-    with appender.appended:
-        appender.appended.wait_for(lambda: appender.commits != version, timeout_s)
+            topics.append(build(module.FetchableTopicResponse, topic=topic.topic, partitions=tuple(partitions)))
+        return build(
+            module.FetchResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=tuple(topics),
+        )
 
 
 def _read_all(
@@ -251,4 +283,4 @@ def _within(rows: pa.Table, limit_bytes: int) -> pa.Table:
     return rows.slice(0, max(1, fitting))
 
 
-APIS = (Api(FETCH_KEY, 4, 12, fetch),)
+APIS = (Api(FETCH_KEY, 4, 12, fetch, start_fetch),)

@@ -1,168 +1,282 @@
-"""The broker agent's TCP listener for Kafka clients (``listeners``).
+"""The broker's network thread and its TCP listeners for Kafka clients (``listeners``;
+Kafka's SocketServer: acceptor and processor).
 
-Per connection, one thread reads and starts requests in their order and another writes the
-responses in that same order (Kafka's per-connection guarantee). A produce request that
-waits for its commit does not stop the connection's next requests from being read and
-queued (pipelining, up to ``_MAX_PIPELINED`` unanswered requests): a client with many
-requests in flight (librdkafka pipelines without bound unless idempotent) gets them into
-the leader's next group commit together, instead of one commit per request. Without it a
-client sending requests faster than one per commit, or a stall (a Spark job holding the
-write leases), builds a backlog that drains one commit per request, and its requests
-exceed the client's ``request.timeout.ms``. A request carrying idempotent batches holds back
-only the connection's later requests to the same partitions
-(:class:`~sparklog.broker.kafka.context.Deferred` ``ordered``): a sequence continuing a batch
-whose outcome is unknown could leave a gap; other partitions' requests (a transaction's
-partitions, librdkafka sends one request per partition) share the next commit round.
+One thread runs an event loop that accepts and reads every connection of every listener
+of the broker, so connections cost no thread and an idle one no CPU. Per connection, as
+in Kafka:
 
-Whatever goes wrong with one connection — an oversized or truncated frame, an unknown api
-key or version, an unreadable request, a handler failure — closes that connection only
-(after answering the requests started before it); the agent and the other clients carry on.
+* **a bounded amount in flight, in order**: a complete frame is handed to the
+  :class:`~sparklog.broker.kafka.request_channel.RequestChannel`, and the connection's
+  next frame is read only once that request was answered — or, when it may be pipelined
+  (Produce without idempotent batches: its successors can join the same commit round),
+  once it was started, up to :data:`MAX_PIPELINED_REQUESTS` unanswered. Responses are
+  written in request order. A client sending faster than that keeps its records in its
+  socket and its own queue, where they batch up, instead of the broker drowning in tiny
+  requests;
+* a response whose bytes the client does not take (the socket's send buffer full) also
+  holds the next request back: memory per connection stays one request and one response;
+* whatever goes wrong with one connection — an oversized or truncated frame, an unknown
+  api key or version, an unreadable request, a handler failure — closes that connection
+  only (after the responses already written); the broker and other clients carry on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
 import socket
-import socketserver
+import struct
 import threading
-from dataclasses import dataclass, field
+from collections import deque
+from typing import Any
 
-from sparklog.broker.kafka.apis import PendingResponse, ProtocolError, start_request
 from sparklog.broker.kafka.context import BrokerContext
-from sparklog.broker.kafka.framing import FrameError, read_frame, write_frame
+from sparklog.broker.kafka.request_channel import RequestChannel
 from sparklog.config import Endpoint
 from sparklog.errors import ConfigError
 
-__all__ = ["KafkaListener"]
+__all__ = ["KafkaListener", "NetworkThread"]
 
 log = logging.getLogger(__name__)
 
-_MAX_PIPELINED = 128  # unanswered requests per connection before its reader waits
+_SIZE = struct.Struct(">i")
+# Unanswered requests one connection may have started, when they may share commit rounds
+# (Produce without idempotent batches); any other request is read only once the earlier ones
+# are answered, as Kafka's muted channel does.
+MAX_PIPELINED_REQUESTS = 16
 
 
-@dataclass(eq=False)
-class _Answer:
-    pending: PendingResponse
-    written: threading.Event = field(default_factory=threading.Event)
+class NetworkThread:
+    """One event loop on a daemon thread, serving every listener of a broker."""
 
+    def __init__(self, name: str = "kafka-network") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
 
-class _Server(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    block_on_close = False
+    def start(self) -> NetworkThread:
+        self._thread.start()
+        return self
 
-    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, listener: KafkaListener) -> None:
-        self.address_family = family
-        self.listener = listener
-        super().__init__(address, _Connection)
+    def run(self, coroutine: Any, timeout_s: float = 10.0) -> Any:
+        """Run ``coroutine`` on the loop and return its result (from another thread)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
 
-
-class _Connection(socketserver.BaseRequestHandler):
-    server: _Server
-
-    def handle(self) -> None:
-        self.server.listener.serve_connection(self.request, self.client_address)
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(5)
 
 
 class KafkaListener:
-    """One listener (``NAME://host:port``) serving Kafka requests from ``cluster``."""
+    """One listener (``NAME://host:port``) serving Kafka requests from ``cluster``: bound at
+    construction (so its port is known), accepting once started."""
 
-    def __init__(self, endpoint: Endpoint, cluster: BrokerContext, socket_request_max_bytes: int) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        cluster: BrokerContext,
+        socket_request_max_bytes: int,
+        network: NetworkThread,
+        channel: RequestChannel,
+    ) -> None:
         self.endpoint = endpoint
         self.cluster = cluster
         self.max_bytes = socket_request_max_bytes
+        self._network = network
+        self._channel = channel
         host = endpoint.host or "0.0.0.0"
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            self._server = _Server((host, endpoint.port), family, self)
+            self._socket.bind((host, endpoint.port))
+            self._socket.listen(1024)
         except OSError as exc:
+            self._socket.close()
             raise ConfigError(
                 f"Cannot listen on {endpoint} (listeners): {exc.strerror}; choose a free port or another host"
             ) from exc
-        self._thread: threading.Thread | None = None
+        self._socket.setblocking(False)
+        self._server: asyncio.Server | None = None
+        self._connections: set[_KafkaConnection] = set()
 
     @property
     def port(self) -> int:
         """The port bound (the configured one, or the one the OS chose for port 0)."""
-        return int(self._server.server_address[1])
+        return int(self._socket.getsockname()[1])
 
     def start(self) -> KafkaListener:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, name=f"listener-{self.port}", daemon=True
-        )
-        self._thread.start()
+        async def serve() -> asyncio.Server:
+            return await self._network.loop.create_server(lambda: _KafkaConnection(self), sock=self._socket)
+
+        self._server = self._network.run(serve())
         log.info("listening for Kafka clients on %s (port %d)", self.endpoint, self.port)
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
+        server = self._server
+        if server is None:
+            self._socket.close()
+            return
 
-    def serve_connection(self, sock: socket.socket, address: tuple[str, int]) -> None:
-        peer = f"{address[0]}:{address[1]}"
-        # As Kafka's broker: no Nagle. Responses are small and pipelined; with Nagle a response
-        # written while the previous one is unacknowledged waits for the client's delayed ACK
-        # (~40 ms on Linux), measured as 55 ms produce round trips of a transactional producer.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        answers: queue.Queue[_Answer | None] = queue.Queue(maxsize=_MAX_PIPELINED)
-        writer = threading.Thread(
-            target=self._write_answers, args=(sock, answers, peer), name=f"kafka-answers-{peer}", daemon=True
-        )
-        writer.start()
-        ordered: list[_Answer] = []  # unanswered requests that carried idempotent batches
+        async def close() -> None:
+            server.close()
+            for connection in list(self._connections):
+                connection.close()
 
-        def wait_for(partitions: frozenset[tuple[str, int]]) -> None:
-            """A request may start once no unanswered one of this connection carried idempotent
-            batches for its partitions (their sequences depend on those outcomes)."""
-            for earlier in ordered:
-                if earlier.pending.ordered & partitions:
-                    earlier.written.wait()
-            ordered[:] = [a for a in ordered if not a.written.is_set()]
+        self._network.run(close())
 
-        try:
-            while True:
-                payload = read_frame(sock, self.max_bytes, peer)
-                if payload is None:
-                    return
-                answer = _Answer(start_request(payload, self.cluster, peer, wait_for))
-                answers.put(answer)
-                if answer.pending.ordered:
-                    ordered.append(answer)
-        except (FrameError, ProtocolError) as exc:
-            log.warning("closing the connection from %s: %s", peer, exc)
-        except OSError as exc:
-            log.info("connection from %s lost: %s", peer, exc)
-        except Exception:
-            log.exception("closing the connection from %s after a failed request", peer)
-        finally:
-            answers.put(None)  # the requests started so far are answered first
-            writer.join()
-            sock.close()
 
-    @staticmethod
-    def _write_answers(sock: socket.socket, answers: queue.Queue[_Answer | None], peer: str) -> None:
-        """Answer the started requests in order; after a failure, only drain (the reader
-        stops at its next read of the shut-down socket)."""
-        broken = False
-        while (answer := answers.get()) is not None:
-            try:
-                if not broken:
-                    response = answer.pending.respond()
-                    if response is not None:
-                        write_frame(sock, response)
-            except OSError as exc:
-                log.info("connection from %s lost: %s", peer, exc)
-                broken = True
-            except Exception:
-                log.exception("closing the connection from %s after a failed request", peer)
-                broken = True
-            finally:
-                answer.written.set()
-            if broken:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+class _Slot:
+    """One request of a connection, from its frame to its response (what the handlers get)."""
+
+    __slots__ = ("answered", "connection", "frame", "is_started", "payload", "peer", "pipelined", "submitted")
+
+    def __init__(self, connection: _KafkaConnection, payload: bytes) -> None:
+        self.connection = connection
+        self.peer = connection.peer
+        self.payload = payload
+        self.submitted = False
+        self.is_started = False
+        self.pipelined = False
+        self.answered = False
+        self.frame: bytes | None = None
+
+    def started(self, pipelined: bool) -> None:
+        self.connection.loop.call_soon_threadsafe(self.connection._started, self, pipelined)
+
+    def respond(self, frame: bytes | None) -> None:
+        self.connection.loop.call_soon_threadsafe(self.connection._answered, self, frame)
+
+    def fail(self, reason: str) -> None:
+        self.connection.loop.call_soon_threadsafe(self.connection._fail, reason)
+
+    def give_back(self) -> None:
+        """Not started after all, nor the later ones (an earlier one is not pipelined)."""
+        self.connection.loop.call_soon_threadsafe(self.connection._given_back, self)
+
+
+class _KafkaConnection(asyncio.Protocol):
+    """One client connection; everything here runs on the network thread (handlers reach
+    it through :class:`_Slot`)."""
+
+    def __init__(self, listener: KafkaListener) -> None:
+        self.listener = listener
+        self.loop = listener._network.loop
+        self.peer = "?"
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._slots: deque[_Slot] = deque()  # read, not yet answered; in request order
+        self._write_paused = False
+        self._eof = False
+        self._closing = False
+
+    # -- asyncio.Protocol ----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        address = transport.get_extra_info("peername")
+        self.peer = f"{address[0]}:{address[1]}" if address else "?"
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # As Kafka's broker: no Nagle. A response written while the previous one is
+            # unacknowledged would otherwise wait for the client's delayed ACK (~40 ms).
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.listener._connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        self._next()
+
+    def eof_received(self) -> bool | None:
+        self._eof = True  # the requests it sent before are still answered, then it is closed
+        self._next()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self.listener._connections.discard(self)
+        if exc is not None:
+            log.info("connection from %s lost: %s", self.peer, exc)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._next()
+
+    # -- requests in, responses out ------------------------------------------------------------
+    def _next(self) -> None:
+        """Read the buffered complete frames (up to the bound) and hand the ones that may
+        start to the handlers, as one batch, in order."""
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        slots = self._slots
+        buffer = self._buffer
+        while len(slots) < MAX_PIPELINED_REQUESTS and len(buffer) >= _SIZE.size:
+            (size,) = _SIZE.unpack_from(buffer)
+            if size < 0 or size > self.listener.max_bytes:
+                self._fail(
+                    f"frame of {size} bytes is outside 0..socket.request.max.bytes ({self.listener.max_bytes}); "
+                    "is the client speaking the Kafka protocol?"
+                )
+                return
+            if len(buffer) < _SIZE.size + size:
+                break
+            slots.append(_Slot(self, bytes(buffer[_SIZE.size : _SIZE.size + size])))
+            del buffer[: _SIZE.size + size]
+        batch = []
+        for slot in slots:
+            if not slot.submitted:
+                slot.submitted = True
+                batch.append(slot)
+            elif not (slot.answered or (slot.is_started and slot.pipelined)):
+                break  # the next request waits for this one's answer
+        if batch:
+            self.listener._channel.submit(batch, self.listener.cluster)
+        if self._eof and not slots:
+            if buffer:
+                log.warning(
+                    "closing the connection from %s: it closed after %d bytes of an incomplete frame",
+                    self.peer,
+                    len(buffer),
+                )
+            self.close()
+        elif self._write_paused or len(slots) >= MAX_PIPELINED_REQUESTS:
+            transport.pause_reading()  # the socket holds the rest: the client batches meanwhile
+        else:
+            transport.resume_reading()
+
+    def close(self) -> None:
+        self._closing = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def _started(self, slot: _Slot, pipelined: bool) -> None:
+        slot.is_started, slot.pipelined = True, pipelined
+        if pipelined:
+            self._next()
+
+    def _given_back(self, slot: _Slot) -> None:
+        later = False
+        for each in self._slots:
+            later = later or each is slot
+            if later and not each.is_started:
+                each.submitted = False
+        self._next()
+
+    def _answered(self, slot: _Slot, frame: bytes | None) -> None:
+        slot.answered, slot.frame = True, frame
+        slots = self._slots
+        while slots and slots[0].answered:
+            done = slots.popleft()
+            if done.frame is not None and not self._closing and self._transport is not None:
+                self._transport.write(_SIZE.pack(len(done.frame)) + done.frame)
+        self._next()
+
+    def _fail(self, reason: str) -> None:
+        if not self._closing:
+            log.warning("closing the connection from %s: %s", self.peer, reason)
+        self.close()

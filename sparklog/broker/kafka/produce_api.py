@@ -16,13 +16,15 @@ Per partition of a request, before anything is queued:
 A partition that fails a check gets its error code and nothing of it is appended; the
 others of the same request go on. The valid ones are queued to the broker's
 :class:`~sparklog.broker.leader_appender.LeaderAppender` (group commit) and the response
-waits for their commits, up to the request's timeout. ``acks=0`` gets no response at all,
-as in Kafka.
+waits for their commits, up to the request's timeout, holding no thread
+(:class:`DelayedProduce`). ``acks=0`` gets no response at all, as in Kafka.
 """
 
 from __future__ import annotations
 
 import datetime
+import time
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -34,11 +36,10 @@ from sparklog.broker.kafka.context import (
     Api,
     ApiRequest,
     BrokerContext,
-    Deferred,
-    Partitions,
     build,
     led_partition,
     response_module,
+    wait_for_response,
 )
 from sparklog.broker.kafka.error_codes import error_code
 from sparklog.broker.kafka.records import RecordBatch, TransactionalBatchError, check_batches
@@ -54,21 +55,17 @@ _ACKS: dict[int, Acks] = {0: "0", 1: "1", -1: "all"}
 
 
 def produce(request: ApiRequest, broker: BrokerContext) -> Any:
-    return start_produce(request, broker).finish()
+    return wait_for_response(start_produce(request, broker))
 
 
-def start_produce(request: ApiRequest, broker: BrokerContext) -> Deferred:
-    """Check and queue the request's batches (in the connection's order); the returned
-    :class:`Deferred` waits for their commits and builds the response. Requests carrying
-    idempotent batches are ``ordered`` by partition: their sequences were checked against the
-    batches still pending, so a later request of the connection to one of those partitions
-    starts only once this one is answered (requests to other partitions go on meanwhile, and
-    share commit rounds)."""
+def start_produce(request: ApiRequest, broker: BrokerContext) -> DelayedProduce:
+    """Check and queue the request's batches; the returned :class:`DelayedProduce` answers
+    once their commits are (the connection's next request is read only then: its
+    sequences may depend on this one's outcome, as with Kafka's muted channel)."""
     body = request.body
-    module = response_module(PRODUCE_KEY, request.api_version)
     acks = _ACKS.get(int(body.acks))
     timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
-    results: dict[tuple[str, int], tuple[ErrorCode, int, int, str | None]] = {}
+    results: dict[tuple[str, int], _Outcome] = {}
     queued: dict[tuple[str, int], list[PendingAppend]] = {}
     for topic_data in body.topic_data:
         topic = topic_data.name
@@ -85,30 +82,66 @@ def start_produce(request: ApiRequest, broker: BrokerContext) -> Deferred:
     for (topic, _p), items in queued.items():
         assert appender is not None
         appender.append(topic, [i for i in items if not i.done.is_set()])  # duplicates are answered
-    ordered = frozenset(key for key, items in queued.items() if any(i.producer is not None for i in items))
-    return Deferred(lambda: _respond(request, module, acks, timeout_ms, results, queued), ordered)
+    return DelayedProduce(request, acks, timeout_ms, results, queued)
 
 
-def produce_partitions(request: ApiRequest) -> Partitions:
-    """The partitions a Produce request writes (known before it starts)."""
-    return frozenset((str(t.name), int(p.index)) for t in request.body.topic_data for p in t.partition_data)
+_Outcome = tuple[ErrorCode, int, int, str | None]
 
 
-def _respond(
-    request: ApiRequest,
-    module: Any,
-    acks: Acks | None,
-    timeout_ms: int,
-    results: dict[tuple[str, int], tuple[ErrorCode, int, int, str | None]],
-    queued: dict[tuple[str, int], list[PendingAppend]],
-) -> Any:
-    body = request.body
-    for key, items in queued.items():
-        results[key] = _outcome(items, timeout_ms)
-    if acks == "0":
-        return NO_RESPONSE
+class DelayedProduce:
+    """A Produce request until every queued batch is answered or the request's timeout
+    passed (then the unanswered partitions get REQUEST_TIMED_OUT)."""
+
+    recheck_s: float | None = None
+
+    def __init__(
+        self,
+        request: ApiRequest,
+        acks: Acks | None,
+        timeout_ms: int,
+        results: dict[tuple[str, int], _Outcome],
+        queued: dict[tuple[str, int], list[PendingAppend]],
+    ) -> None:
+        self.request = request
+        self.deadline_s = time.monotonic() + timeout_ms / 1000 + 1
+        self._acks = acks
+        self._timeout_ms = timeout_ms
+        self._results = results
+        self._queued = queued
+        # Without idempotent batches the connection's next requests may share the commit
+        # round; an idempotent batch's successor waits for its outcome (a failed batch
+        # followed by an appended one would leave a sequence gap).
+        self.pipelined = not any(i.producer is not None for items in queued.values() for i in items)
+
+    def try_complete(self) -> Any | None:
+        if self._acks == "0":
+            return NO_RESPONSE
+        if self._unanswered() is not None:
+            return None
+        return self.expire()
+
+    def on_progress(self, wake: Callable[[], None]) -> None:
+        item = self._unanswered()
+        if item is None:
+            wake()
+        else:
+            item.on_done(wake)
+
+    def expire(self) -> Any:
+        for key, items in self._queued.items():
+            self._results[key] = _outcome(items, self._timeout_ms)
+        if self._acks == "0":
+            return NO_RESPONSE
+        return _response(self.request, self._results)
+
+    def _unanswered(self) -> PendingAppend | None:
+        return next((i for items in self._queued.values() for i in items if not i.done.is_set()), None)
+
+
+def _response(request: ApiRequest, results: dict[tuple[str, int], _Outcome]) -> Any:
+    module = response_module(PRODUCE_KEY, request.api_version)
     topics = []
-    for topic_data in body.topic_data:
+    for topic_data in request.body.topic_data:
         partitions = []
         for partition_data in topic_data.partition_data:
             code, base, append_ms, message = results[(topic_data.name, int(partition_data.index))]
@@ -204,10 +237,10 @@ def _check_sequence(
     item.on_commit = committed
 
 
-def _outcome(items: list[PendingAppend], timeout_ms: int) -> tuple[ErrorCode, int, int, str | None]:
+def _outcome(items: list[PendingAppend], timeout_ms: int) -> _Outcome:
     """One partition's answer: the first batch's base offset, or the first error."""
     for item in items:
-        if not item.done.wait(timeout_ms / 1000 + 1):
+        if not item.done.is_set():
             return ErrorCode.request_timed_out, -1, -1, f"not committed within {timeout_ms} ms"
         if item.error is not None:
             return error_code(item.error), -1, -1, str(item.error)
@@ -216,4 +249,4 @@ def _outcome(items: list[PendingAppend], timeout_ms: int) -> tuple[ErrorCode, in
     return ErrorCode.none, items[0].base_offset, items[0].log_append_time_ms, None
 
 
-APIS = (Api(PRODUCE_KEY, 3, 9, produce, start_produce, produce_partitions),)
+APIS = (Api(PRODUCE_KEY, 3, 9, produce, start_produce),)
