@@ -97,11 +97,14 @@ class PendingAppend:
     on_commit: Callable[[int], None] | None = None
     # A producer's checked batch whose records are read with the round's others.
     batch: RecordBatch | None = None
-    done: threading.Event = field(default_factory=threading.Event)
+    is_done: bool = False
     base_offset: int = -1
     log_append_time_ms: int = -1
     error: BaseException | None = None
     _on_done: list[Callable[[], None]] = field(default_factory=list)
+    # Made only for a thread that blocks on the outcome (most never do: a threading.Event
+    # costs more than the rest of a small request's bookkeeping).
+    _done_event: threading.Event | None = None
 
     @property
     def rows(self) -> int:
@@ -110,13 +113,23 @@ class PendingAppend:
         return _batch_of(self).count
 
     def wait_done(self, timeout_s: float) -> bool:
-        return self.done.wait(timeout_s)
+        if self.is_done:
+            return True
+        if timeout_s <= 0:
+            return False
+        with _DONE_LOCK:
+            if self.is_done:
+                return True
+            if self._done_event is None:
+                self._done_event = threading.Event()
+            event = self._done_event
+        return event.wait(timeout_s)
 
     def on_done(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once this append is answered (at once if it is); it runs on the
         committer's thread, so it only hands work on."""
         with _DONE_LOCK:
-            if not self.done.is_set():
+            if not self.is_done:
                 self._on_done.append(callback)
                 return
         callback()
@@ -124,8 +137,11 @@ class PendingAppend:
     def finish(self, base_offset: int = -1, log_append_time_ms: int = -1, error: BaseException | None = None) -> None:
         self.base_offset, self.log_append_time_ms, self.error = base_offset, log_append_time_ms, error
         with _DONE_LOCK:
-            self.done.set()
+            self.is_done = True
             callbacks, self._on_done = self._on_done, []
+            event = self._done_event
+        if event is not None:
+            event.set()
         for callback in callbacks:
             callback()
 
@@ -225,8 +241,8 @@ class LeaderAppender:
                 f"broker {self.broker_id} does not lead {topic}-{p} (leader: {states[p].leader}, "
                 f"epoch {states[p].leader_epoch}); refresh the metadata"
             )
-            self._fail([i for i in items if i.partition == p and not i.done.is_set()], error)
-        items = [i for i in items if i.partition in led and not i.done.is_set()]
+            self._fail([i for i in items if i.partition == p and not i.is_done], error)
+        items = [i for i in items if i.partition in led and not i.is_done]
         if not items:
             return
         table = replicas.replica_table(topic, self.broker_id)
@@ -335,7 +351,7 @@ class LeaderAppender:
     @staticmethod
     def _fail(items: Sequence[PendingAppend], error: BaseException) -> None:
         for item in items:
-            if not item.done.is_set():
+            if not item.is_done:
                 item.finish(error=error)
 
 

@@ -14,9 +14,10 @@ its last five batches (first and last sequence, base offset). A new batch of tha
 * anything else → OUT_OF_ORDER_SEQUENCE_NUMBER, nothing appended.
 
 A batch being appended is *pending*: the same batch arriving meanwhile (a client's retry
-on a new connection while the original request is still being served on the old one) waits
-for the original's outcome and is answered as its duplicate, or checked again if it failed,
-so a retry racing its original is never stored twice.
+on a new connection while the original request is still being served on the old one) is
+answered REQUEST_TIMED_OUT at once, so the client sends it again later, when it is answered
+as the original's duplicate (or checked afresh if the original failed): a retry racing its
+original is never stored twice, and no request handler waits for another request.
 
 Durability: every commit of an idempotent batch carries the app transaction
 ``sparklog.producer.kafka-<producer id>.<partition>`` = its last sequence (DESIGN §3), so a
@@ -83,34 +84,31 @@ class ProducerStates:
         self._partitions: dict[tuple[str, int], tuple[int, dict[int, _Producer]]] = {}
 
     def check(
-        self,
-        table: TopicTable,
-        partition: int,
-        leader_epoch: int,
-        batch: ProducerBatch,
-        outcome: Outcome,
-        timeout_s: float,
+        self, table: TopicTable, partition: int, leader_epoch: int, batch: ProducerBatch, outcome: Outcome
     ) -> int | None:
         """None: append ``batch`` (registered as pending until ``outcome`` ends); an offset:
         ``batch`` is a duplicate stored at that base offset. Raises the sequence errors of the
-        module doc."""
-        while True:
-            with self._lock:
-                producer = self._producer(table, partition, leader_epoch, batch.producer_id)
-                key = (batch.first_sequence, batch.last_sequence)
-                original = producer.pending.get(key) if producer is not None else None
-                if original is None:
-                    verdict = self._check(table, partition, batch, producer)
-                    if verdict is None and producer is not None:
-                        producer.pending[key] = outcome
-                    elif verdict is None:
-                        self._new_producer(table.topic, partition, batch).pending[key] = outcome
-                    return verdict
-            if not original.wait_done(timeout_s):
-                raise TimeoutError(f"the original of producer {batch.producer_id}'s batch {key} is still pending")
-            with self._lock:
-                if producer is not None and producer.pending.get(key) is original:
-                    del producer.pending[key]  # it failed: this copy is checked afresh
+        module doc, and ``TimeoutError`` (REQUEST_TIMED_OUT: the client sends it again) while
+        the same batch is still being appended — a request handler never waits for it."""
+        with self._lock:
+            producer = self._producer(table, partition, leader_epoch, batch.producer_id)
+            key = (batch.first_sequence, batch.last_sequence)
+            original = producer.pending.get(key) if producer is not None else None
+            if original is not None and original.wait_done(0) and original.error is not None:
+                assert producer is not None
+                del producer.pending[key]  # it failed: this copy is checked afresh
+                original = None
+            if original is not None:
+                raise TimeoutError(
+                    f"producer {batch.producer_id}'s batch {key} to {table.topic}-{partition} is still being "
+                    "appended (an earlier copy of it); send it again"
+                )
+            verdict = self._check(table, partition, batch, producer)
+            if verdict is None and producer is not None:
+                producer.pending[key] = outcome
+            elif verdict is None:
+                self._new_producer(table.topic, partition, batch).pending[key] = outcome
+            return verdict
 
     def _check(self, table: TopicTable, partition: int, batch: ProducerBatch, producer: _Producer | None) -> int | None:
         if producer is None:

@@ -223,7 +223,7 @@ def broker_log_tail(broker: BrokerAgents, lines: int = 40) -> str:
 
 
 def check_every_acknowledged_record_stored_once(
-    cluster: sparklog.Cluster, writers: list[Writer], spark_ranges: dict[int, tuple[int, int]]
+    cluster: sparklog.Cluster, writers: list[Acks], spark_ranges: dict[int, tuple[int, int]]
 ) -> None:
     table = cluster.read(TOPIC, include_headers=False)
     partitions = table.column("partition").to_pylist()
@@ -247,14 +247,14 @@ def check_every_acknowledged_record_stored_once(
             twice.setdefault(v, [stored[v]]).append((p, o))
         stored[v] = (p, o)
     if twice:
-        told = {v: (w.acks.name, w.acks.acked.get(v)) for w in writers for v in twice if v in w.acks.acked}
+        told = {v: (w.name, w.acked.get(v)) for w in writers for v in twice if v in w.acked}
         raise AssertionError(f"{len(twice)} records stored twice, e.g. {list(twice.items())[:5]}; acked: {told}")
     for w in writers:
-        assert not w.acks.failed, f"{w.acks.name}: deliveries failed: {list(w.acks.failed.items())[:3]}"
-        assert len(w.acks.acked) == w.acks.sent, f"{w.acks.name}: {w.acks.sent} sent, {len(w.acks.acked)} acked"
-        for value, position in w.acks.acked.items():
+        assert not w.failed, f"{w.name}: deliveries failed: {list(w.failed.items())[:3]}"
+        assert len(w.acked) == w.sent, f"{w.name}: {w.sent} sent, {len(w.acked)} acked"
+        for value, position in w.acked.items():
             assert stored.get(value) == position, (
-                f"{w.acks.name}: {value!r} acknowledged at {position}, stored at {stored.get(value)}"
+                f"{w.name}: {value!r} acknowledged at {position}, stored at {stored.get(value)}"
             )
     # the Spark job's whole input, at the ranges it reported
     spark_positions = {v: po for v, po in stored.items() if v.startswith(b"spark-")}
@@ -262,7 +262,7 @@ def check_every_acknowledged_record_stored_once(
     for p, (start, end) in spark_ranges.items():
         assert sorted(o for q, o in spark_positions.values() if q == p) == list(range(start, end))
     # nothing else: every stored record was acknowledged to someone
-    assert len(stored) == SPARK_ROWS + sum(len(w.acks.acked) for w in writers)
+    assert len(stored) == SPARK_ROWS + sum(len(w.acked) for w in writers)
     # the writers really interleaved: client records on both sides of the job's range
     for p, (start, end) in spark_ranges.items():
         client = [o for v, (q, o) in stored.items() if q == p and not v.startswith(b"spark-")]
@@ -295,7 +295,7 @@ def test_kafka_clients_spark_and_light_producer_write_one_topic_at_once(
     spark_ranges, started, ended = run_writers_around_a_spark_job(spark, cluster, cluster_options, one_broker, writers)
     waits = {w.acks.name: round(w.acks.max_wait_between(started, ended), 3) for w in writers}
     print(f"\nSpark job of {SPARK_ROWS} rows took {ended - started:.2f} s; longest waits {waits}")
-    check_every_acknowledged_record_stored_once(cluster, writers, spark_ranges)
+    check_every_acknowledged_record_stored_once(cluster, [w.acks for w in writers], spark_ranges)
 
 
 def test_requests_queued_behind_another_writer_go_into_few_commits(
@@ -357,3 +357,92 @@ def test_requests_queued_behind_another_writer_go_into_few_commits(
     commits = table.snapshot().version() - commits_before
     assert sorted(reports.values()) == list(range(201)), "every record delivered, offsets contiguous"
     assert commits <= requests / 4, f"{requests} produce requests took {commits} commits"
+
+
+# -- 64 producers --------------------------------------------------------------------------------
+PRODUCER_PROCESSES = 8
+PRODUCERS_PER_PROCESS = 8  # 64 producers, each a client with connections of its own
+
+
+def produce_from_a_process(bootstrap: str, process_no: int, started: Any, job_done: Any, results: Any) -> None:
+    """One process's producers (idempotent, acks=all, linger.ms=0: "every acknowledged record
+    once" is what idempotence promises even when a request times out and is sent again)
+    sending until the Spark job is done and a few more records after it; puts
+    ``{name: (sent, acked, failed)}`` on ``results``."""
+    log: dict[str, tuple[dict[bytes, tuple[int, int]], dict[bytes, str]]] = {}
+    producers: list[tuple[str, Producer]] = []
+    for j in range(PRODUCERS_PER_PROCESS):
+        name = f"p{process_no}.{j}"
+        idempotent = j % 2 == 0
+        config: dict[str, Any] = {"bootstrap.servers": bootstrap, "linger.ms": 0, "client.id": name}
+        config |= (
+            {"acks": "all", "enable.idempotence": True} if idempotent else {"acks": 1, "enable.idempotence": False}
+        )
+        producers.append((name, Producer(config)))
+        log[name] = ({}, {})
+
+    def reporter(name: str, value: bytes) -> Callable[[KafkaError | None, Any], None]:
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                log[name][1][value] = str(err)
+            else:
+                log[name][0][value] = (msg.partition(), msg.offset())
+
+        return delivered
+
+    i = after = 0
+    while i < MAX_RECORDS_PER_WRITER and after < 5:
+        for name, producer in producers:
+            value = f"{name}-{i}".encode()
+            producer.produce(TOPIC, key=f"k{i % 17}".encode(), value=value, on_delivery=reporter(name, value))
+            producer.poll(0)
+        i += 1
+        if i == 3:
+            started.release()
+        if job_done.is_set():
+            after += 1
+        time.sleep(0.05)
+    for name, producer in producers:
+        assert producer.flush(60) == 0, f"{name} left messages undelivered"
+    results.put({name: (i, acked, failed) for name, (acked, failed) in log.items()})
+
+
+def test_sixty_four_producers_and_a_spark_job_write_one_topic(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], one_broker: BrokerAgents
+) -> None:
+    import multiprocessing
+
+    create_led_topic(cluster, one_broker, TOPIC, partitions=PARTITIONS)
+    context = multiprocessing.get_context("spawn")
+    started, job_done, results = context.Semaphore(0), context.Event(), context.Queue()
+    processes = [
+        context.Process(
+            target=produce_from_a_process,
+            args=(one_broker.bootstrap_servers, n, started, job_done, results),
+            daemon=True,
+        )
+        for n in range(PRODUCER_PROCESSES)
+    ]
+    for process in processes:
+        process.start()
+    try:
+        for _ in processes:
+            assert started.acquire(timeout=RUN_TIMEOUT_S), "a producer process did not start sending"
+        df = spark.range(SPARK_ROWS, numPartitions=2).select(
+            F.concat(F.lit("k"), (F.col("id") % 17).cast("string")).cast("binary").alias("key"),
+            F.concat(F.lit("spark-"), F.col("id").cast("string")).cast("binary").alias("value"),
+        )
+        spark_ranges = produce(df, TOPIC, **cluster_options).ranges
+        job_done.set()
+        logs: dict[str, tuple[int, dict[bytes, tuple[int, int]], dict[bytes, str]]] = {}
+        for _ in processes:
+            logs |= results.get(timeout=RUN_TIMEOUT_S)
+    finally:
+        job_done.set()
+        for process in processes:
+            process.join(30)
+            if process.is_alive():
+                process.kill()
+    assert len(logs) == PRODUCER_PROCESSES * PRODUCERS_PER_PROCESS
+    writers = [Acks(name, sent, acked, failed) for name, (sent, acked, failed) in sorted(logs.items())]
+    check_every_acknowledged_record_stored_once(cluster, writers, spark_ranges)

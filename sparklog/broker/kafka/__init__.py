@@ -1,2 +1,3 @@
-"""The broker agent's Kafka-protocol listener: frames (``framing``), the TCP server
-(``listener``) and the request handlers (``apis``), with message types from ``kio``."""
+"""The broker agent's Kafka-protocol front: the network thread and listeners (``listener``),
+the request handler pool (``request_channel``) and the request handlers (``apis``), with
+message types from ``kio``."""

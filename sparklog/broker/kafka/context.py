@@ -9,6 +9,7 @@ negotiated version lacks, so one handler answers every version of its API.
 from __future__ import annotations
 
 import datetime
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -57,10 +58,16 @@ NO_RESPONSE: Any = _NoResponse()
 
 def build(entity_type: type, **values: Any) -> Any:
     """An instance of a kio message type from ``values``, dropping the fields this version lacks."""
-    names = {f.name for f in fields(entity_type)}
+    names = _field_names(entity_type)
     return entity_type(**{k: v for k, v in values.items() if k in names})
 
 
+@functools.cache
+def _field_names(entity_type: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(entity_type))
+
+
+@functools.cache
 def response_module(api_key: int, version: int) -> Any:
     """The kio module holding the response types of ``api_key`` at ``version``."""
     return __import__(load_response_schema(api_key, version).__module__, fromlist=["_"])

@@ -81,7 +81,7 @@ def start_produce(request: ApiRequest, broker: BrokerContext) -> DelayedProduce:
     appender = broker.appender
     for (topic, _p), items in queued.items():
         assert appender is not None
-        appender.append(topic, [i for i in items if not i.done.is_set()])  # duplicates are answered
+        appender.append(topic, [i for i in items if not i.is_done])  # duplicates are answered
     return DelayedProduce(request, acks, timeout_ms, results, queued)
 
 
@@ -135,7 +135,7 @@ class DelayedProduce:
         return _response(self.request, self._results)
 
     def _unanswered(self) -> PendingAppend | None:
-        return next((i for items in self._queued.values() for i in items if not i.done.is_set()), None)
+        return next((i for items in self._queued.values() for i in items if not i.is_done), None)
 
 
 def _response(request: ApiRequest, results: dict[tuple[str, int], _Outcome]) -> Any:
@@ -225,7 +225,7 @@ def _check_sequence(
     sequence into the commit and records it when the commit returns."""
     sequenced = ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.count)
     table = broker.replicas.replica_table(topic, broker.broker_id)
-    original = states.check(table, partition, leader_epoch, sequenced, item, item.timeout_ms / 1000)
+    original = states.check(table, partition, leader_epoch, sequenced, item)
     if original is not None:
         item.finish(original)
         return
@@ -240,7 +240,7 @@ def _check_sequence(
 def _outcome(items: list[PendingAppend], timeout_ms: int) -> _Outcome:
     """One partition's answer: the first batch's base offset, or the first error."""
     for item in items:
-        if not item.done.is_set():
+        if not item.is_done:
             return ErrorCode.request_timed_out, -1, -1, f"not committed within {timeout_ms} ms"
         if item.error is not None:
             return error_code(item.error), -1, -1, str(item.error)

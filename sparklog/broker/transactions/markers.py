@@ -96,7 +96,7 @@ def append_markers(
     for topic, items in by_topic.items():
         appender.append(topic, items)
     for key, item in queued.items():
-        if not item.done.wait(timeout_ms / 1000 + 1):
+        if not item.wait_done(timeout_ms / 1000 + 1):
             outcome[key] = TimeoutError(f"marker for {key[0]}-{key[1]} not committed within {timeout_ms} ms")
         else:
             outcome[key] = item.error
