@@ -87,8 +87,10 @@ def fetch(request: ApiRequest, broker: BrokerContext) -> Any:
     topics = []
     for topic in body.topics:
         partitions = []
+        sent_bytes = 0
         for wanted in topic.partitions:
             read = reads[(topic.topic, int(wanted.partition))]
+            sent_bytes += len(read.records)
             partitions.append(
                 build(
                     module.PartitionData,
@@ -103,6 +105,8 @@ def fetch(request: ApiRequest, broker: BrokerContext) -> Any:
                 )
             )
         topics.append(build(module.FetchableTopicResponse, topic=topic.topic, partitions=tuple(partitions)))
+        if sent_bytes:
+            broker.metrics.bytes_out(topic.topic, sent_bytes)  # Kafka's BytesOutPerSec
     return build(
         module.FetchResponse,
         throttle_time=NO_THROTTLE,

@@ -14,6 +14,12 @@ only the connection's later requests to the same partitions
 whose outcome is unknown could leave a gap; other partitions' requests (a transaction's
 partitions, librdkafka sends one request per partition) share the next commit round.
 
+Each answered request is reported to the broker's metrics
+(:meth:`~sparklog.broker.metrics.BrokerMetrics.request_done`): total time from its frame read
+to its answer written, queue time (its wait behind an unanswered idempotent request), and the
+thread CPU time the reader and the writer spent on it (frame read, parse, start, finish,
+encode, frame write; waiting costs no CPU time).
+
 Whatever goes wrong with one connection — an oversized or truncated frame, an unknown api
 key or version, an unreadable request, a handler failure — closes that connection only
 (after answering the requests started before it); the agent and the other clients carry on.
@@ -26,11 +32,13 @@ import queue
 import socket
 import socketserver
 import threading
+import time
 from dataclasses import dataclass, field
 
 from sparklog.broker.kafka.apis import PendingResponse, ProtocolError, start_request
 from sparklog.broker.kafka.context import BrokerContext
 from sparklog.broker.kafka.framing import FrameError, read_frame, write_frame
+from sparklog.broker.metrics import BrokerMetrics
 from sparklog.config import Endpoint
 from sparklog.errors import ConfigError
 
@@ -45,6 +53,12 @@ _MAX_PIPELINED = 128  # unanswered requests per connection before its reader wai
 class _Answer:
     pending: PendingResponse
     written: threading.Event = field(default_factory=threading.Event)
+    # For the request metrics: when its frame was read (monotonic), how long it waited to
+    # start, and the reader's thread CPU time on it.
+    api_key: int = -1
+    received_s: float = 0.0
+    queue_s: float = 0.0
+    cpu_s: float = 0.0
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -109,25 +123,36 @@ class KafkaListener:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         answers: queue.Queue[_Answer | None] = queue.Queue(maxsize=_MAX_PIPELINED)
         writer = threading.Thread(
-            target=self._write_answers, args=(sock, answers, peer), name=f"kafka-answers-{peer}", daemon=True
+            target=self._write_answers,
+            args=(sock, answers, peer, self.cluster.metrics),
+            name=f"kafka-answers-{peer}",
+            daemon=True,
         )
         writer.start()
         ordered: list[_Answer] = []  # unanswered requests that carried idempotent batches
+        started_s = 0.0  # when the request being started was let through wait_for
 
         def wait_for(partitions: frozenset[tuple[str, int]]) -> None:
             """A request may start once no unanswered one of this connection carried idempotent
             batches for its partitions (their sequences depend on those outcomes)."""
+            nonlocal started_s
             for earlier in ordered:
                 if earlier.pending.ordered & partitions:
                     earlier.written.wait()
             ordered[:] = [a for a in ordered if not a.written.is_set()]
+            started_s = time.monotonic()
 
         try:
             while True:
+                cpu_s = time.thread_time()
                 payload = read_frame(sock, self.max_bytes, peer)
                 if payload is None:
                     return
+                received_s = started_s = time.monotonic()
                 answer = _Answer(start_request(payload, self.cluster, peer, wait_for))
+                answer.api_key = int.from_bytes(payload[:2], "big", signed=True)
+                answer.received_s, answer.queue_s = received_s, started_s - received_s
+                answer.cpu_s = time.thread_time() - cpu_s
                 answers.put(answer)
                 if answer.pending.ordered:
                     ordered.append(answer)
@@ -143,16 +168,22 @@ class KafkaListener:
             sock.close()
 
     @staticmethod
-    def _write_answers(sock: socket.socket, answers: queue.Queue[_Answer | None], peer: str) -> None:
+    def _write_answers(
+        sock: socket.socket, answers: queue.Queue[_Answer | None], peer: str, metrics: BrokerMetrics
+    ) -> None:
         """Answer the started requests in order; after a failure, only drain (the reader
         stops at its next read of the shut-down socket)."""
         broken = False
         while (answer := answers.get()) is not None:
             try:
                 if not broken:
+                    cpu_s = time.thread_time()
                     response = answer.pending.respond()
                     if response is not None:
                         write_frame(sock, response)
+                    total_s = time.monotonic() - answer.received_s
+                    cpu_s = answer.cpu_s + time.thread_time() - cpu_s
+                    metrics.request_done(answer.api_key, answer.queue_s, total_s, cpu_s)
             except OSError as exc:
                 log.info("connection from %s lost: %s", peer, exc)
                 broken = True

@@ -17,7 +17,8 @@ A partition that fails a check gets its error code and nothing of it is appended
 others of the same request go on. The valid ones are queued to the broker's
 :class:`~sparklog.broker.leader_appender.LeaderAppender` (group commit) and the response
 waits for their commits, up to the request's timeout. ``acks=0`` gets no response at all,
-as in Kafka.
+as in Kafka. What a request appended is counted in the broker's metrics (Kafka's
+BytesInPerSec and MessagesInPerSec per topic) once its commit succeeded.
 """
 
 from __future__ import annotations
@@ -82,11 +83,32 @@ def start_produce(request: ApiRequest, broker: BrokerContext) -> Deferred:
             except Exception as exc:  # noqa: BLE001 - becomes this partition's error code
                 results[key] = (error_code(exc), -1, -1, str(exc))
     appender = broker.appender
-    for (topic, _p), items in queued.items():
+    appended: dict[tuple[str, int], list[PendingAppend]] = {}
+    for key, items in queued.items():
         assert appender is not None
-        appender.append(topic, [i for i in items if not i.done.is_set()])  # duplicates are answered
+        appended[key] = [i for i in items if not i.done.is_set()]  # duplicates are answered
+        appender.append(key[0], appended[key])
     ordered = frozenset(key for key, items in queued.items() if any(i.producer is not None for i in items))
-    return Deferred(lambda: _respond(request, module, acks, timeout_ms, results, queued), ordered)
+
+    def finish() -> Any:
+        response = _respond(request, module, acks, timeout_ms, results, queued)
+        _count_appended(broker, appended, results)
+        return response
+
+    return Deferred(finish, ordered)
+
+
+def _count_appended(
+    broker: BrokerContext,
+    appended: dict[tuple[str, int], list[PendingAppend]],
+    results: dict[tuple[str, int], tuple[ErrorCode, int, int, str | None]],
+) -> None:
+    """Kafka's BytesIn/MessagesIn: the batches (bytes as sent) and records a request appended,
+    per partition that succeeded; duplicates answered from the producer state are not counted."""
+    for (topic, partition), items in appended.items():
+        if items and results[(topic, partition)][0] == ErrorCode.none:
+            wire_bytes = sum(i.batch.size_bytes for i in items if i.batch is not None)
+            broker.metrics.bytes_in(topic, wire_bytes, sum(i.rows for i in items))
 
 
 def produce_partitions(request: ApiRequest) -> Partitions:
