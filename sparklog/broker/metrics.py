@@ -34,8 +34,8 @@ table: files written and fsynced, the Delta commit). Plus prometheus_client's ``
 
 Invariants:
 
-* recording is O(1), takes one uncontended lock per series and no I/O; quantiles are
-  computed only when scraped;
+* recording is O(1), takes one lock per series (a request's three figures, a round's four,
+  share one window and its lock) and no I/O; quantiles are computed only when scraped;
 * counters, ``_count`` and ``_sum`` only grow (every observation ever); quantiles describe
   the last :data:`WINDOW_SAMPLES` observations no older than :data:`WINDOW_AGE_S` (a sliding
   window: Kafka's histograms decay too), NaN when there are none (Prometheus' convention);
@@ -104,41 +104,49 @@ class WindowSnapshot:
 
 
 class QuantileWindow:
-    """Every observation's count and sum, and quantiles over the recent ones: the last
-    ``size`` observations no older than ``max_age_s`` (a ring of values and their times)."""
+    """Figures observed together (``columns`` of them per observation, e.g. a request's total
+    time, queue time and CPU time): every observation's count and per-figure sums, and
+    quantiles over the recent ones — the last ``size`` observations no older than
+    ``max_age_s`` (a ring of rows and their times, one lock for all the figures)."""
 
-    __slots__ = ("_lock", "_next", "_times", "_values", "count", "max_age_s", "size", "total")
+    __slots__ = ("_columns", "_lock", "_next", "_times", "count", "max_age_s", "size", "totals")
 
-    def __init__(self, size: int = WINDOW_SAMPLES, max_age_s: float = WINDOW_AGE_S) -> None:
+    def __init__(self, columns: int = 1, size: int = WINDOW_SAMPLES, max_age_s: float = WINDOW_AGE_S) -> None:
         if size < 1:
             raise ValueError(f"a quantile window holds at least 1 sample, not {size}")
         self.size, self.max_age_s = size, max_age_s
         self._lock = threading.Lock()
         # Grown to ``size`` as observations come, then overwritten oldest first.
-        self._values = array("d")
+        self._columns = [array("d") for _ in range(columns)]
         self._times = array("d")
         self._next = 0
         self.count = 0
-        self.total = 0.0
+        self.totals = [0.0] * columns
 
-    def observe(self, value: float, now_s: float) -> None:
+    def observe(self, values: Sequence[float], now_s: float) -> None:
+        """One observation: a value per column."""
         with self._lock:
             self.count += 1
-            self.total += value
-            if len(self._values) < self.size:
-                self._values.append(value)
+            totals, columns = self.totals, self._columns
+            if len(self._times) < self.size:
                 self._times.append(now_s)
+                for i, value in enumerate(values):
+                    totals[i] += value
+                    columns[i].append(value)
             else:
-                self._values[self._next] = value
-                self._times[self._next] = now_s
-                self._next = (self._next + 1) % self.size
+                at = self._next
+                self._times[at] = now_s
+                for i, value in enumerate(values):
+                    totals[i] += value
+                    columns[i][at] = value
+                self._next = (at + 1) % self.size
 
-    def snapshot(self, quantiles: Quantiles, now_s: float) -> WindowSnapshot:
-        """Count, sum and the ``quantiles`` (nearest rank) of the recent observations."""
+    def snapshot(self, quantiles: Quantiles, now_s: float, column: int = 0) -> WindowSnapshot:
+        """Count, sum and the ``quantiles`` (nearest rank) of ``column``'s recent observations."""
         oldest = now_s - self.max_age_s
         with self._lock:
-            recent = sorted(v for v, t in zip(self._values, self._times, strict=True) if t >= oldest)
-            count, total = self.count, self.total
+            recent = sorted(v for v, t in zip(self._columns[column], self._times, strict=True) if t >= oldest)
+            count, total = self.count, self.totals[column]
         values = {label: _nearest_rank(recent, q) for q, label in quantiles}
         return WindowSnapshot(count, total, values)
 
@@ -175,29 +183,10 @@ def replica_gauges(replicas: ReplicaManager, broker_id: int) -> ReplicaGauges:
     return ReplicaGauges(leaders, under, hosted)
 
 
-class _Series:
-    """A request's windows: total and queue time (ms, Kafka's unit), thread CPU (s)."""
-
-    __slots__ = ("cpu_s", "queue_ms", "total_ms")
-
-    def __init__(self) -> None:
-        self.total_ms = QuantileWindow()
-        self.queue_ms = QuantileWindow()
-        self.cpu_s = QuantileWindow()
-
-
-class _Rounds:
-    """A topic's commit-round windows."""
-
-    __slots__ = ("append_s", "latency_s", "records", "wire_bytes")
-
-    def __init__(self) -> None:
-        self.latency_s = QuantileWindow()
-        self.records = QuantileWindow()
-        self.wire_bytes = QuantileWindow()
-        self.append_s = QuantileWindow()
-
-
+# The columns of a request's window (total and queue time in ms, Kafka's unit; thread CPU in s)
+# and of a topic's commit-round window.
+_TOTAL_MS, _QUEUE_MS, _CPU_S = 0, 1, 2
+_LATENCY_S, _RECORDS, _WIRE_BYTES, _APPEND_S = 0, 1, 2, 3
 _IN_BYTES, _IN_MESSAGES, _OUT_BYTES = 0, 1, 2
 _ALL_TOPICS = ""
 
@@ -211,9 +200,9 @@ class BrokerMetrics(Collector):
         self.registry = CollectorRegistry(auto_describe=False)
         self._gauges = gauges
         self._lock = threading.Lock()  # guards the dicts below (entries are added, never removed)
-        self._requests: dict[int, _Series] = {}
+        self._requests: dict[int, QuantileWindow] = {}
         self._topics: dict[str, list[int]] = {_ALL_TOPICS: [0, 0, 0]}
-        self._rounds: dict[str, _Rounds] = {}
+        self._rounds: dict[str, QuantileWindow] = {}
         self.registry.register(self)
         ProcessCollector(registry=self.registry)
 
@@ -221,14 +210,11 @@ class BrokerMetrics(Collector):
     def request_done(self, api_key: int, queue_time_s: float, total_time_s: float, cpu_time_s: float) -> None:
         """One answered request of ``api_key``: how long it waited before a handler started it,
         from its frame read to its answer written, and the thread CPU time it cost."""
-        series = self._requests.get(api_key)
-        if series is None:
+        window = self._requests.get(api_key)
+        if window is None:
             with self._lock:
-                series = self._requests.setdefault(api_key, _Series())
-        now_s = clock.monotonic_s()
-        series.total_ms.observe(total_time_s * 1000, now_s)
-        series.queue_ms.observe(queue_time_s * 1000, now_s)
-        series.cpu_s.observe(cpu_time_s, now_s)
+                window = self._requests.setdefault(api_key, QuantileWindow(columns=3))
+        window.observe((total_time_s * 1000, queue_time_s * 1000, cpu_time_s), clock.monotonic_s())
 
     def bytes_in(self, topic: str, wire_bytes: int, records: int) -> None:
         """Record batches appended to ``topic`` from producers: their bytes as sent, their records."""
@@ -251,15 +237,11 @@ class BrokerMetrics(Collector):
     def commit_round(self, topic: str, latency_s: float, records: int, wire_bytes: int, commit_s: float) -> None:
         """One commit round of ``topic`` that appended: its latency (start to acknowledgement),
         its records and wire bytes, and the time of the append (files, fsync, Delta commit)."""
-        rounds = self._rounds.get(topic)
-        if rounds is None:
+        window = self._rounds.get(topic)
+        if window is None:
             with self._lock:
-                rounds = self._rounds.setdefault(topic, _Rounds())
-        now_s = clock.monotonic_s()
-        rounds.latency_s.observe(latency_s, now_s)
-        rounds.records.observe(records, now_s)
-        rounds.wire_bytes.observe(wire_bytes, now_s)
-        rounds.append_s.observe(commit_s, now_s)
+                window = self._rounds.setdefault(topic, QuantileWindow(columns=4))
+        window.observe((latency_s, records, wire_bytes, commit_s), clock.monotonic_s())
 
     # -- publishing ------------------------------------------------------------------------
     def render(self) -> bytes:
@@ -276,37 +258,36 @@ class BrokerMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         now_s = clock.monotonic_s()
         with self._lock:
-            requests = sorted((api_name(key), series) for key, series in self._requests.items())
+            requests = sorted((api_name(key), window) for key, window in self._requests.items())
             topics = sorted((topic, list(row)) for topic, row in self._topics.items())
             rounds = sorted(self._rounds.items(), key=lambda item: item[0])
         count = CounterMetricFamily(
             "kafka_network_requestmetrics_requests", "Requests answered (Kafka's RequestsPerSec)", labels=["request"]
         )
-        for name, series in requests:
-            count.add_metric([name], series.total_ms.count)
+        for name, window in requests:
+            count.add_metric([name], window.count)
         yield count
-        for name, doc, window, quantiles in (
+        for name, doc, column, quantiles in (
             (
                 "kafka_network_requestmetrics_totaltimems",
                 "Milliseconds from a request's frame read to its answer written (Kafka's TotalTimeMs)",
-                "total_ms",
+                _TOTAL_MS,
                 KAFKA_QUANTILES,
             ),
             (
                 "kafka_network_requestmetrics_requestqueuetimems",
                 "Milliseconds a request waited before a handler started it (Kafka's RequestQueueTimeMs)",
-                "queue_ms",
+                _QUEUE_MS,
                 KAFKA_QUANTILES,
             ),
             (
                 "sparklog_request_cpu_seconds",
                 "Thread CPU seconds a request cost: frame read, parse, handling, encoding, answer written",
-                "cpu_s",
+                _CPU_S,
                 SPARKLOG_QUANTILES,
             ),
         ):
-            picked = [(request, getattr(series, window)) for request, series in requests]
-            yield _summary(name, doc, "request", picked, quantiles, now_s)
+            yield _summary(name, doc, "request", requests, column, quantiles, now_s)
         for index, name, doc in (
             (_IN_BYTES, "bytesin", "Record batch bytes appended from producers (Kafka's BytesInPerSec)"),
             (_OUT_BYTES, "bytesout", "Record batch bytes sent to consumers (Kafka's BytesOutPerSec)"),
@@ -317,18 +298,17 @@ class BrokerMetrics(Collector):
                 # Kafka's all-topics MBean has no topic key; the exporter renders it without a label.
                 family.add_sample(family.name + "_total", {"topic": topic} if topic != _ALL_TOPICS else {}, row[index])
             yield family
-        for name, doc, window in (
-            ("sparklog_commit_round_seconds", "A commit round's seconds, start to acknowledgement", "latency_s"),
-            ("sparklog_commit_round_records", "Records appended per commit round", "records"),
-            ("sparklog_commit_round_bytes", "Record batch bytes (as sent) appended per commit round", "wire_bytes"),
+        for name, doc, column in (
+            ("sparklog_commit_round_seconds", "A commit round's seconds, start to acknowledgement", _LATENCY_S),
+            ("sparklog_commit_round_records", "Records appended per commit round", _RECORDS),
+            ("sparklog_commit_round_bytes", "Record batch bytes (as sent) appended per commit round", _WIRE_BYTES),
             (
                 "sparklog_commit_round_append_seconds",
                 "Seconds of a round's append to the leader's table (files written and fsynced, Delta commit)",
-                "append_s",
+                _APPEND_S,
             ),
         ):
-            picked = [(topic, getattr(r, window)) for topic, r in rounds]
-            yield _summary(name, doc, "topic", picked, SPARKLOG_QUANTILES, now_s)
+            yield _summary(name, doc, "topic", rounds, column, SPARKLOG_QUANTILES, now_s)
         gauges = self._replica_gauges()
         if gauges is not None:
             for name, value, doc in (
@@ -374,12 +354,14 @@ def _summary(
     doc: str,
     label: str,
     windows: Sequence[tuple[str, QuantileWindow]],
+    column: int,
     quantiles: Quantiles,
     now_s: float,
 ) -> SummaryMetricFamily:
+    """``column`` of each labelled window as one summary family."""
     family = SummaryMetricFamily(name, doc, labels=[label])
     for value, window in windows:
-        snapshot = window.snapshot(quantiles, now_s)
+        snapshot = window.snapshot(quantiles, now_s, column)
         for q_label, q_value in snapshot.quantiles.items():
             family.add_sample(name, {label: value, "quantile": q_label}, q_value)
         family.add_metric([value], snapshot.count, snapshot.total)

@@ -23,7 +23,7 @@ def _labels(**labels: str) -> Labels:
 def test_quantiles_are_nearest_ranks_of_the_window() -> None:
     window = QuantileWindow(size=1000)
     for value in range(1, 101):
-        window.observe(float(value), now_s=0.0)
+        window.observe((float(value),), now_s=0.0)
     snapshot = window.snapshot(((0.5, "p50"), (0.99, "p99"), (0.999, "p999"), (0.0, "min")), now_s=1.0)
     assert snapshot.quantiles == {"p50": 50.0, "p99": 99.0, "p999": 100.0, "min": 1.0}
     assert (snapshot.count, snapshot.total) == (100, 5050.0)
@@ -32,16 +32,25 @@ def test_quantiles_are_nearest_ranks_of_the_window() -> None:
 def test_the_window_keeps_the_last_samples_and_count_and_sum_keep_everything() -> None:
     window = QuantileWindow(size=10)
     for value in range(1, 26):  # the window ends up holding 16..25
-        window.observe(float(value), now_s=float(value))
+        window.observe((float(value),), now_s=float(value))
     snapshot = window.snapshot(((0.5, "p50"), (0.0, "min"), (1.0, "max")), now_s=25.0)
     assert snapshot.quantiles == {"p50": 20.0, "min": 16.0, "max": 25.0}
     assert (snapshot.count, snapshot.total) == (25, 325.0)
 
 
+def test_columns_observed_together_are_summarised_apart() -> None:
+    window = QuantileWindow(columns=2, size=3)
+    for value in range(1, 5):  # rows (1, 10), (2, 20), (3, 30), (4, 40); the ring keeps the last 3
+        window.observe((float(value), value * 10.0), now_s=0.0)
+    first, second = (window.snapshot(((0.0, "min"), (1.0, "max")), 0.0, column) for column in (0, 1))
+    assert (first.quantiles, first.count, first.total) == ({"min": 2.0, "max": 4.0}, 4, 10.0)
+    assert (second.quantiles, second.count, second.total) == ({"min": 20.0, "max": 40.0}, 4, 100.0)
+
+
 def test_old_samples_leave_the_quantiles_but_not_the_count() -> None:
     window = QuantileWindow(size=100, max_age_s=60.0)
-    window.observe(5.0, now_s=0.0)
-    window.observe(7.0, now_s=50.0)
+    window.observe((5.0,), now_s=0.0)
+    window.observe((7.0,), now_s=50.0)
     assert window.snapshot(((0.5, "p50"),), now_s=70.0).quantiles == {"p50": 7.0}  # 5.0 is 70 s old
     gone = window.snapshot(((0.5, "p50"),), now_s=200.0)
     assert math.isnan(gone.quantiles["p50"]) and (gone.count, gone.total) == (2, 12.0)
