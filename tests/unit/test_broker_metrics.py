@@ -85,6 +85,14 @@ def test_rendering_after_known_records() -> None:
     def quantiles(label: str, value: str, points: dict[str, float]) -> dict[Labels, float]:
         return {_labels(**{label: value}, quantile=q): v for q, v in points.items()}
 
+    def round_summary(name: str, value: float) -> dict[str, dict[Labels, float]]:
+        """A summary of topic a after one observation of ``value``."""
+        return {
+            name: quantiles("topic", "a", {"0.5": value, "0.99": value}),
+            f"{name}_count": {_labels(topic="a"): 1.0},
+            f"{name}_sum": {_labels(topic="a"): value},
+        }
+
     kafka_q = ("0.50", "0.75", "0.95", "0.99", "0.999")
     expected = {
         "kafka_network_requestmetrics_requests_total": {produce: 2.0, metadata: 1.0},
@@ -121,18 +129,11 @@ def test_rendering_after_known_records() -> None:
             _labels(topic="b"): 0.0,
             _labels(): 900.0,
         },
-        "sparklog_commit_round_seconds": quantiles("topic", "a", {"0.5": 0.004, "0.99": 0.004}),
-        "sparklog_commit_round_seconds_count": {_labels(topic="a"): 1.0},
-        "sparklog_commit_round_seconds_sum": {_labels(topic="a"): 0.004},
-        "sparklog_commit_round_records": quantiles("topic", "a", {"0.5": 11.0, "0.99": 11.0}),
-        "sparklog_commit_round_records_count": {_labels(topic="a"): 1.0},
-        "sparklog_commit_round_records_sum": {_labels(topic="a"): 11.0},
-        "sparklog_commit_round_bytes": quantiles("topic", "a", {"0.5": 770.0, "0.99": 770.0}),
-        "sparklog_commit_round_bytes_count": {_labels(topic="a"): 1.0},
-        "sparklog_commit_round_bytes_sum": {_labels(topic="a"): 770.0},
-        "sparklog_commit_round_append_seconds": quantiles("topic", "a", {"0.5": 0.003, "0.99": 0.003}),
-        "sparklog_commit_round_append_seconds_count": {_labels(topic="a"): 1.0},
-        "sparklog_commit_round_append_seconds_sum": {_labels(topic="a"): 0.003},
+        # one round of topic a: 0.004 s, 11 records, 770 bytes, appended in 0.003 s
+        **round_summary("sparklog_commit_round_seconds", 0.004),
+        **round_summary("sparklog_commit_round_records", 11.0),
+        **round_summary("sparklog_commit_round_bytes", 770.0),
+        **round_summary("sparklog_commit_round_append_seconds", 0.003),
         "kafka_server_replicamanager_underreplicatedpartitions": {_labels(): 1.0},
         "kafka_server_replicamanager_leadercount": {_labels(): 4.0},
         "kafka_server_replicamanager_partitioncount": {_labels(): 6.0},

@@ -3,10 +3,6 @@ processes, confluent-kafka clients, the endpoint scraped over HTTP."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import sparklog
@@ -119,14 +115,6 @@ def test_names_and_values_after_a_known_workload(cluster: sparklog.Cluster, one_
     assert metrics.value("kafka_server_replicamanager_underreplicatedpartitions") == 0
     assert metrics.value("kafka_server_replicamanager_leadercount") >= PARTITIONS
     assert metrics.value("process_cpu_seconds_total") > 0
-
-
-@pytest.fixture
-def two_brokers(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
-    with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers") as running:
-        running.start(1, 2)
-        running.wait_controller()
-        yield running
 
 
 def test_under_replicated_partitions_when_a_follower_stops(
