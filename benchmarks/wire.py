@@ -105,10 +105,12 @@ def stamp_of(value: bytes | None) -> int:
 # -- the sparklog side ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Broker:
-    """A running sparklog broker agent: where clients connect and which process it is."""
+    """A running sparklog broker agent: where clients connect, which process it is, and where
+    it serves its Prometheus metrics."""
 
     bootstrap_servers: str
     pid: int
+    metrics_url: str
 
 
 @contextlib.contextmanager
@@ -131,7 +133,7 @@ def sparklog_broker(
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{topic}: no leader within {_LEAD_TIMEOUT_S} s\n{agents.logs([1])}")
                 time.sleep(0.05)
-            yield Broker(agents.bootstrap_servers, agents.pid(1))
+            yield Broker(agents.bootstrap_servers, agents.pid(1), agents.metrics_url(1))
 
 
 # -- the baseline: librdkafka's mock cluster --------------------------------------------------
@@ -249,13 +251,14 @@ def systems_note(systems: Sequence[str] = SYSTEMS) -> str:
 @dataclass(frozen=True)
 class Endpoint:
     """One system ready for a case: where clients connect, the topic, the broker's process
-    (None for the mock: it lives in this process)."""
+    (None for the mock: it lives in this process), and its Prometheus metrics (sparklog's only)."""
 
     system: str
     bootstrap_servers: str
     topic: str
     partitions: int
     pid: int | None
+    metrics_url: str | None = None
 
     def log_ranges(self, read_committed: bool = False) -> dict[int, tuple[int, int]]:
         return watermarks(self.bootstrap_servers, self.topic, self.partitions, read_committed)
@@ -274,7 +277,7 @@ def open_system(
     properties = properties or {}
     if system == "sparklog":
         with sparklog_broker(env, topic, partitions, properties) as broker:
-            yield Endpoint(system, broker.bootstrap_servers, topic, partitions, broker.pid)
+            yield Endpoint(system, broker.bootstrap_servers, topic, partitions, broker.pid, broker.metrics_url)
     elif system == "kafka":
         with kafka_broker(env.scratch / "kafka", properties) as kafka:
             create_topic(kafka.bootstrap_servers, topic, partitions)

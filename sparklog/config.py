@@ -250,6 +250,11 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     # Request handler threads (sparklog/broker/kafka/request_channel.py): one network thread
     # reads every connection, these parse, handle and encode.
     "num.io.threads": "8",
+    # The broker agent's Prometheus endpoint, http://<metrics.host>:<metrics.port>/metrics
+    # (sparklog/broker/metrics.py): port 0 = the OS picks one (the agent reports it and
+    # registers it in /brokers/ids/<id>), -1 = none. Host default: the first listener's host.
+    "metrics.port": "0",
+    "metrics.host": None,
     # How often a broker agent applies retention and the Delta log step to the partitions it
     # leads (sparklog/broker/log_manager.py); Kafka's name and default (5 minutes).
     "log.retention.check.interval.ms": "300000",
@@ -265,6 +270,10 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "transaction.max.timeout.ms": "900000",
     "transactional.id.expiration.ms": "604800000",
 }
+
+_METRICS_PORT = ConfigSpec(
+    "metrics.port", 0, int, "a port 0..65535 (0: the OS picks one) or -1 (no endpoint)", lambda v: -1 <= v <= 65535
+)
 
 
 def validate_configs(configs: Mapping[str, Any] | None, specs: Mapping[str, ConfigSpec], kind: str) -> dict[str, Any]:
@@ -325,6 +334,8 @@ class ClusterConfig:
     advertised_listeners: tuple[Endpoint, ...] = ()
     socket_request_max_bytes: int = 104_857_600
     num_io_threads: int = 8
+    metrics_port: int = 0  # -1: no metrics endpoint
+    metrics_host: str | None = None  # None: the first listener's host
     log_retention_check_interval_ms: int = 300_000
     num_partitions: int = 1
     default_replication_factor: int = 1
@@ -350,6 +361,7 @@ class ClusterConfig:
             "auto.create.topics.enable": str(self.auto_create_topics_enable).lower(),
             "socket.request.max.bytes": str(self.socket_request_max_bytes),
             "num.io.threads": str(self.num_io_threads),
+            "metrics.port": str(self.metrics_port),
             "log.retention.check.interval.ms": str(self.log_retention_check_interval_ms),
             "num.partitions": str(self.num_partitions),
             "default.replication.factor": str(self.default_replication_factor),
@@ -368,6 +380,8 @@ class ClusterConfig:
             options["zookeeper.connect"] = self.zookeeper_connect
         if self.broker_rack:
             options["broker.rack"] = self.broker_rack
+        if self.metrics_host is not None:
+            options["metrics.host"] = self.metrics_host
         return options
 
 
@@ -443,6 +457,8 @@ def resolve_cluster_config(
         or parse_listeners("listeners", str(merged["listeners"])),
         socket_request_max_bytes=as_int("socket.request.max.bytes", 1024),
         num_io_threads=as_int("num.io.threads", 1),
+        metrics_port=_METRICS_PORT.coerce(str(merged["metrics.port"])),
+        metrics_host=str(merged["metrics.host"]) if merged["metrics.host"] is not None else None,
         log_retention_check_interval_ms=as_int("log.retention.check.interval.ms", 1),
         num_partitions=as_int("num.partitions", 1),
         default_replication_factor=as_int("default.replication.factor", 1),

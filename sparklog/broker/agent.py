@@ -15,6 +15,9 @@ A broker is a storage root; its agent is the process that vouches for it (DESIGN
 * **transaction coordinator** (:class:`~sparklog.broker.transactions.coordinator.TransactionCoordinator`):
   every second, aborts transactions past their ``transaction.timeout.ms`` and completes
   decided ones, for the transactional ids this broker coordinates;
+* **metrics** (:class:`~sparklog.broker.metrics.BrokerMetrics`): what the listeners and the
+  appender record, served at ``http://<metrics.host>:<metrics.port>/metrics`` from the
+  start (port 0: the OS picks one) and registered as ``metrics_url`` with the broker;
 * **controller candidacy** (:class:`~sparklog.metadata.controller_election.ControllerElection`);
   when elected, :class:`~sparklog.broker.controller.controller.Controller` runs here.
 
@@ -39,6 +42,7 @@ from sparklog.broker.kafka.listener import KafkaListener, NetworkThread
 from sparklog.broker.kafka.request_channel import RequestChannel
 from sparklog.broker.leader_appender import LeaderAppender
 from sparklog.broker.log_manager import LogManager
+from sparklog.broker.metrics import BrokerMetrics, MetricsServer, replica_gauges
 from sparklog.broker.producer_state import ProducerStates
 from sparklog.broker.transactions.coordinator import TransactionCoordinator
 from sparklog.broker.transactions.markers import MarkerWriter
@@ -52,7 +56,14 @@ from sparklog.metadata.zkdata import BrokerRecord
 from sparklog.runtime.replica_fetcher import ReplicaFetcher
 from sparklog.runtime.replica_manager import ReplicaManager
 
-__all__ = ["BrokerAgent", "BrokerSettings", "ControllerSettings", "advertised_endpoints", "probe_storage"]
+__all__ = [
+    "BrokerAgent",
+    "BrokerSettings",
+    "ControllerSettings",
+    "advertised_endpoints",
+    "metrics_host",
+    "probe_storage",
+]
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +99,9 @@ class BrokerAgent:
         self.broker_id = config.broker_id
         self.settings = settings or BrokerSettings()
         self.replicas = ReplicaManager.connect(config)
+        self.metrics = BrokerMetrics(lambda: replica_gauges(self.replicas, self.broker_id))
         self.controller = Controller(self.replicas, self.broker_id, self.settings.controller)
-        self.appender = LeaderAppender(self.replicas, self.broker_id, config.writer_lease_ms)
+        self.appender = LeaderAppender(self.replicas, self.broker_id, config.writer_lease_ms, self.metrics)
         self.producer_states = ProducerStates()
         self.producer_ids = ProducerIdBlocks(self.replicas.zk)
         self.groups = BrokerGroups(self.replicas, self.broker_id, config)
@@ -107,7 +119,8 @@ class BrokerAgent:
         self._election: ControllerElection | None = None
         self._listeners: list[KafkaListener] = []
         self._network = NetworkThread(f"broker-{self.broker_id}-network")
-        self._requests = RequestChannel(config.num_io_threads, f"broker-{self.broker_id}")
+        self._requests = RequestChannel(config.num_io_threads, self.metrics, f"broker-{self.broker_id}")
+        self._metrics_server: MetricsServer | None = None
         self.healthy = False
 
     @property
@@ -131,6 +144,7 @@ class BrokerAgent:
                     self.producer_ids,
                     groups=self.groups,
                     transactions=self.transactions,
+                    metrics=self.metrics,
                 ),
                 self.config.socket_request_max_bytes,
                 self._network,
@@ -139,12 +153,14 @@ class BrokerAgent:
             for endpoint in self.config.listeners
         ]
         advertised = advertised_endpoints(self.config.advertised_listeners, self._listeners)
+        self._metrics_server = self._serve_metrics()
         record = BrokerRecord(
             log_dir=self.config.log_dir,
             rack=self.config.broker_rack,
             host=advertised[0].host if advertised else socket.gethostname(),
             port=advertised[0].port if advertised else -1,
             endpoints=[str(e) for e in advertised],
+            metrics_url=self.metrics_url or "",
         )
         for listener in self._listeners:
             listener.start()
@@ -179,7 +195,9 @@ class BrokerAgent:
             self.replicas.zk, self.broker_id, self.controller.activate, self.controller.deactivate
         )
         self._election.start()
-        log.info("broker %d started (log dir %s)", self.broker_id, self.config.log_dir)
+        log.info(
+            "broker %d started (log dir %s, metrics %s)", self.broker_id, self.config.log_dir, self.metrics_url or "off"
+        )
         return self
 
     def stop(self) -> None:
@@ -196,6 +214,8 @@ class BrokerAgent:
             listener.stop()
         self._network.stop()
         self._requests.close()
+        if self._metrics_server is not None:
+            self._metrics_server.close()
         self.appender.close()
         if self._registration is not None:
             self._registration.close()
@@ -204,6 +224,29 @@ class BrokerAgent:
 
     def wait(self) -> None:
         self._stop.wait()
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the agent serves its Prometheus metrics (None: ``metrics.port`` -1, or not started)."""
+        if self._metrics_server is None:
+            return None
+        host = metrics_host(self.config)
+        if host in ("0.0.0.0", "::"):
+            host = socket.gethostname()
+        return f"http://{f'[{host}]' if ':' in host else host}:{self._metrics_server.port}/metrics"
+
+    def _serve_metrics(self) -> MetricsServer | None:
+        port = self.config.metrics_port
+        if port < 0:
+            return None
+        host = metrics_host(self.config)
+        try:
+            return self.metrics.serve(host, port)
+        except OSError as exc:
+            raise ConfigError(
+                f"Cannot serve metrics on {host}:{port} (metrics.port): {exc.strerror}; choose a free port, "
+                "0 for one the OS picks, or -1 for no metrics endpoint"
+            ) from exc
 
     # -- loops -----------------------------------------------------------------------------
     def _probe_once(self) -> None:
@@ -252,6 +295,14 @@ class BrokerAgent:
 
             threading.Thread(target=watch, daemon=True).start()
             fetcher.run(stop_when_unhealthy)
+
+
+def metrics_host(config: ClusterConfig) -> str:
+    """The address the metrics endpoint binds: ``metrics.host``, else the first listener's host
+    (an empty host, as in ``PLAINTEXT://:9092``, is every interface)."""
+    if config.metrics_host is not None:
+        return config.metrics_host or "0.0.0.0"
+    return (config.listeners[0].host or "0.0.0.0") if config.listeners else "127.0.0.1"
 
 
 def advertised_endpoints(advertised: tuple[Endpoint, ...], listeners: list[KafkaListener]) -> list[Endpoint]:

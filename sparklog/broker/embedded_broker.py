@@ -10,7 +10,8 @@ Invariants:
   embedded one when ``zookeeper.connect`` is unset). Its files live under ``<home>/broker/``:
   ``broker.properties`` (the resolved config the agent runs with, written by the starter),
   ``server.json`` (``{"pid", "broker_id", "listeners", "zookeeper", "started_ms"}``),
-  ``broker.log`` (the agent's stdout and stderr) and ``start.lock``.
+  ``broker.log`` (the agent's stdout and stderr) and ``start.lock``. Its metrics endpoint
+  (``metrics.port``, default 0: a port the OS picks) is reported from its registration.
 * Starting and stopping hold an exclusive ``flock`` on ``start.lock``, so concurrent starters
   in any number of processes end up with exactly one agent.
 * "Running" is judged on the agent itself, never on the caller's config: ``server.json``
@@ -74,6 +75,8 @@ class EmbeddedBrokerStatus:
     bootstrap_servers: str  # host:port,... clients connect to (the endpoints the agent registered)
     log_dir: str
     log_file: str
+    # Where it serves its Prometheus metrics (its registration's); None when it serves none.
+    metrics_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,7 @@ def _status(config: ClusterConfig, agent: _Agent | None = None) -> EmbeddedBroke
         bootstrap_servers=",".join(f"{e.host or socket.gethostname()}:{e.port}" for e in advertised),
         log_dir=config.log_dir,
         log_file=str(_daemon(config.home).log),
+        metrics_url=(agent.registration.metrics_url or None) if agent is not None else None,
     )
 
 

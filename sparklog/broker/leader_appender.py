@@ -25,6 +25,13 @@ a round reads the records of all its producers' batches in one native pass into 
 ordered by partition, so each partition's rows are one slice of it
 (:func:`~sparklog.model.kafka_batches.decode_records`).
 
+Metrics: every round that appended is reported to the broker's metrics
+(:meth:`~sparklog.broker.metrics.BrokerMetrics.commit_round`): its latency (from the round's
+start to its acknowledgement, retries and the acks=all wait for the ISR included), its
+records and wire bytes, and the time of :func:`~sparklog.runtime.produce_request.append_to_leader`
+(segment files written and fsynced, the Delta commit); its producers' records and bytes are
+Kafka's MessagesInPerSec / BytesInPerSec of the topic (:meth:`~sparklog.broker.metrics.BrokerMetrics.bytes_in`).
+
 Write leases: the round takes the leases of its partitions (owner ``broker-<id>``) and
 releases them after the commit, so Spark jobs and light producers writing the same topic
 queue for the same leases and offsets stay unique and contiguous whoever writes.
@@ -38,11 +45,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pyarrow as pa
 
 from sparklog.broker.append_watchers import AppendWatchers
 from sparklog.broker.log_tail import LogTails
+from sparklog.broker.metrics import BrokerMetrics
 from sparklog.broker.producer_state import ProducerBatch
 from sparklog.broker.transactions.partition_txns import PartitionTransactions
 from sparklog.config import Acks
@@ -152,10 +161,11 @@ class LeaderAppender:
     ``watchers`` wakes the Fetch long polls of a round's partitions once the round is
     answered (data appended or not: a waiting fetch re-reads and answers errors too)."""
 
-    def __init__(self, replicas: ReplicaManager, broker_id: int, writer_lease_ms: int) -> None:
+    def __init__(self, replicas: ReplicaManager, broker_id: int, writer_lease_ms: int, metrics: BrokerMetrics) -> None:
         self.replicas = replicas
         self.broker_id = broker_id
         self.writer_lease_ms = writer_lease_ms
+        self.metrics = metrics
         self.watchers = AppendWatchers()
         self._lock = threading.Condition()
         self._queues: dict[str, list[PendingAppend]] = {}
@@ -211,7 +221,8 @@ class LeaderAppender:
             self.watchers.appended(topic, {i.partition for i in items})
 
     def _commit_round(self, topic: str, items: list[PendingAppend]) -> None:
-        deadline = time.monotonic() + max(i.timeout_ms for i in items) / 1000
+        started_s = time.monotonic()
+        deadline = started_s + max(i.timeout_ms for i in items) / 1000
         try:
             read = read_round(items)
         except Exception as exc:  # noqa: BLE001 - answered to the clients as Kafka error codes
@@ -219,7 +230,13 @@ class LeaderAppender:
             return
         while True:
             try:
-                self._try_round(topic, items, read)
+                appended = self._try_round(topic, items, read)
+                if appended is not None:
+                    self.metrics.commit_round(
+                        topic, time.monotonic() - started_s, appended.records, appended.wire_bytes, appended.append_s
+                    )
+                    # Kafka's BytesInPerSec / MessagesInPerSec: what producers got appended.
+                    self.metrics.bytes_in(topic, appended.wire_bytes, appended.produced)
                 return
             except RETRIABLE as exc:
                 if time.monotonic() + _RETRY_BACKOFF_S > deadline:
@@ -231,7 +248,8 @@ class LeaderAppender:
                 self._fail(items, exc)
                 return
 
-    def _try_round(self, topic: str, items: list[PendingAppend], read: Mapping[int, RoundRows]) -> None:
+    def _try_round(self, topic: str, items: list[PendingAppend], read: Mapping[int, RoundRows]) -> _Appended | None:
+        """Append the round's items this broker leads; what was appended (None: nothing)."""
         replicas = self.replicas
         partitions = sorted({i.partition for i in items})
         states = replicas.states(topic, partitions)
@@ -244,12 +262,12 @@ class LeaderAppender:
             self._fail([i for i in items if i.partition == p and not i.is_done], error)
         items = [i for i in items if i.partition in led and not i.is_done]
         if not items:
-            return
+            return None
         table = replicas.replica_table(topic, self.broker_id)
         plan = self.txns.plan(table, {p: states[p].leader_epoch for p in led}, items)
         items = plan.items
         if not items:
-            return
+            return None
         acks: Acks = "all" if items[0].acks == "all" else "1"
         settings = topic_write_settings(replicas, topic, items[0].compression, METADATA_MAX_AGE_MS)
         if acks == "all":
@@ -270,6 +288,7 @@ class LeaderAppender:
             compression_type=items[0].compression,
         )
         producers = _kafka_producers(items, plan.transactions)
+        append_started_s = time.monotonic()
         result = append_to_leader(
             table,
             merged,
@@ -284,6 +303,12 @@ class LeaderAppender:
             views=self._leader_log(topic, table).view,
             keep_lease=lambda lease: not lease.wanted(),
             let_go=lambda: self._release_held(topic),
+        )
+        appended = _Appended(
+            sum(i.rows for i in items),
+            sum(len(i.wire) for i in items if i.wire is not None),
+            time.monotonic() - append_started_s,
+            sum(i.rows for i in items if i.marker is None),
         )
         plan.apply(result.base_offsets)
         next_offset = dict(result.base_offsets)
@@ -312,10 +337,11 @@ class LeaderAppender:
                 # Stored but not acknowledged (e.g. NOT_ENOUGH_REPLICAS_AFTER_APPEND): the client
                 # decides, as with Kafka. Retrying the round here would append the records again.
                 self._fail(items, exc)
-                return
+                return appended
         append_ms = result.log_append_time_ms if settings.log_append_time else -1
         for item, base in zip(items, bases, strict=True):
             item.finish(base, append_ms)
+        return appended
 
     def _release_held(self, topic: str) -> None:
         """Release every lease of ``topic`` this broker keeps (before waiting for another)."""
@@ -353,6 +379,15 @@ class LeaderAppender:
         for item in items:
             if not item.is_done:
                 item.finish(error=error)
+
+
+class _Appended(NamedTuple):
+    """What a round appended, for :meth:`BrokerMetrics.commit_round`."""
+
+    records: int
+    wire_bytes: int  # the producers' batches as sent (0 for markers)
+    append_s: float  # append_to_leader: files written and fsynced, the Delta commit
+    produced: int = 0  # records from producers (not transaction markers)
 
 
 @dataclass(frozen=True)

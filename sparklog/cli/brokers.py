@@ -13,7 +13,8 @@ cluster config, or ``--listeners``. A broker of the home already running is reus
 stderr says when that is not the configured listeners). ``broker stop`` stops it, ``broker
 status`` tells whether it runs (exit 0) or not (exit 3) and where it really listens (its own
 registration, never whatever answers on the configured port). Output: ``Broker N is running at LISTENERS (pid P, log dir
-D, log L)``, ``Broker N is not running``, ``Stopped the embedded broker (pid P)``.
+D, log L, metrics URL)`` (no metrics part when ``metrics.port`` is -1), ``Broker N is not
+running``, ``Stopped the embedded broker (pid P)``.
 
 ``brokers list`` prints every registered broker with its log dir, rack, whether its agent
 is live and which one is the controller (``--output json`` for machines). None starts Spark.
@@ -114,9 +115,10 @@ def _with_listeners(args: argparse.Namespace, config: ClusterConfig) -> ClusterC
 def status_line(status: EmbeddedBrokerStatus) -> str:
     if not status.running:
         return f"Broker {status.broker_id} is not running"
+    metrics = f", metrics {status.metrics_url}" if status.metrics_url else ""
     return (
         f"Broker {status.broker_id} is running at {','.join(status.listeners)} "
-        f"(pid {status.pid}, log dir {status.log_dir}, log {status.log_file})"
+        f"(pid {status.pid}, log dir {status.log_dir}, log {status.log_file}{metrics})"
     )
 
 
@@ -153,7 +155,8 @@ def _start(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     agent.start()
-    print_stderr(f"broker {config.broker_id} started (log dir {config.log_dir}); SIGTERM or Ctrl-C stops it")
+    metrics = f", metrics at {agent.metrics_url}" if agent.metrics_url else ""
+    print_stderr(f"broker {config.broker_id} started (log dir {config.log_dir}{metrics}); SIGTERM or Ctrl-C stops it")
     agent.wait()
     return 0
 

@@ -273,6 +273,9 @@ class BrokerRecord:
     # first one's. Records written before the listener existed have neither: no endpoint.
     port: int = -1
     endpoints: list[str] = field(default_factory=list)
+    # The agent's Prometheus endpoint (``metrics.port``), as Kafka's registration carries
+    # ``jmx_port``; "" when it serves none (or predates it).
+    metrics_url: str = ""
     version: int = 1
 
     @classmethod
@@ -284,6 +287,7 @@ class BrokerRecord:
             host=str(raw.get("host", "")),
             port=int(raw.get("port", -1)),
             endpoints=[str(e) for e in raw.get("endpoints", [])],
+            metrics_url=str(raw.get("metrics_url", "")),
         )
 
     def endpoint(self, listener_name: str) -> tuple[str, int] | None:

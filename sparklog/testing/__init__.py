@@ -6,7 +6,8 @@ a test fails the ways real servers fail.
   cluster sees them);
 * :class:`ZooKeeperEnsemble` — a 3-server ZooKeeper quorum from the jars the ``pyspark``
   wheel ships (kill -9, hang, restart; leader and sessions via four-letter words);
-* :class:`ChildProcesses` — what both share: processes by id, their logs, signals, reaping.
+* :class:`ChildProcesses` — what both share: processes by id, their logs, signals, reaping;
+* :mod:`sparklog.testing.metrics` — a broker's Prometheus endpoint scraped and parsed.
 """
 
 from sparklog.testing.brokers import BrokerAgents

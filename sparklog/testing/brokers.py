@@ -13,7 +13,9 @@ A test fails them the ways a real broker fails:
 
 Liveness is what the cluster sees (``/brokers/ids``), not whether the process runs:
 :meth:`~BrokerAgents.wait_live` / :meth:`~BrokerAgents.wait_not_live`,
-:meth:`~BrokerAgents.controller`. Every agent's output (INFO logging included, appended
+:meth:`~BrokerAgents.controller`; :meth:`~BrokerAgents.metrics_url` is where an agent serves
+its Prometheus metrics, from its registration (agents pick their metrics port through the OS
+unless ``metrics.port`` is among the properties). Every agent's output (INFO logging included, appended
 across restarts) is kept in ``<base>/broker-<id>.log``; :meth:`~BrokerAgents.logs` gathers
 their tails so a failing assertion can show what the agents did. On exit (also when a test
 fails) every agent still running is killed and reaped.
@@ -32,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import sparklog
-from sparklog.metadata.broker_registration import live_broker_ids
+from sparklog.metadata.broker_registration import live_broker_ids, live_brokers
 from sparklog.metadata.controller_election import current_controller
 from sparklog.testing.processes import ChildProcesses
 
@@ -199,6 +201,14 @@ class BrokerAgents(ChildProcesses):
     def live(self) -> list[int]:
         """Broker ids registered live in ZooKeeper now."""
         return live_broker_ids(self.cluster.replicas.zk)
+
+    def metrics_url(self, broker_id: int) -> str:
+        """``http://host:port/metrics`` of ``broker_id``'s live agent (its registration's)."""
+        record = live_brokers(self.cluster.replicas.zk).get(broker_id)
+        if record is None or not record.metrics_url:
+            state = "not live" if record is None else "live without a metrics endpoint (metrics.port=-1?)"
+            raise AssertionError(f"broker {broker_id} is {state}\n{self.logs([broker_id])}")
+        return record.metrics_url
 
     def controller(self) -> int | None:
         """The broker id holding ``/controller``, or None."""

@@ -23,6 +23,7 @@ from sparklog.config import ClusterConfig, resolve_cluster_config
 from sparklog.errors import BrokerNotAvailableError, ConfigError
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.testing.brokers import free_port
+from sparklog.testing.metrics import scrape
 from tests.helpers import leaving_no_server, pids_naming, results_at_once, wait_for
 
 if TYPE_CHECKING:
@@ -178,11 +179,18 @@ def test_cli_start_embedded_status_stop(config: ClusterConfig, home: Path) -> No
     [pid] = _agent_pids(home)
     log = home.resolve() / "broker" / "broker.log"
     data = home.resolve() / "data"
-    assert started == f"Broker 0 is running at PLAINTEXT://127.0.0.1:{port} (pid {pid}, log dir {data}, log {log})\n"
+    metrics_url = embedded_broker.status(config).metrics_url  # a port the OS picked (metrics.port=0)
+    assert metrics_url is not None and metrics_url.startswith("http://127.0.0.1:"), metrics_url
+    assert scrape(metrics_url).value("kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert started == (
+        f"Broker 0 is running at PLAINTEXT://127.0.0.1:{port} (pid {pid}, log dir {data}, log {log}, "
+        f"metrics {metrics_url})\n"
+    )
     assert _cli(config, "broker", "start", "--embedded").stdout == started  # reused
     assert _cli(config, "broker", "status").stdout == started
     as_json = json.loads(_cli(config, "broker", "status", "--output", "json").stdout)
     assert (as_json["running"], as_json["pid"], as_json["bootstrap_servers"]) == (True, pid, f"127.0.0.1:{port}")
+    assert as_json["metrics_url"] == metrics_url
     refused = _cli(config, "broker", "start", "--embedded", "--id", "3", expect=2)
     assert "--embedded takes the broker's settings from the config" in refused.stderr and "--id" in refused.stderr
     assert _agent_pids(home) == [pid]

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from benchmarks import kafka_broker
-from benchmarks.case_wire_cpu import _check_answer, produce_body, record_batch
+from benchmarks.case_wire_cpu import _check_answer, produce_body, record_batch, request_cpu_figures
 from benchmarks.harness import CaseResult, Metric, Target, format_table, rotate
 from benchmarks.wire import kafka_request, read_frame, wire_metric
+from sparklog.broker.metrics import BrokerMetrics
+from sparklog.testing.metrics import parse
 
 
 def test_rotate_changes_who_goes_first() -> None:
@@ -98,3 +100,17 @@ def test_raw_produce_request_framing() -> None:
     _check_answer(answer, 7)
     with pytest.raises(AssertionError):
         _check_answer(answer, 8)
+
+
+def test_request_cpu_is_read_from_the_metrics_between_two_scrapes() -> None:
+    metrics = BrokerMetrics()
+    for _ in range(10):
+        metrics.request_done(0, 0.0, 0.002, 0.000100)  # warm-up: before the first scrape
+    before = parse(metrics.render().decode())
+    for cpu_s in (0.000020, 0.000030, 0.000040, 0.000050):
+        metrics.request_done(0, 0.0, 0.001, cpu_s)
+    metrics.request_done(3, 0.0, 0.001, 0.5)  # other APIs are not Produce's
+    figures = request_cpu_figures(before, parse(metrics.render().decode()), records=1)
+    assert figures["request_cpu_us_1"] == pytest.approx(35.0)
+    # p50 / p99 over the window, which still holds the warm-up's samples
+    assert (figures["request_cpu_p50_us_1"], figures["request_cpu_p99_us_1"]) == (pytest.approx(100.0),) * 2

@@ -32,6 +32,15 @@ def one_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator
 
 
 @pytest.fixture
+def two_brokers(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
+    """Two real broker agents (ids 1 and 2)."""
+    with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers") as running:
+        running.start(1, 2)
+        running.wait_controller()
+        yield running
+
+
+@pytest.fixture
 def group_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
     """One broker agent (id 1) set up for consumer-group tests (:data:`GROUP_PROPERTIES`)."""
     with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers", properties=GROUP_PROPERTIES) as agents:

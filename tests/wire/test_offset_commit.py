@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -205,14 +204,6 @@ def test_bad_commits_get_kafkas_codes_and_change_nothing(cluster: sparklog.Clust
         fields = {**_commit_request(version, "ghost", TOPIC, [(0, 1, "")]), "generation_id_or_member_epoch": 3}
         assert _codes(raw_call(port, COMMIT, version, **{**fields, "member_id": "m-1"})) == {(TOPIC, 0): code}
     assert cluster.committed_offsets("ghost") == {}
-
-
-@pytest.fixture
-def two_brokers(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
-    with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers") as running:
-        running.start(1, 2)
-        running.wait_controller()
-        yield running
 
 
 def test_only_the_coordinator_answers(cluster: sparklog.Cluster, two_brokers: BrokerAgents) -> None:

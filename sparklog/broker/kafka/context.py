@@ -13,12 +13,13 @@ import functools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.index import load_response_schema
 from kio.static.primitive import i32Timedelta
 
+from sparklog.broker.metrics import BrokerMetrics
 from sparklog.errors import NotLeaderError
 from sparklog.metadata.zkdata import PartitionState
 from sparklog.runtime.replica_manager import METADATA_MAX_AGE_MS
@@ -86,7 +87,8 @@ class ApiRequest:
 @dataclass(frozen=True)
 class BrokerContext:
     """The broker a listener belongs to: its id, replica manager, the listener's name, and the
-    broker's leader-side components (None on a listener that only answers metadata)."""
+    broker's leader-side components (None on a listener that only answers metadata), and its
+    metrics (the agent's; a context built without them records into its own, unserved)."""
 
     replicas: ReplicaManager
     listener_name: str
@@ -97,6 +99,7 @@ class BrokerContext:
     cluster_id: str | None = None
     groups: BrokerGroups | None = None
     transactions: TransactionCoordinator | None = None
+    metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
 
 
 @dataclass(frozen=True)

@@ -132,8 +132,10 @@ class DelayedFetch:
         topics = []
         for topic in request.body.topics:
             partitions = []
+            sent_bytes = 0
             for wanted in topic.partitions:
                 read = reads[(topic.topic, int(wanted.partition))]
+                sent_bytes += len(read.records)
                 partitions.append(
                     build(
                         module.PartitionData,
@@ -148,6 +150,8 @@ class DelayedFetch:
                     )
                 )
             topics.append(build(module.FetchableTopicResponse, topic=topic.topic, partitions=tuple(partitions)))
+            if sent_bytes:
+                self.broker.metrics.bytes_out(topic.topic, sent_bytes)  # Kafka's BytesOutPerSec
         return build(
             module.FetchResponse,
             throttle_time=NO_THROTTLE,

@@ -27,6 +27,7 @@ import logging
 import socket
 import struct
 import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -130,12 +131,27 @@ class KafkaListener:
 class _Slot:
     """One request of a connection, from its frame to its response (what the handlers get)."""
 
-    __slots__ = ("answered", "connection", "frame", "is_started", "payload", "peer", "pipelined", "submitted")
+    __slots__ = (
+        "answered",
+        "connection",
+        "cpu_s",
+        "frame",
+        "is_started",
+        "payload",
+        "peer",
+        "pipelined",
+        "queue_s",
+        "received_s",
+        "submitted",
+    )
 
     def __init__(self, connection: _KafkaConnection, payload: bytes) -> None:
         self.connection = connection
         self.peer = connection.peer
         self.payload = payload
+        self.received_s = time.monotonic()
+        self.queue_s = 0.0
+        self.cpu_s = 0.0
         self.submitted = False
         self.is_started = False
         self.pipelined = False

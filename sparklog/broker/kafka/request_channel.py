@@ -11,6 +11,11 @@ response frame to the connection. What waits does not hold a handler:
 * a :class:`~sparklog.broker.kafka.context.Deferred` (a JoinGroup waiting for the group's
   other members) blocks a thread of a separate, growing pool.
 
+Each answered request is reported to the broker's metrics
+(:meth:`~sparklog.broker.metrics.BrokerMetrics.request_done`): its total time (frame read
+to response handed to the network thread), its queue time (frame read to a handler taking
+it up: Kafka's RequestQueueTime) and the handler CPU time it took (parse, handle, encode).
+
 Invariants: every request handed in gets exactly one :meth:`Request.respond` call (with
 a frame, or None when Kafka answers nothing), or :meth:`Request.fail` when it cannot be
 answered; one connection's requests start in their order because the network thread hands
@@ -33,6 +38,7 @@ from typing import Any, Protocol
 
 from sparklog.broker.kafka.apis import ProtocolError, StartedRequest, start_request
 from sparklog.broker.kafka.context import BrokerContext, DelayedResponse
+from sparklog.broker.metrics import BrokerMetrics
 
 __all__ = ["Request", "RequestChannel"]
 
@@ -47,6 +53,9 @@ class Request(Protocol):
 
     peer: str
     payload: bytes
+    received_s: float  # monotonic, when the network thread read its frame
+    queue_s: float  # from then until a handler took it up (Kafka's RequestQueueTime)
+    cpu_s: float  # handler CPU time spent on it so far (parse, handle, encode)
 
     def started(self, pipelined: bool) -> None:
         """The request was started; ``pipelined``: the connection's next request may be
@@ -83,7 +92,8 @@ class RequestChannel:
     """Handler threads serving the requests of one broker's listeners (``context`` per
     listener: requests carry theirs)."""
 
-    def __init__(self, io_threads: int, name: str = "kafka") -> None:
+    def __init__(self, io_threads: int, metrics: BrokerMetrics | None = None, name: str = "kafka") -> None:
+        self._metrics = metrics
         self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._serve, name=f"{name}-request-handler-{i}", daemon=True)
@@ -131,6 +141,8 @@ class RequestChannel:
 
     def _start(self, request: Request, context: BrokerContext) -> bool:
         """Start one request; whether the next may start before it is answered."""
+        cpu_s = time.thread_time()
+        self._queued(request)
         try:
             started = start_request(request.payload, context, request.peer)
         except ProtocolError as exc:
@@ -141,12 +153,13 @@ class RequestChannel:
             request.fail(f"{type(exc).__name__}: {exc}")
             return False
         request.started(started.pipelined)
+        request.cpu_s += time.thread_time() - cpu_s
         if started.delayed is not None:
             self._try(_Waiting(request, started, started.delayed))
         elif started.deferred is not None:
             self._blocking.submit(self._finish_blocking, request, started)
         else:
-            _send(request, started, started.response)
+            self._send(request, started, started.response)
         return started.pipelined
 
     def _try(self, waiting: _Waiting, expired: bool = False) -> None:
@@ -174,12 +187,13 @@ class RequestChannel:
         if failure is not None:
             waiting.connection.fail(failure)
         else:
-            _send(waiting.connection, waiting.started, response)
+            self._send(waiting.connection, waiting.started, response)
 
     def _attempt(self, waiting: _Waiting, expired: bool) -> tuple[Any, str | None]:
         """``(response, None)``, ``(None, why the connection fails)``, or ``(None, None)``
         after arranging the next try."""
         delayed = waiting.delayed
+        cpu_s = time.thread_time()
         try:
             expired = expired or time.monotonic() >= delayed.deadline_s
             response = delayed.expire() if expired else delayed.try_complete()
@@ -197,13 +211,14 @@ class RequestChannel:
         except Exception as exc:
             log.exception("closing the connection from %s after a failed request", waiting.connection.peer)
             return None, f"{type(exc).__name__}: {exc}"
+        finally:
+            waiting.connection.cpu_s += time.thread_time() - cpu_s
 
     def _recheck(self, waiting: _Waiting) -> None:
         waiting.recheck_armed = False
         self._try(waiting)
 
-    @staticmethod
-    def _finish_blocking(connection: Request, started: StartedRequest) -> None:
+    def _finish_blocking(self, connection: Request, started: StartedRequest) -> None:
         assert started.deferred is not None
         try:
             response = started.deferred.finish()
@@ -211,17 +226,27 @@ class RequestChannel:
             log.exception("closing the connection from %s after a failed request", connection.peer)
             connection.fail(f"{type(exc).__name__}: {exc}")
             return
-        _send(connection, started, response)
+        self._send(connection, started, response)
 
+    def _send(self, request: Request, started: StartedRequest, response: Any) -> None:
+        cpu_s = time.thread_time()
+        try:
+            frame = started.frame(response)
+        except Exception as exc:
+            log.exception("closing the connection from %s: its response could not be encoded", request.peer)
+            request.fail(f"{type(exc).__name__}: {exc}")
+            return
+        request.cpu_s += time.thread_time() - cpu_s
+        request.respond(frame)
+        if self._metrics is not None:
+            self._metrics.request_done(
+                started.api_key, request.queue_s, time.monotonic() - request.received_s, request.cpu_s
+            )
 
-def _send(connection: Request, started: StartedRequest, response: Any) -> None:
-    try:
-        frame = started.frame(response)
-    except Exception as exc:
-        log.exception("closing the connection from %s: its response could not be encoded", connection.peer)
-        connection.fail(f"{type(exc).__name__}: {exc}")
-        return
-    connection.respond(frame)
+    @staticmethod
+    def _queued(request: Request) -> None:
+        """Kafka's RequestQueueTime: from the frame read to a handler taking it up."""
+        request.queue_s = time.monotonic() - request.received_s
 
 
 class _Timers:
