@@ -401,7 +401,7 @@ def produce_from_a_process(bootstrap: str, process_no: int, started: Any, job_do
             started.release()
         if job_done.is_set():
             after += 1
-        time.sleep(0.05)
+        time.sleep(0.2)
     for name, producer in producers:
         assert producer.flush(60) == 0, f"{name} left messages undelivered"
     results.put({name: (i, acked, failed) for name, (acked, failed) in log.items()})
@@ -432,7 +432,9 @@ def test_sixty_four_producers_and_a_spark_job_write_one_topic(
             F.concat(F.lit("k"), (F.col("id") % 17).cast("string")).cast("binary").alias("key"),
             F.concat(F.lit("spark-"), F.col("id").cast("string")).cast("binary").alias("value"),
         )
+        job_started = time.monotonic()
         spark_ranges = produce(df, TOPIC, **cluster_options).ranges
+        job_s = time.monotonic() - job_started
         job_done.set()
         logs: dict[str, tuple[int, dict[bytes, tuple[int, int]], dict[bytes, str]]] = {}
         for _ in processes:
@@ -444,5 +446,6 @@ def test_sixty_four_producers_and_a_spark_job_write_one_topic(
             if process.is_alive():
                 process.kill()
     assert len(logs) == PRODUCER_PROCESSES * PRODUCERS_PER_PROCESS
+    print(f"\nSpark job of {SPARK_ROWS} rows took {job_s:.2f} s beside {len(logs)} producers")
     writers = [Acks(name, sent, acked, failed) for name, (sent, acked, failed) in sorted(logs.items())]
     check_every_acknowledged_record_stored_once(cluster, writers, spark_ranges)
