@@ -63,10 +63,10 @@ class StateView:
             # Taken: a commit that touched one of our app ids invalidates what we read.
             clash = touched_app_ids(self.root, version) & ours
             if clash:
-                self.owner.known_version = version
+                self.owner.saw(version)
                 raise CommitConflict(f"commit {version} of {self.root} touched {sorted(clash)} first")
             version += 1
-        self.owner.known_version = version
+        self.owner.saw(version)
 
 
 class LeaderLog:
@@ -76,6 +76,7 @@ class LeaderLog:
         self.table = table
         self.root = local_root(table.root)
         self.known_version: int | None = None
+        self._known_stamp: tuple[int, int] | None = None  # TopicTable.commit_stamp of known_version
         self._table_id: str | None = None
 
     def view(self) -> LogView | None:
@@ -86,7 +87,11 @@ class LeaderLog:
         """:meth:`view` with its version and whole app-transaction map exposed."""
         if self.root is None:
             return None
-        newest = None if self.known_version is None else self.table.newest_version(self.known_version)
+        newest = None
+        if self.known_version is not None:
+            stamp = self._known_stamp
+            if stamp is None or self.table.commit_stamp(self.known_version) == stamp:
+                newest = self.table.newest_version(self.known_version)
         if newest is None or self._table_id is None:
             dt = self.table.snapshot()
             newest, self._table_id = dt.version(), str(dt.metadata().id)
@@ -94,5 +99,11 @@ class LeaderLog:
         if state is None:
             self.known_version = None
             return None
-        self.known_version = newest
+        self.saw(newest)
         return StateView(self, self.root, newest, state)
+
+    def saw(self, version: int) -> None:
+        """``version`` is the newest commit known (which file it is, too: a table re-created
+        up to the same version is told apart)."""
+        self.known_version = version
+        self._known_stamp = self.table.commit_stamp(version)

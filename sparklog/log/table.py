@@ -178,14 +178,20 @@ class TopicTable:
 
     # -- snapshots -----------------------------------------------------------------------
     def snapshot(self, version: int | None = None) -> DeltaTable:
-        """The latest (or a given) committed version of the table, for this thread."""
+        """The latest (or a given) committed version of the table, for this thread.
+
+        A thread's cached snapshot is refreshed when a newer commit exists, and thrown away
+        when the commit file it was read at is no longer the same file (log cleanup, or the
+        topic deleted and created again: a re-created table can reach the same versions)."""
         try:
             if version is not None:
                 return DeltaTable(self.root, version=version)
             dt: DeltaTable | None = getattr(self._local, "dt", None)
+            stamp = getattr(self._local, "stamp", None)
+            if dt is not None and stamp is not None and self.newest_version(dt.version(), stamp) is None:
+                dt = None  # its commit file is gone or replaced: start over
             if dt is None:
-                dt = DeltaTable(self.root)
-                self._local.dt = dt
+                dt = self._local.dt = DeltaTable(self.root)
             elif not self._is_current(dt.version()):
                 try:
                     dt.update_incremental()
@@ -193,6 +199,7 @@ class TopicTable:
                     # Log cleanup deleted commit files this snapshot had not read yet: start
                     # over from the newest checkpoint.
                     dt = self._local.dt = DeltaTable(self.root)
+            self._local.stamp = self.commit_stamp(dt.version())
             return dt
         except TableNotFoundError as exc:
             raise StorageError(
@@ -206,13 +213,27 @@ class TopicTable:
         """Whether ``version`` is the newest commit (see :meth:`newest_version`)."""
         return self.newest_version(version) == version
 
-    def newest_version(self, known: int) -> int | None:
+    def commit_stamp(self, version: int) -> tuple[int, int] | None:
+        """Which file commit ``version`` is (inode, modification time in ns; None: there is
+        none, or the table is not on a local disk): a table re-created up to the same version
+        has other files."""
+        try:
+            stat = os.stat(os.path.join(self.root, "_delta_log", f"{version:020d}.json"))
+        except OSError:
+            return None
+        return stat.st_ino, stat.st_mtime_ns
+
+    def newest_version(self, known: int, stamp: tuple[int, int] | None = None) -> int | None:
         """The newest commit version, probing commit files forward from ``known`` instead of
         delta-rs's listing of the whole ``_delta_log`` (two stats when nothing is new):
         commits are numbered without gaps, and log cleanup deletes the oldest first. None:
-        ``known`` itself is missing (cleaned up, or a re-created table): refresh instead."""
+        ``known`` itself is missing (cleaned up, or a re-created table), or (with ``stamp``,
+        :meth:`commit_stamp`) is another file than the one read: refresh instead."""
         log_dir = os.path.join(self.root, "_delta_log")
-        if not os.path.exists(os.path.join(log_dir, f"{known:020d}.json")):
+        if stamp is not None:
+            if self.commit_stamp(known) != stamp:
+                return None
+        elif not os.path.exists(os.path.join(log_dir, f"{known:020d}.json")):
             return None
         while os.path.exists(os.path.join(log_dir, f"{known + 1:020d}.json")):
             known += 1
