@@ -19,7 +19,7 @@ import pytest
 import sparklog
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
-from tests.wire.conftest import GROUP_PROPERTIES, create_led_topic
+from tests.wire.conftest import GROUP_PROPERTIES, create_led_topic, started_brokers
 from tests.wire.test_consumer_groups import Tracked, consumer, poll_until, produce
 
 TOPIC = "events"
@@ -70,11 +70,9 @@ def test_killed_member_partitions_move_after_its_session_timeout(
 @pytest.fixture
 def three_brokers(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
     properties = {**GROUP_PROPERTIES, "offsets.topic.replication.factor": "3"}
-    with BrokerAgents(
-        zk_connect, sparklog_home, tmp_path / "brokers", replica_lag_time_max_ms=3_000, properties=properties
+    with started_brokers(
+        zk_connect, sparklog_home, tmp_path, (1, 2, 3), replica_lag_time_max_ms=3_000, properties=properties
     ) as agents:
-        agents.start(1, 2, 3)
-        agents.wait_controller()
         yield agents
 
 

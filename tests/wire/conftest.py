@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,30 +23,35 @@ GROUP_PROPERTIES = {
 }
 
 
+@contextlib.contextmanager
+def started_brokers(
+    zk_connect: str, home: Path, tmp_path: Path, broker_ids: tuple[int, ...], **options: Any
+) -> Iterator[BrokerAgents]:
+    """Broker agents ``broker_ids`` started (``options``: :class:`BrokerAgents`'), with a controller."""
+    with BrokerAgents(zk_connect, home, tmp_path / "brokers", **options) as agents:
+        agents.start(*broker_ids)
+        agents.wait_controller()
+        yield agents
+
+
 @pytest.fixture
 def one_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
     """One real broker agent (id 1) with its Kafka listener."""
-    with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers") as running:
-        running.start(1)
-        running.wait_controller()
-        yield running
+    with started_brokers(zk_connect, sparklog_home, tmp_path, (1,)) as agents:
+        yield agents
 
 
 @pytest.fixture
 def two_brokers(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
     """Two real broker agents (ids 1 and 2)."""
-    with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers") as running:
-        running.start(1, 2)
-        running.wait_controller()
-        yield running
+    with started_brokers(zk_connect, sparklog_home, tmp_path, (1, 2)) as agents:
+        yield agents
 
 
 @pytest.fixture
 def group_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
     """One broker agent (id 1) set up for consumer-group tests (:data:`GROUP_PROPERTIES`)."""
-    with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers", properties=GROUP_PROPERTIES) as agents:
-        agents.start(1)
-        agents.wait_controller()
+    with started_brokers(zk_connect, sparklog_home, tmp_path, (1,), properties=GROUP_PROPERTIES) as agents:
         yield agents
 
 

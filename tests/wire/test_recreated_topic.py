@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 import sparklog
 from sparklog.testing.brokers import BrokerAgents
 from tests.helpers import wait_until
-from tests.wire.conftest import create_led_topic
+from tests.wire.conftest import create_led_topic, started_brokers
 
 TOPIC = "reborn"
 RECORDS = 20
@@ -56,9 +56,7 @@ def read_all(agents: BrokerAgents) -> list[str]:
 def single_handler_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
     """One broker with one request handler thread: every fetch runs on the thread that
     cached the earlier topic's snapshot."""
-    with BrokerAgents(zk_connect, sparklog_home, tmp_path / "brokers", properties={"num.io.threads": "1"}) as agents:
-        agents.start(1)
-        agents.wait_controller()
+    with started_brokers(zk_connect, sparklog_home, tmp_path, (1,), properties={"num.io.threads": "1"}) as agents:
         yield agents
 
 
