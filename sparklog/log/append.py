@@ -257,6 +257,14 @@ def append(
         except CommitConflict:
             _discard(table, segments)
             continue
+        except OSError as exc:
+            # The table's directory went away under the append (the topic was deleted) or
+            # the disk failed: a StorageError naming where, not a bare OS error.
+            _discard(table, segments)
+            raise StorageError(
+                f"Cannot append to {table.topic} partitions {sorted(pending)} at {table.root}: {exc}; "
+                "was the topic deleted?"
+            ) from exc
         except BaseException:
             _discard(table, segments)
             raise
