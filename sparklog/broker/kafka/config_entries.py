@@ -128,6 +128,7 @@ _BROKER_TYPES = {
     "offsets.topic.num.partitions": _INT,
     "replica.hard.links.enable": _BOOLEAN,
     "socket.request.max.bytes": _INT,
+    "num.io.threads": _INT,
     "metrics.port": _INT,
     "num.partitions": _INT,
     "default.replication.factor": _SHORT,
