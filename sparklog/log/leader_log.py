@@ -89,9 +89,7 @@ class LeaderLog:
             return None
         newest = None
         if self.known_version is not None:
-            stamp = self._known_stamp
-            if stamp is None or self.table.commit_stamp(self.known_version) == stamp:
-                newest = self.table.newest_version(self.known_version)
+            newest = self.table.newest_version(self.known_version, self._known_stamp)
         if newest is None or self._table_id is None:
             dt = self.table.snapshot()
             newest, self._table_id = dt.version(), str(dt.metadata().id)

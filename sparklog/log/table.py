@@ -188,11 +188,11 @@ class TopicTable:
                 return DeltaTable(self.root, version=version)
             dt: DeltaTable | None = getattr(self._local, "dt", None)
             stamp = getattr(self._local, "stamp", None)
-            if dt is not None and stamp is not None and self.newest_version(dt.version(), stamp) is None:
-                dt = None  # its commit file is gone or replaced: start over
-            if dt is None:
+            newest = None if dt is None else self.newest_version(dt.version(), stamp)
+            if dt is None or (newest is None and stamp is not None):
+                # None cached, or the commit file it was read at is gone or replaced: start over.
                 dt = self._local.dt = DeltaTable(self.root)
-            elif not self._is_current(dt.version()):
+            elif newest != dt.version():
                 try:
                     dt.update_incremental()
                 except (DeltaError, OSError):
@@ -208,10 +208,6 @@ class TopicTable:
             ) from exc
         except (DeltaError, OSError) as exc:
             raise StorageError(f"Cannot read the table of topic {self.topic} at {self.root}: {exc}") from exc
-
-    def _is_current(self, version: int) -> bool:
-        """Whether ``version`` is the newest commit (see :meth:`newest_version`)."""
-        return self.newest_version(version) == version
 
     def commit_stamp(self, version: int) -> tuple[int, int] | None:
         """Which file commit ``version`` is (inode, modification time in ns; None: there is

@@ -118,7 +118,7 @@ class DelayedProduce:
             return NO_RESPONSE
         if self._unanswered() is not None:
             return None
-        return self.expire()
+        return self._answer()
 
     def on_progress(self, wake: Callable[[], None]) -> None:
         item = self._unanswered()
@@ -128,6 +128,10 @@ class DelayedProduce:
             item.on_done(wake)
 
     def expire(self) -> Any:
+        return self._answer()
+
+    def _answer(self) -> Any:
+        """The response from every batch's outcome so far (REQUEST_TIMED_OUT where none yet)."""
         for key, items in self._queued.items():
             self._results[key] = _outcome(items, self._timeout_ms)
         if self._acks == "0":
