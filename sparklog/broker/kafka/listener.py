@@ -244,12 +244,14 @@ class _KafkaConnection(asyncio.Protocol):
             slots.append(_Slot(self, bytes(buffer[_SIZE.size : _SIZE.size + size])))
             del buffer[: _SIZE.size + size]
         batch = []
+        waiting = False  # a request read but held back until an earlier one is answered
         for slot in slots:
             if not slot.submitted:
                 slot.submitted = True
                 batch.append(slot)
             elif not (slot.answered or (slot.is_started and slot.pipelined)):
-                break  # the next request waits for this one's answer
+                waiting = True  # the next request waits for this one's answer
+                break
         if batch:
             self.listener._channel.submit(batch, self.listener.cluster)
         if self._eof and not slots:
@@ -260,7 +262,7 @@ class _KafkaConnection(asyncio.Protocol):
                     len(buffer),
                 )
             self.close()
-        elif self._write_paused or len(slots) >= MAX_PIPELINED_REQUESTS:
+        elif self._write_paused or waiting or len(slots) >= MAX_PIPELINED_REQUESTS:
             transport.pause_reading()  # the socket holds the rest: the client batches meanwhile
         else:
             transport.resume_reading()
