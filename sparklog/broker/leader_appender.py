@@ -52,7 +52,7 @@ import pyarrow as pa
 from sparklog.broker.append_watchers import AppendWatchers
 from sparklog.broker.log_tail import LogTails
 from sparklog.broker.metrics import BrokerMetrics
-from sparklog.broker.producer_state import ProducerBatch
+from sparklog.broker.producer_state import Outcome, ProducerBatch
 from sparklog.broker.transactions.partition_txns import PartitionTransactions
 from sparklog.config import Acks
 from sparklog.errors import LeaderNotAvailableError, NotLeaderError
@@ -106,6 +106,8 @@ class PendingAppend:
     on_commit: Callable[[int], None] | None = None
     # A producer's checked batch whose records are read with the round's others.
     batch: RecordBatch | None = None
+    # A retry of an idempotent batch still being appended: answered as that one ends.
+    duplicate_of: Outcome | None = None
     is_done: bool = False
     base_offset: int = -1
     log_append_time_ms: int = -1

@@ -15,9 +15,9 @@ its last five batches (first and last sequence, base offset). A new batch of tha
 
 A batch being appended is *pending*: the same batch arriving meanwhile (a client's retry
 on a new connection while the original request is still being served on the old one) is
-answered REQUEST_TIMED_OUT at once, so the client sends it again later, when it is answered
-as the original's duplicate (or checked afresh if the original failed): a retry racing its
-original is never stored twice, and no request handler waits for another request.
+not appended but answered as the original ends — its offsets, or its error (the client then
+sends it again and it is checked afresh) — so a retry racing its original is never stored
+twice, and no request handler waits for another request.
 
 Durability: every commit of an idempotent batch carries the app transaction
 ``sparklog.producer.kafka-<producer id>.<partition>`` = its last sequence (DESIGN §3), so a
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -63,8 +64,12 @@ class Outcome(Protocol):
     """How a pending batch ends (a :class:`~sparklog.broker.leader_appender.PendingAppend`)."""
 
     error: BaseException | None
+    base_offset: int
+    log_append_time_ms: int
 
     def wait_done(self, timeout_s: float) -> bool: ...
+
+    def on_done(self, callback: Callable[[], None]) -> None: ...
 
 
 @dataclass
@@ -85,11 +90,11 @@ class ProducerStates:
 
     def check(
         self, table: TopicTable, partition: int, leader_epoch: int, batch: ProducerBatch, outcome: Outcome
-    ) -> int | None:
+    ) -> int | Outcome | None:
         """None: append ``batch`` (registered as pending until ``outcome`` ends); an offset:
-        ``batch`` is a duplicate stored at that base offset. Raises the sequence errors of the
-        module doc, and ``TimeoutError`` (REQUEST_TIMED_OUT: the client sends it again) while
-        the same batch is still being appended — a request handler never waits for it."""
+        ``batch`` is a duplicate stored at that base offset; an :class:`Outcome`: the same
+        batch is still being appended (an earlier copy of it) — answer this copy as that one
+        ends, without appending it. Raises the sequence errors of the module doc."""
         with self._lock:
             producer = self._producer(table, partition, leader_epoch, batch.producer_id)
             key = (batch.first_sequence, batch.last_sequence)
@@ -99,10 +104,7 @@ class ProducerStates:
                 del producer.pending[key]  # it failed: this copy is checked afresh
                 original = None
             if original is not None:
-                raise TimeoutError(
-                    f"producer {batch.producer_id}'s batch {key} to {table.topic}-{partition} is still being "
-                    "appended (an earlier copy of it); send it again"
-                )
+                return original
             verdict = self._check(table, partition, batch, producer)
             if verdict is None and producer is not None:
                 producer.pending[key] = outcome

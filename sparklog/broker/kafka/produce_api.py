@@ -81,7 +81,8 @@ def start_produce(request: ApiRequest, broker: BrokerContext) -> DelayedProduce:
     appender = broker.appender
     for (topic, _p), items in queued.items():
         assert appender is not None
-        appender.append(topic, [i for i in items if not i.is_done])  # duplicates are answered
+        # Duplicates are answered from the producer state, not appended.
+        appender.append(topic, [i for i in items if not i.is_done and i.duplicate_of is None])
     return DelayedProduce(request, acks, timeout_ms, results, queued)
 
 
@@ -111,7 +112,7 @@ class DelayedProduce:
         # Without idempotent batches the connection's next requests may share the commit
         # round; an idempotent batch's successor waits for its outcome (a failed batch
         # followed by an appended one would leave a sequence gap).
-        self.pipelined = not any(i.producer is not None for items in queued.values() for i in items)
+        self.pipelined = not any(i.batch is not None and i.batch.idempotent for items in queued.values() for i in items)
 
     def try_complete(self) -> Any | None:
         if self._acks == "0":
@@ -230,8 +231,12 @@ def _check_sequence(
     sequenced = ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.count)
     table = broker.replicas.replica_table(topic, broker.broker_id)
     original = states.check(table, partition, leader_epoch, sequenced, item)
-    if original is not None:
+    if isinstance(original, int):
         item.finish(original)
+        return
+    if original is not None:  # the same batch is being appended: answer as it ends
+        item.duplicate_of = copied = original
+        copied.on_done(lambda: item.finish(copied.base_offset, copied.log_append_time_ms, copied.error))
         return
     item.producer = sequenced
 
