@@ -50,6 +50,7 @@ __all__ = [
     "ProducerSequenceError",
     "RebalanceInProgressError",
     "RecordTooLargeError",
+    "RetriableError",
     "RetriesExhaustedError",
     "SchemaMismatchError",
     "SparklogError",
@@ -68,6 +69,14 @@ __all__ = [
 
 class SparklogError(Exception):
     """Root of every error sparklog raises."""
+
+
+class RetriableError(SparklogError):
+    """The one retriable marker (Kafka's ``RetriableException``): the condition is passing —
+    leadership moving, replicas catching up, a coordinator or ZooKeeper briefly away, a
+    transaction being completed — and the same request may succeed when sent again after a
+    backoff and a metadata refresh. Retry loops catch this class, never a list of their own;
+    every one of these maps to a retriable Kafka error code on the wire."""
 
 
 class PolicyError(SparklogError, ValueError):
@@ -132,7 +141,7 @@ class SchemaMismatchError(SparklogError, ValueError):
     """Input columns or types do not match what a topic accepts."""
 
 
-class FencedError(SparklogError):
+class FencedError(RetriableError):
     """A writer's lease or epoch is stale: a newer writer owns the partition."""
 
 
@@ -158,11 +167,11 @@ class InvalidProducerEpochError(ProducerSequenceError):
     of the producer took over (Kafka's INVALID_PRODUCER_EPOCH)."""
 
 
-class LeaderNotAvailableError(SparklogError):
+class LeaderNotAvailableError(RetriableError):
     """The partition has no leader right now (no live in-sync replica): retry later."""
 
 
-class NotEnoughReplicasError(SparklogError):
+class NotEnoughReplicasError(RetriableError):
     """``acks=all`` with fewer in-sync replicas than ``min.insync.replicas``: nothing was appended."""
 
 
@@ -171,12 +180,12 @@ class NotEnoughReplicasAfterAppendError(NotEnoughReplicasError):
     in-sync replica had it: it is not acknowledged (a retry is deduplicated)."""
 
 
-class BrokerNotAvailableError(SparklogError):
+class BrokerNotAvailableError(RetriableError):
     """A broker agent could not be started or is not running (e.g. the embedded broker's
     listener port is taken by another process); the message names the port and the log."""
 
 
-class LeaseTimeoutError(SparklogError):
+class LeaseTimeoutError(RetriableError):
     """A partition's write lease could not be acquired in time (``partition``: which)."""
 
     def __init__(self, message: str, partition: int = -1) -> None:
@@ -188,7 +197,7 @@ class CoordinationError(SparklogError):
     """ZooKeeper coordination failed (unexpected znode state, lost session)."""
 
 
-class ZooKeeperUnavailableError(CoordinationError):
+class ZooKeeperUnavailableError(CoordinationError, RetriableError):
     """ZooKeeper cannot be reached (a lost connection, e.g. while its ensemble elects a new
     leader, or a lost session) or the embedded server cannot start. Clients retry it within
     their timeouts (``delivery.timeout.ms``, ``session.timeout.ms``)."""
@@ -243,12 +252,12 @@ class OffsetCommitError(GroupError, ValueError):
     """An offset commit is malformed (a negative offset)."""
 
 
-class NotCoordinatorError(GroupError):
+class NotCoordinatorError(GroupError, RetriableError):
     """This broker does not coordinate the group or transactional id (Kafka: NOT_COORDINATOR);
     find the coordinator again."""
 
 
-class CoordinatorNotAvailableError(GroupError):
+class CoordinatorNotAvailableError(GroupError, RetriableError):
     """The coordinator is not ready (no leader for its offsets partition yet, or loading);
     retry (Kafka: COORDINATOR_NOT_AVAILABLE)."""
 
@@ -295,7 +304,7 @@ class InvalidTxnStateError(TransactionError):
     transactional batch for a partition not in the transaction; Kafka: INVALID_TXN_STATE)."""
 
 
-class ConcurrentTransactionsError(TransactionError):
+class ConcurrentTransactionsError(TransactionError, RetriableError):
     """The previous transaction of this id is still being completed, or another request
     changed its state meanwhile; retry (Kafka: CONCURRENT_TRANSACTIONS, retriable)."""
 
@@ -315,6 +324,6 @@ class TransactionCoordinatorFencedError(TransactionError):
     TRANSACTION_COORDINATOR_FENCED)."""
 
 
-class UnstableOffsetCommitError(GroupError):
+class UnstableOffsetCommitError(GroupError, RetriableError):
     """A transaction holds offsets of this group that are not committed or aborted yet
     (Kafka: UNSTABLE_OFFSET_COMMIT, answered to OffsetFetch with require_stable)."""

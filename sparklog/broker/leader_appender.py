@@ -55,7 +55,7 @@ from sparklog.broker.metrics import BrokerMetrics
 from sparklog.broker.producer_state import Outcome, ProducerBatch
 from sparklog.broker.transactions.partition_txns import PartitionTransactions
 from sparklog.config import Acks
-from sparklog.errors import LeaderNotAvailableError, NotLeaderError
+from sparklog.errors import LeaderNotAvailableError, NotLeaderError, RetriableError
 from sparklog.log.append import KafkaProducerBatches
 from sparklog.log.leader_log import LeaderLog
 from sparklog.log.table import TopicTable
@@ -64,7 +64,6 @@ from sparklog.log.txn_log import ControlRecord
 from sparklog.metadata.lease import WriterLease
 from sparklog.model.kafka_batches import RecordBatch, decode_records
 from sparklog.runtime.produce_request import (
-    RETRIABLE,
     RequestSettings,
     append_to_leader,
     await_in_sync_replicas,
@@ -240,7 +239,7 @@ class LeaderAppender:
                     # Kafka's BytesInPerSec / MessagesInPerSec: what producers got appended.
                     self.metrics.bytes_in(topic, appended.wire_bytes, appended.produced)
                 return
-            except RETRIABLE as exc:
+            except RetriableError as exc:
                 if time.monotonic() + _RETRY_BACKOFF_S > deadline:
                     self._fail(items, exc)
                     return

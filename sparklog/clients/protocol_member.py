@@ -62,9 +62,8 @@ log = logging.getLogger("sparklog.clients.protocol_member")
 REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms default
 RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms default
 METADATA_CHECK_S = 1.0  # how often subscriptions and partition counts are looked at again
-_RETRIABLE = (errors.BrokerNotAvailableError, errors.NotCoordinatorError, errors.CoordinatorNotAvailableError)
 # The background thread also waits out ZooKeeper (subscriptions and partition counts come from it).
-_RETRIABLE_IN_THREAD = (*_RETRIABLE, errors.CoordinationError)
+_RETRIABLE_IN_THREAD = (errors.RetriableError, errors.CoordinationError)
 
 
 class ProtocolMember:
@@ -264,7 +263,7 @@ class ProtocolMember:
                 if not retry:
                     return response
                 raise_for(retry[0], f"{api} of {self!r} at {conn!r}")
-            except _RETRIABLE as exc:
+            except errors.RetriableError as exc:
                 self._forget_coordinator()
                 if (attempts is not None and tries >= attempts) or time.monotonic() + RETRY_BACKOFF_S > deadline:
                     raise

@@ -42,12 +42,12 @@ import pyarrow as pa
 from sparklog.config import Acks
 from sparklog.errors import (
     FencedError,
-    LeaderNotAvailableError,
     LeaseTimeoutError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderError,
     RecordTooLargeError,
+    RetriableError,
     ZooKeeperUnavailableError,
 )
 from sparklog.log.append import AppendResult, KafkaProducerBatches, LogView, append
@@ -73,7 +73,6 @@ log = logging.getLogger("sparklog.runtime.produce_request")
 
 _RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
 _ISR_POLL_S = 0.002
-RETRIABLE = (FencedError, LeaderNotAvailableError, NotEnoughReplicasError, ZooKeeperUnavailableError)
 _RELEASE_ATTEMPTS = 3  # kazoo holds a request back until it reconnects: one retry usually does
 
 
@@ -164,7 +163,7 @@ def produce_request(
                 for p in partitions:
                     del remaining[p]
             return AppendResult(offsets, append_ms if topic_settings.log_append_time else -1, duplicate)
-        except RETRIABLE:
+        except RetriableError:
             if time.monotonic() + _RETRY_BACKOFF_S > deadline:
                 raise
             attempt += 1

@@ -18,7 +18,7 @@ from sparklog import errors
 from sparklog.broker.kafka.records import CorruptBatchError, TransactionalBatchError, UnsupportedMagicError
 from sparklog.errors import SparklogError
 
-__all__ = ["InvalidRequestError", "PolicyViolationError", "error_code"]
+__all__ = ["CODES", "InvalidRequestError", "PolicyViolationError", "error_code"]
 
 
 class InvalidRequestError(SparklogError):
@@ -31,7 +31,7 @@ class PolicyViolationError(SparklogError):
 
 log = logging.getLogger(__name__)
 
-_CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
+CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (InvalidRequestError, ErrorCode.invalid_request),
     (PolicyViolationError, ErrorCode.policy_violation),
     (CorruptBatchError, ErrorCode.corrupt_message),
@@ -81,7 +81,7 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
 
 
 def error_code(exc: BaseException) -> ErrorCode:
-    for kind, code in _CODES:
+    for kind, code in CODES:
         if isinstance(exc, kind):
             return code
     # Not an expected condition: keep the traceback for the operator.
