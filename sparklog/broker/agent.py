@@ -35,6 +35,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
+from sparklog.broker.append_watchers import AppendWatchers
 from sparklog.broker.controller.controller import Controller, ControllerSettings
 from sparklog.broker.groups.coordinator import BrokerGroups
 from sparklog.broker.kafka.context import BrokerContext
@@ -47,10 +48,12 @@ from sparklog.broker.producer_state import ProducerStates
 from sparklog.broker.transactions.coordinator import TransactionCoordinator
 from sparklog.broker.transactions.markers import MarkerWriter
 from sparklog.config import ClusterConfig, Endpoint
-from sparklog.errors import ConfigError
+from sparklog.errors import ConfigError, SparklogError
 from sparklog.log.segment import fsync_path
 from sparklog.metadata.broker_registration import BrokerRegistration
 from sparklog.metadata.controller_election import ControllerElection
+from sparklog.metadata.foreign_writes import ForeignWrites
+from sparklog.metadata.lease import broker_lease_owner
 from sparklog.metadata.producer_ids import ProducerIdBlocks
 from sparklog.metadata.zkdata import BrokerRecord
 from sparklog.runtime.replica_fetcher import ReplicaFetcher
@@ -101,7 +104,13 @@ class BrokerAgent:
         self.replicas = ReplicaManager.connect(config)
         self.metrics = BrokerMetrics(lambda: replica_gauges(self.replicas, self.broker_id))
         self.controller = Controller(self.replicas, self.broker_id, self.settings.controller)
-        self.appender = LeaderAppender(self.replicas, self.broker_id, config.writer_lease_ms, self.metrics)
+        self.appender = LeaderAppender(
+            self.replicas,
+            self.broker_id,
+            config.writer_lease_ms,
+            self.metrics,
+            watchers=_watchers_of_every_writer(self.replicas, self.broker_id),
+        )
         self.producer_states = ProducerStates()
         self.producer_ids = ProducerIdBlocks(self.replicas.zk)
         self.groups = BrokerGroups(self.replicas, self.broker_id, config)
@@ -333,3 +342,20 @@ def _try(fn: object, *args: object) -> BaseException | None:
         return None
     except BaseException as exc:  # noqa: BLE001 - reported by the caller
         return exc
+
+
+def _watchers_of_every_writer(replicas: ReplicaManager, broker_id: int) -> AppendWatchers:
+    """The broker's append watchers, told of its own appends by its appender and of every
+    other writer's through the partitions' write leases (DESIGN §15)."""
+    foreign = ForeignWrites(replicas.zk, broker_lease_owner(broker_id))
+
+    def follow(topic: str, partition: int) -> bool:
+        try:
+            foreign.follow(topic, partition, lambda: watchers.appended(topic, [partition]))
+        except SparklogError as exc:  # ZooKeeper away: fetches wait out max.wait meanwhile
+            log.info("not following other writers of %s-%d yet: %s", topic, partition, exc)
+            return False
+        return True
+
+    watchers = AppendWatchers(follow)
+    return watchers

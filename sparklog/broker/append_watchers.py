@@ -8,7 +8,11 @@ little, it watches them from those versions. Invariants:
   read and its watch is never missed;
 * an append wakes every watch of its partitions, each exactly once, and drops them;
 * a cancelled watch (its fetch answered by deadline) holds nothing, so idle partitions do
-  not collect the watches of consumers polling them.
+  not collect the watches of consumers polling them;
+* with ``follow`` (the broker's :class:`~sparklog.metadata.foreign_writes.ForeignWrites`),
+  a partition's appends by other writers are followed from before its first
+  :meth:`AppendWatchers.versions` returns, so a fetch that notes versions, reads and then
+  watches misses no append by anyone.
 """
 
 from __future__ import annotations
@@ -33,12 +37,22 @@ class AppendWatchers:
     """Append versions and watches of a broker's led partitions. Thread-safe; ``wake``
     callbacks run on the appending thread, so they only hand work on."""
 
-    def __init__(self) -> None:
+    def __init__(self, follow: Callable[[str, int], bool] | None = None) -> None:
+        """``follow(topic, partition)``: start announcing other writers' appends to the
+        partition through :meth:`appended`; False when it could not (tried again later)."""
         self._lock = threading.Lock()
         self._versions: dict[PartitionKey, int] = {}
         self._watches: dict[PartitionKey, set[_Watch]] = {}
+        self._follow = follow
+        self._followed: set[PartitionKey] = set()
 
-    def versions(self, keys: Iterable[PartitionKey]) -> tuple[int, ...]:
+    def versions(self, keys: Sequence[PartitionKey]) -> tuple[int, ...]:
+        if self._follow is not None:
+            with self._lock:
+                new = [k for k in keys if k not in self._followed]
+            followed = [k for k in new if self._follow(*k)]
+            with self._lock:
+                self._followed.update(followed)
         with self._lock:
             return tuple(self._versions.get(k, 0) for k in keys)
 

@@ -61,7 +61,7 @@ from sparklog.log.leader_log import LeaderLog
 from sparklog.log.table import TopicTable
 from sparklog.log.transactions import kafka_producer_id, producer_app_id
 from sparklog.log.txn_log import ControlRecord
-from sparklog.metadata.lease import WriterLease
+from sparklog.metadata.lease import WriterLease, broker_lease_owner
 from sparklog.model.kafka_batches import RecordBatch, decode_records
 from sparklog.runtime.produce_request import (
     RequestSettings,
@@ -162,12 +162,19 @@ class LeaderAppender:
     ``watchers`` wakes the Fetch long polls of a round's partitions once the round is
     answered (data appended or not: a waiting fetch re-reads and answers errors too)."""
 
-    def __init__(self, replicas: ReplicaManager, broker_id: int, writer_lease_ms: int, metrics: BrokerMetrics) -> None:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        broker_id: int,
+        writer_lease_ms: int,
+        metrics: BrokerMetrics,
+        watchers: AppendWatchers | None = None,
+    ) -> None:
         self.replicas = replicas
         self.broker_id = broker_id
         self.writer_lease_ms = writer_lease_ms
         self.metrics = metrics
-        self.watchers = AppendWatchers()
+        self.watchers = watchers if watchers is not None else AppendWatchers()
         self._lock = threading.Condition()
         self._queues: dict[str, list[PendingAppend]] = {}
         self._threads: dict[str, threading.Thread] = {}
@@ -369,7 +376,7 @@ class LeaderAppender:
             key = (topic, partition)
             if key not in self._leases:
                 self._leases[key] = WriterLease(
-                    self.replicas.zk, topic, partition, f"broker-{self.broker_id}", self.writer_lease_ms
+                    self.replicas.zk, topic, partition, broker_lease_owner(self.broker_id), self.writer_lease_ms
                 )
             return self._leases[key]
 

@@ -90,6 +90,13 @@ class LogTails:
             while tail.size_bytes > self.max_bytes and len(tail.batches) > 1:
                 tail.size_bytes -= len(tail.batches.popleft().data)
 
+    def log_end(self, topic: str, partition: int, leader_epoch: int) -> int:
+        """The end of what this leader appended to ``partition`` in ``leader_epoch``, -1
+        when the tail does not know it."""
+        with self._lock:
+            tail = self._tails.get((topic, partition))
+            return tail.end if tail is not None and tail.leader_epoch == leader_epoch else -1
+
     def drop(self, topic: str, partition: int) -> None:
         """Forget ``partition``'s tail (a round that cannot be tailed, a lost leadership)."""
         with self._lock:

@@ -49,9 +49,14 @@ from sparklog.metadata import zkdata
 from sparklog.metadata.session import ZkSession, zk_errors
 from sparklog.metadata.zkdata import WriterLeaseRecord, encode
 
-__all__ = ["LeaseGrant", "WriterLease"]
+__all__ = ["LeaseGrant", "WriterLease", "broker_lease_owner"]
 
 _POLITE_WAIT_S = 0.005
+
+
+def broker_lease_owner(broker_id: int) -> str:
+    """The owner name under which a broker holds the leases of the partitions it leads."""
+    return f"broker-{broker_id}"
 
 
 @dataclass(frozen=True)

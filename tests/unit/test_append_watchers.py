@@ -43,3 +43,36 @@ def test_a_cancelled_watch_holds_nothing() -> None:
     assert watchers.watching() == 0, "a cancelled watch stayed registered"
     watchers.appended("t", [0])
     assert wakes.count == 0, "a cancelled watch was woken"
+
+
+def test_partitions_are_followed_before_their_first_versions_and_retried_until_followed() -> None:
+    followed: list[tuple[str, int]] = []
+    refuse = {("t", 1)}
+
+    def follow(topic: str, partition: int) -> bool:
+        followed.append((topic, partition))
+        return (topic, partition) not in refuse  # ZooKeeper away for t-1 at first
+
+    watchers = AppendWatchers(follow)
+    watchers.versions(KEYS)
+    refuse.clear()
+    watchers.versions(KEYS)
+    watchers.versions(KEYS)
+    assert followed == [("t", 0), ("t", 1), ("t", 1)], "each partition followed until it is, then never again"
+
+
+def test_another_writers_append_announced_through_follow_wakes_the_watch() -> None:
+    announce: dict[tuple[str, int], list[object]] = {}
+    wakes = Wakes()
+
+    def follow(topic: str, partition: int) -> bool:
+        announce[(topic, partition)] = [lambda: watchers.appended(topic, [partition])]
+        return True
+
+    watchers = AppendWatchers(follow)
+    seen = watchers.versions(KEYS)
+    watchers.watch(KEYS, seen, wakes)
+    on_write = announce[("t", 1)][0]
+    assert callable(on_write)
+    on_write()
+    assert wakes.count == 1, f"woken {wakes.count} times by the other writer's append"

@@ -9,9 +9,11 @@ Guarantees (invariants 5 and 8 on the wire):
 * whole record batches, the first one even when it is larger than ``partition_max_bytes``
   or ``max_bytes`` (KIP-74: a consumer always makes progress), the rest within the limits;
 * long polling: with fewer than ``min_bytes`` available the request waits, up to
-  ``max_wait_ms``, without holding a thread (:class:`DelayedFetch`): this broker's
-  appends to its partitions wake it, a write by another writer (Spark, the light
-  producer) is seen at the next re-read;
+  ``max_wait_ms``, without holding a thread (:class:`DelayedFetch`), woken by every append
+  to its partitions — this broker's, and every other writer's (Spark, the light producer)
+  through the partitions' write leases (:mod:`sparklog.metadata.foreign_writes`); only
+  while followers copy what the leader has past the high watermark does it re-read on its
+  own, every ``_REPLICATION_POLL_S`` (followers write their own tables and announce nothing);
 * ``read_committed`` (isolation level 1) never gets a record at or above the last stable
   offset (the first offset of the oldest open transaction) nor an aborted record: aborted
   runs are filtered here, on the broker, so ``aborted_transactions`` is always empty;
@@ -59,7 +61,7 @@ __all__ = ["APIS"]
 
 FETCH_KEY = 1
 _MAX_RECORDS_PER_READ = 50_000  # bounds one partition's read from the segments
-_FOREIGN_WRITE_POLL_S = 0.05  # how often a long poll re-reads for writers other than this broker
+_REPLICATION_POLL_S = 0.01  # how often a long poll re-reads while the high watermark lags the log end
 
 
 @dataclass
@@ -69,6 +71,8 @@ class _PartitionRead:
     log_start: int = -1
     records: bytes = b""
     last_stable_offset: int = -1
+    # The leader has records past the high watermark (or may have): followers are copying them.
+    replicating: bool = False
 
 
 def fetch(request: ApiRequest, broker: BrokerContext) -> Any:
@@ -81,8 +85,8 @@ def start_fetch(request: ApiRequest, broker: BrokerContext) -> DelayedFetch:
 
 class DelayedFetch:
     """A Fetch until it has ``min_bytes`` (or an error) or reaches ``max_wait``: woken by
-    this broker's appends to its partitions (:class:`~sparklog.broker.append_watchers.AppendWatchers`),
-    re-read every ``recheck_s`` for writers other than this broker."""
+    the appends to its partitions (:class:`~sparklog.broker.append_watchers.AppendWatchers`),
+    re-read every ``recheck_s`` while one of them waits for followers (else None)."""
 
     pipelined = False
 
@@ -91,7 +95,7 @@ class DelayedFetch:
         self.request = request
         self.broker = broker
         self.deadline_s = time.monotonic() + max(0.0, body.max_wait.total_seconds())
-        self.recheck_s: float | None = _FOREIGN_WRITE_POLL_S
+        self.recheck_s: float | None = None
         self._min_bytes = max(1, int(body.min_bytes))
         self._max_bytes = int(getattr(body, "max_bytes", 2**31 - 1))
         self._read_committed = int(getattr(body, "isolation_level", 0)) == 1
@@ -103,6 +107,7 @@ class DelayedFetch:
         reads, total = self._read()
         if total >= self._min_bytes or any(r.error != ErrorCode.none for r in reads.values()):
             return self._respond(reads)
+        self.recheck_s = _REPLICATION_POLL_S if any(r.replicating for r in reads.values()) else None
         return None
 
     def on_progress(self, wake: Callable[[], None]) -> None:
@@ -214,7 +219,13 @@ def _read_partition(
             )
         stop = stable if read_committed else high_watermark
         if offset >= stop or (budget <= 0 and not first):
-            return _PartitionRead(ErrorCode.none, high_watermark, log_start, last_stable_offset=stable)
+            return _PartitionRead(
+                ErrorCode.none,
+                high_watermark,
+                log_start,
+                last_stable_offset=stable,
+                replicating=at.log_end > high_watermark,
+            )
         start = offset
         while True:  # a window of aborted records only is stepped over (never answered empty)
             end = min(stop, start + _MAX_RECORDS_PER_READ)
@@ -258,7 +269,12 @@ def _read_tail(
     stable = appender.txns.last_stable_offset(table, partition, state.leader_epoch, high_watermark)
     stop = stable if read_committed else high_watermark
     if offset >= stop:
-        return _PartitionRead(ErrorCode.none, high_watermark, log_start, last_stable_offset=stable)
+        log_end = tails.log_end(topic, partition, state.leader_epoch)
+        if log_end < 0:
+            return None  # whether followers are still copying: the table knows
+        return _PartitionRead(
+            ErrorCode.none, high_watermark, log_start, last_stable_offset=stable, replicating=log_end > high_watermark
+        )
     batches = tails.read(topic, partition, state.leader_epoch, offset, stop, limit)
     if batches is None:
         return None
