@@ -44,6 +44,7 @@ from sparklog.broker.kafka.request_channel import RequestChannel
 from sparklog.broker.leader_appender import LeaderAppender
 from sparklog.broker.log_manager import LogManager
 from sparklog.broker.metrics import BrokerMetrics, MetricsServer, replica_gauges
+from sparklog.broker.partition import LeaderPartitions
 from sparklog.broker.producer_state import ProducerStates
 from sparklog.broker.transactions.coordinator import TransactionCoordinator
 from sparklog.broker.transactions.markers import MarkerWriter
@@ -148,8 +149,9 @@ class BrokerAgent:
                     self.replicas,
                     endpoint.name,
                     self.broker_id,
-                    self.appender,
-                    self.producer_states,
+                    LeaderPartitions(
+                        self.replicas, self.broker_id, self.appender, self.producer_states, self.transactions
+                    ),
                     self.producer_ids,
                     groups=self.groups,
                     transactions=self.transactions,

@@ -20,14 +20,11 @@ from kio.index import load_response_schema
 from kio.static.primitive import i32Timedelta
 
 from sparklog.broker.metrics import BrokerMetrics
-from sparklog.errors import NotLeaderError
-from sparklog.metadata.zkdata import PartitionState
 from sparklog.runtime.replica_manager import METADATA_MAX_AGE_MS
 
 if TYPE_CHECKING:
     from sparklog.broker.groups.coordinator import BrokerGroups
-    from sparklog.broker.leader_appender import LeaderAppender
-    from sparklog.broker.producer_state import ProducerStates
+    from sparklog.broker.partition import LeaderPartitions
     from sparklog.broker.transactions.coordinator import TransactionCoordinator
     from sparklog.metadata.producer_ids import ProducerIdBlocks
     from sparklog.runtime.replica_manager import ReplicaManager
@@ -42,7 +39,6 @@ __all__ = [
     "Deferred",
     "DelayedResponse",
     "build",
-    "led_partition",
     "response_module",
     "wait_for_response",
 ]
@@ -93,8 +89,7 @@ class BrokerContext:
     replicas: ReplicaManager
     listener_name: str
     broker_id: int = -1
-    appender: LeaderAppender | None = None
-    producer_states: ProducerStates | None = None
+    partitions: LeaderPartitions | None = None  # the partitions it leads
     producer_ids: ProducerIdBlocks | None = None
     cluster_id: str | None = None
     groups: BrokerGroups | None = None
@@ -147,23 +142,6 @@ def wait_for_response(delayed: DelayedResponse) -> Any:
         woken = threading.Event()
         delayed.on_progress(woken.set)
         woken.wait(remaining if delayed.recheck_s is None else min(remaining, delayed.recheck_s))
-
-
-def led_partition(
-    broker: BrokerContext, topic: str, partition: int, max_age_ms: int = METADATA_MAX_AGE_MS
-) -> PartitionState:
-    """The state of ``topic``-``partition`` when this broker leads it; else
-    ``UnknownPartitionError`` / ``TopicNotFoundError`` / ``NotLeaderError`` (Kafka's
-    UNKNOWN_TOPIC_OR_PARTITION / NOT_LEADER_OR_FOLLOWER: the client refreshes its metadata)."""
-    replicas = broker.replicas
-    replicas.check_partition(topic, partition, max_age_ms=max_age_ms)
-    state = replicas.states(topic, [partition])[partition]
-    if state.leader != broker.broker_id:
-        raise NotLeaderError(
-            f"broker {broker.broker_id} does not lead {topic}-{partition} (leader {state.leader}, "
-            f"epoch {state.leader_epoch}); refresh the metadata"
-        )
-    return state
 
 
 @dataclass(frozen=True)

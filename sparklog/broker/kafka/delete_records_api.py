@@ -29,10 +29,10 @@ from sparklog.broker.kafka.context import (
     ApiRequest,
     BrokerContext,
     build,
-    led_partition,
     response_module,
 )
 from sparklog.broker.kafka.error_codes import PolicyViolationError, error_code
+from sparklog.broker.partition import check_leader
 from sparklog.errors import OffsetOutOfRangeError
 from sparklog.model.topic import validate_topic_name
 from sparklog.runtime.log_access import delete_records as delete_records_below
@@ -64,7 +64,7 @@ def delete_records(request: ApiRequest, broker: BrokerContext) -> Any:
 def _delete(broker: BrokerContext, topic: str, partition: int, offset: int) -> int:
     replicas = broker.replicas
     validate_topic_name(topic)
-    led_partition(broker, topic, partition, max_age_ms=0)
+    check_leader(broker.replicas, broker.broker_id, topic, partition, max_age_ms=0)
     policy = str(replicas.topic_config(topic)["cleanup.policy"])
     if "delete" not in policy.split(","):
         raise PolicyViolationError(

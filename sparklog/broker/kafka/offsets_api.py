@@ -26,10 +26,10 @@ from sparklog.broker.kafka.context import (
     ApiRequest,
     BrokerContext,
     build,
-    led_partition,
     response_module,
 )
 from sparklog.broker.kafka.error_codes import error_code
+from sparklog.broker.partition import check_leader
 from sparklog.log.reader import offset_for_timestamp, read_ranges
 from sparklog.runtime.replica_manager import LeaderSnapshot
 
@@ -71,7 +71,7 @@ def _resolve(
     broker: BrokerContext, topic: str, partition: int, timestamp: int, read_committed: bool
 ) -> tuple[int, int]:
     replicas = broker.replicas
-    led_partition(broker, topic, partition)
+    check_leader(broker.replicas, broker.broker_id, topic, partition)
     at = replicas.fetch_positions(topic, [partition])[partition]
     high_watermark = at.high_watermark
     log_start = min(at.table.log_start(at.snapshot, partition), high_watermark)

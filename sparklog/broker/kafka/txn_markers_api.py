@@ -36,13 +36,13 @@ def write_txn_markers(request: ApiRequest, broker: BrokerContext) -> Any:
             bool(marker.transaction_result),
             int(marker.coordinator_epoch),
         )
-        if broker.appender is None or broker.transactions is None:
+        if broker.partitions is None or broker.transactions is None:
             outcome: dict[tuple[str, int], BaseException | None] = dict.fromkeys(
                 wanted, LeaderNotAvailableError("this listener does not lead partitions")
             )
         else:
             outcome = append_markers(
-                broker.appender,
+                broker.partitions.appender,
                 broker.replicas,
                 broker.broker_id,
                 control,
