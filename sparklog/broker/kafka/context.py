@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from kio.index import load_response_schema
 from kio.static.primitive import i32Timedelta
@@ -70,13 +70,19 @@ def response_module(api_key: int, version: int) -> Any:
     return __import__(load_response_schema(api_key, version).__module__, fromlist=["_"])
 
 
+BodyT = TypeVar("BodyT", covariant=True)
+
+
 @dataclass(frozen=True)
-class ApiRequest:
+class ApiRequest(Generic[BodyT]):
+    """A parsed request; ``BodyT`` is what its handler reads of the body (a protocol over
+    the kio request classes of every version it serves; ``Any`` where nothing is declared)."""
+
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
-    body: Any
+    body: BodyT
     peer: str = ""
 
 

@@ -21,10 +21,11 @@ control batches (the commit/abort markers, one offset each), which clients skip 
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -56,11 +57,42 @@ class _PartitionRead:
     data: FetchedData = _NOTHING
 
 
-def fetch(request: ApiRequest, broker: BrokerContext) -> Any:
+class FetchPartition(Protocol):
+    @property
+    def partition(self) -> int: ...
+    @property
+    def fetch_offset(self) -> int: ...
+    @property
+    def partition_max_bytes(self) -> int: ...
+
+
+class FetchTopic(Protocol):
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partitions(self) -> tuple[FetchPartition, ...]: ...
+
+
+class FetchBody(Protocol):
+    """What the handler reads of a Fetch request (kio's v4..v12 request classes)."""
+
+    @property
+    def max_wait(self) -> datetime.timedelta: ...
+    @property
+    def min_bytes(self) -> int: ...
+    @property
+    def max_bytes(self) -> int: ...
+    @property
+    def isolation_level(self) -> int: ...
+    @property
+    def topics(self) -> tuple[FetchTopic, ...]: ...
+
+
+def fetch(request: ApiRequest[FetchBody], broker: BrokerContext) -> Any:
     return wait_for_response(start_fetch(request, broker))
 
 
-def start_fetch(request: ApiRequest, broker: BrokerContext) -> DelayedFetch:
+def start_fetch(request: ApiRequest[FetchBody], broker: BrokerContext) -> DelayedFetch:
     return DelayedFetch(request, broker)
 
 
@@ -71,15 +103,15 @@ class DelayedFetch:
 
     pipelined = False
 
-    def __init__(self, request: ApiRequest, broker: BrokerContext) -> None:
+    def __init__(self, request: ApiRequest[FetchBody], broker: BrokerContext) -> None:
         body = request.body
         self.request = request
         self.broker = broker
         self.deadline_s = time.monotonic() + max(0.0, body.max_wait.total_seconds())
         self.recheck_s: float | None = None
         self._min_bytes = max(1, int(body.min_bytes))
-        self._max_bytes = int(getattr(body, "max_bytes", 2**31 - 1))
-        self._read_committed = int(getattr(body, "isolation_level", 0)) == 1
+        self._max_bytes = int(body.max_bytes)
+        self._read_committed = int(body.isolation_level) == 1
         self._keys = [(str(t.topic), int(p.partition)) for t in body.topics for p in t.partitions]
         self._seen: tuple[int, ...] = ()
         self._cancel: Callable[[], None] | None = None
@@ -149,7 +181,7 @@ class DelayedFetch:
 
 
 def _read_all(
-    broker: BrokerContext, topics: Any, max_bytes: int, read_committed: bool
+    broker: BrokerContext, topics: tuple[FetchTopic, ...], max_bytes: int, read_committed: bool
 ) -> tuple[dict[tuple[str, int], _PartitionRead], int]:
     reads: dict[tuple[str, int], _PartitionRead] = {}
     total = 0

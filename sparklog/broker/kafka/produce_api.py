@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -44,11 +44,36 @@ PRODUCE_KEY = 0
 _ACKS: dict[int, Acks] = {0: "0", 1: "1", -1: "all"}
 
 
-def produce(request: ApiRequest, broker: BrokerContext) -> Any:
+class ProducePartitionData(Protocol):
+    @property
+    def index(self) -> int: ...
+    @property
+    def records(self) -> bytes | None: ...
+
+
+class TopicProduceData(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def partition_data(self) -> tuple[ProducePartitionData, ...]: ...
+
+
+class ProduceBody(Protocol):
+    """What the handler reads of a Produce request (kio's v3..v9 request classes)."""
+
+    @property
+    def acks(self) -> int: ...
+    @property
+    def timeout(self) -> datetime.timedelta: ...
+    @property
+    def topic_data(self) -> tuple[TopicProduceData, ...]: ...
+
+
+def produce(request: ApiRequest[ProduceBody], broker: BrokerContext) -> Any:
     return wait_for_response(start_produce(request, broker))
 
 
-def start_produce(request: ApiRequest, broker: BrokerContext) -> DelayedProduce:
+def start_produce(request: ApiRequest[ProduceBody], broker: BrokerContext) -> DelayedProduce:
     """Check and queue the request's batches; the returned :class:`DelayedProduce` answers
     once their commits are (the connection's next request is read only then: its
     sequences may depend on this one's outcome, as with Kafka's muted channel)."""
@@ -89,7 +114,7 @@ class DelayedProduce:
 
     def __init__(
         self,
-        request: ApiRequest,
+        request: ApiRequest[ProduceBody],
         acks: Acks | None,
         timeout_ms: int,
         results: dict[tuple[str, int], _Outcome],
@@ -135,7 +160,7 @@ class DelayedProduce:
         return next((i for items in self._queued.values() for i in items if not i.is_done), None)
 
 
-def _response(request: ApiRequest, results: dict[tuple[str, int], _Outcome]) -> Any:
+def _response(request: ApiRequest[ProduceBody], results: dict[tuple[str, int], _Outcome]) -> Any:
     module = response_module(PRODUCE_KEY, request.api_version)
     topics = []
     for topic_data in request.body.topic_data:
