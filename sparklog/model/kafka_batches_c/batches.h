@@ -23,6 +23,18 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Work on fewer bytes than this keeps the GIL: a small request's check takes a microsecond or
+ * two, while giving the GIL up and taking it back, with the broker's other threads runnable,
+ * can wait out their switch interval (milliseconds) and costs more CPU than the work itself. */
+#define KB_NOGIL_MIN_BYTES (256 * 1024)
+#define KB_BEGIN_NOGIL(work_bytes) \
+    { \
+        PyThreadState *kb_saved_ = (size_t)(work_bytes) >= KB_NOGIL_MIN_BYTES ? PyEval_SaveThread() : NULL;
+#define KB_END_NOGIL \
+        if (kb_saved_ != NULL) \
+            PyEval_RestoreThread(kb_saved_); \
+    }
+
 /* The v2 batch header (Kafka's DefaultRecordBatch). */
 #define HEADER_BYTES 61
 #define LENGTH_AT 8

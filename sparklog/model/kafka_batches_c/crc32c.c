@@ -98,9 +98,9 @@ PyObject *kb_crc32c_of(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*:crc32c", &data))
         return NULL;
     uint32_t crc;
-    Py_BEGIN_ALLOW_THREADS
+    KB_BEGIN_NOGIL(data.len)
     crc = kb_crc32c(data.buf, (size_t)data.len);
-    Py_END_ALLOW_THREADS
+    KB_END_NOGIL
     PyBuffer_Release(&data);
     return PyLong_FromUnsignedLong(crc);
 }

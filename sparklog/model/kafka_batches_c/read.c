@@ -119,7 +119,7 @@ PyObject *kb_check(PyObject *module, PyObject *args)
     size_t n = 0;
     int status;
 
-    Py_BEGIN_ALLOW_THREADS
+    KB_BEGIN_NOGIL(len)
     status = scan_heads(bytes, len, client, &batches, &n, &f);
     for (size_t i = 0; status == 0 && i < n; i++) {
         checked_batch *b = &batches[i];
@@ -127,7 +127,7 @@ PyObject *kb_check(PyObject *module, PyObject *args)
             status = kb_walk_records(bytes + b->head.start + HEADER_BYTES, b->head.end - b->head.start - HEADER_BYTES,
                                      &b->head, client, &b->sizes, NULL, &f);
     }
-    Py_END_ALLOW_THREADS
+    KB_END_NOGIL
 
     PyObject *result = NULL;
     if (status)
@@ -161,9 +161,9 @@ PyObject *kb_check(PyObject *module, PyObject *args)
                              b->head.start, b->payload_len);
             goto done;
         }
-        Py_BEGIN_ALLOW_THREADS
+        KB_BEGIN_NOGIL(b->payload_len)
         status = kb_walk_records(b->view.buf, b->payload_len, &b->head, client, &b->sizes, NULL, &f);
-        Py_END_ALLOW_THREADS
+        KB_END_NOGIL
         PyBuffer_Release(&b->view);
         b->viewing = 0;
         if (status)
@@ -313,7 +313,7 @@ PyObject *kb_decode(PyObject *module, PyObject *args)
     out.key_offsets[0] = out.value_offsets[0] = out.headers_offsets[0] = 0;
     out.header_key_offsets[0] = out.header_value_offsets[0] = 0;
 
-    Py_BEGIN_ALLOW_THREADS
+    KB_BEGIN_NOGIL(out.key_cap + out.value_cap + out.header_key_cap + out.header_value_cap + nrows * 32)
     for (size_t i = 0; status == 0 && i < n; i++) {
         checked_batch *b = &batches[i];
         record_sizes ignored = {0};
@@ -325,7 +325,7 @@ PyObject *kb_decode(PyObject *module, PyObject *args)
                         out.value_len != out.value_cap || out.header_key_len != out.header_key_cap ||
                         out.header_value_len != out.header_value_cap))
         status = kb_fail(&f, "invalid", "the checked batches' sizes do not match their records");
-    Py_END_ALLOW_THREADS
+    KB_END_NOGIL
     if (status)
         goto done;
 
