@@ -54,9 +54,11 @@ from sparklog.broker.kafka.context import (
     BrokerContext,
     Deferred,
     DelayedResponse,
+    EncodedResponse,
     build,
     wait_for_response,
 )
+from sparklog.broker.kafka.produce_codec import read_produce_request
 from sparklog.errors import SparklogError
 
 __all__ = ["API_VERSIONS", "ProtocolError", "StartedRequest", "handle_request", "start_request"]
@@ -92,6 +94,8 @@ class StartedRequest:
     def frame(self, response: Any) -> bytes | None:
         if response is NO_RESPONSE:
             return None
+        if isinstance(response, EncodedResponse):
+            return response.payload
         return _encode(self.api_key, self.api_version, self.correlation_id, response)
 
 
@@ -137,6 +141,8 @@ def _readers(api_key: int, api_version: int) -> tuple[Callable[..., Any], Callab
     once per version, not per request)."""
     request_type = load_request_schema(api_key, api_version)
     header_type = RequestHeaderV2 if request_type.__flexible__ else RequestHeaderV1
+    if api_key == produce_api.PRODUCE_KEY:  # the hot path: read by hand (produce_codec.py)
+        return entity_reader(header_type), functools.partial(read_produce_request, version=api_version)
     return entity_reader(header_type), entity_reader(request_type)
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "BrokerContext",
     "Deferred",
     "DelayedResponse",
+    "EncodedResponse",
     "build",
     "response_module",
     "wait_for_response",
@@ -51,6 +52,13 @@ class _NoResponse:
 
 
 NO_RESPONSE: Any = _NoResponse()
+
+
+@dataclass(frozen=True)
+class EncodedResponse:
+    """A response a handler wrote itself (the frame payload: header and body), sent as is."""
+
+    payload: bytes
 
 
 def build(entity_type: type, **values: Any) -> Any:

@@ -16,24 +16,22 @@ waits for their commits, up to the request's timeout, holding no thread
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from sparklog.broker.kafka.context import (
     NO_RESPONSE,
-    NO_THROTTLE,
     Api,
     ApiRequest,
     BrokerContext,
-    build,
-    response_module,
+    EncodedResponse,
     wait_for_response,
 )
 from sparklog.broker.kafka.error_codes import error_code
+from sparklog.broker.kafka.produce_codec import ProduceRequestBody, encode_produce_response
 from sparklog.broker.leader_appender import PendingAppend
 from sparklog.config import Acks
 from sparklog.errors import NotLeaderError
@@ -44,42 +42,17 @@ PRODUCE_KEY = 0
 _ACKS: dict[int, Acks] = {0: "0", 1: "1", -1: "all"}
 
 
-class ProducePartitionData(Protocol):
-    @property
-    def index(self) -> int: ...
-    @property
-    def records(self) -> bytes | None: ...
-
-
-class TopicProduceData(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def partition_data(self) -> tuple[ProducePartitionData, ...]: ...
-
-
-class ProduceBody(Protocol):
-    """What the handler reads of a Produce request (kio's v3..v9 request classes)."""
-
-    @property
-    def acks(self) -> int: ...
-    @property
-    def timeout(self) -> datetime.timedelta: ...
-    @property
-    def topic_data(self) -> tuple[TopicProduceData, ...]: ...
-
-
-def produce(request: ApiRequest[ProduceBody], broker: BrokerContext) -> Any:
+def produce(request: ApiRequest[ProduceRequestBody], broker: BrokerContext) -> Any:
     return wait_for_response(start_produce(request, broker))
 
 
-def start_produce(request: ApiRequest[ProduceBody], broker: BrokerContext) -> DelayedProduce:
+def start_produce(request: ApiRequest[ProduceRequestBody], broker: BrokerContext) -> DelayedProduce:
     """Check and queue the request's batches; the returned :class:`DelayedProduce` answers
     once their commits are (the connection's next request is read only then: its
     sequences may depend on this one's outcome, as with Kafka's muted channel)."""
     body = request.body
     acks = _ACKS.get(int(body.acks))
-    timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
+    timeout_ms = max(0, body.timeout_ms)
     results: dict[tuple[str, int], _Outcome] = {}
     queued: dict[tuple[str, int], list[PendingAppend]] = {}
     for topic_data in body.topic_data:
@@ -103,7 +76,7 @@ def start_produce(request: ApiRequest[ProduceBody], broker: BrokerContext) -> De
     return DelayedProduce(request, acks, timeout_ms, results, queued)
 
 
-_Outcome = tuple[ErrorCode, int, int, str | None]
+_Outcome = tuple[int, int, int, str | None]  # error code, base offset, log append time, message
 
 
 class DelayedProduce:
@@ -114,7 +87,7 @@ class DelayedProduce:
 
     def __init__(
         self,
-        request: ApiRequest[ProduceBody],
+        request: ApiRequest[ProduceRequestBody],
         acks: Acks | None,
         timeout_ms: int,
         results: dict[tuple[str, int], _Outcome],
@@ -160,29 +133,18 @@ class DelayedProduce:
         return next((i for items in self._queued.values() for i in items if not i.is_done), None)
 
 
-def _response(request: ApiRequest[ProduceBody], results: dict[tuple[str, int], _Outcome]) -> Any:
-    module = response_module(PRODUCE_KEY, request.api_version)
-    topics = []
-    for topic_data in request.body.topic_data:
-        partitions = []
-        for partition_data in topic_data.partition_data:
-            code, base, append_ms, message = results[(topic_data.name, int(partition_data.index))]
-            partitions.append(
-                build(
-                    module.PartitionProduceResponse,
-                    index=partition_data.index,
-                    error_code=code,
-                    base_offset=base,
-                    log_append_time=None
-                    if append_ms < 0
-                    else datetime.datetime.fromtimestamp(append_ms / 1000, datetime.UTC),
-                    log_start_offset=-1,
-                    record_errors=(),
-                    error_message=message,
-                )
-            )
-        topics.append(build(module.TopicProduceResponse, name=topic_data.name, partition_responses=tuple(partitions)))
-    return build(module.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE)
+def _response(request: ApiRequest[ProduceRequestBody], results: dict[tuple[str, int], _Outcome]) -> EncodedResponse:
+    topics = [
+        (
+            topic_data.name,
+            [
+                (partition_data.index, *results[(topic_data.name, partition_data.index)])
+                for partition_data in topic_data.partition_data
+            ],
+        )
+        for topic_data in request.body.topic_data
+    ]
+    return EncodedResponse(encode_produce_response(request.api_version, request.correlation_id, topics))
 
 
 def _outcome(items: list[PendingAppend], timeout_ms: int) -> _Outcome:
