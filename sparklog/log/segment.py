@@ -212,17 +212,12 @@ def write_segment(
     )
     relative = f"partition={partition}/{base_offset:020d}-{uuid.uuid4().hex}.parquet"
     directory = os.path.join(table_root, f"partition={partition}")
-    os.makedirs(directory, exist_ok=True)
     full = os.path.join(table_root, relative)
-    # No dictionary encoding: payloads rarely repeat, and trying costs more than the write.
-    # Row groups of 128k records let a small read skip most of a large segment.
-    options = dict(
-        compression=compression,
-        use_dictionary=False,
-        write_statistics=["offset", "timestamp"],
-        row_group_size=ROW_GROUP_RECORDS,
-    )
-    pq.write_table(table, full, **options)
+    try:
+        _write_parquet(table, full, compression)
+    except FileNotFoundError:  # the partition's first file
+        os.makedirs(directory, exist_ok=True)
+        _write_parquet(table, full, compression)
     for root in stage_roots:
         try:
             place_copy(full, os.path.join(root, relative), hard_links)
@@ -231,19 +226,34 @@ def write_segment(
     if fsync:
         fsync_path(full)
         fsync_path(directory)
-    ts = table.column("timestamp").cast(pa.int64())
-    bounds = pc.min_max(ts)
+    bounds = pc.min_max(table.column("timestamp"))  # timestamp[us] scalars: .value is µs
     return SegmentFile(
         path=relative,
         partition=partition,
         base_offset=base_offset,
         last_offset=offsets[-1].as_py() if n else base_offset,
         size_bytes=os.path.getsize(full),
-        min_timestamp_us=bounds["min"].as_py(),
-        max_timestamp_us=bounds["max"].as_py(),
+        min_timestamp_us=bounds["min"].value,
+        max_timestamp_us=bounds["max"].value,
         modification_time_ms=clock.now_ms(),
         record_count=n,
     )
+
+
+def _write_parquet(table: pa.Table, path: str, compression: str) -> None:
+    # An open file, not a path: pyarrow resolving a path to a filesystem costs a small
+    # segment more than writing it. No dictionary encoding: payloads rarely repeat, and
+    # trying costs more than the write. Row groups of 128k records let a small read skip
+    # most of a large segment.
+    with pa.OSFile(path, "wb") as sink:
+        pq.write_table(
+            table,
+            sink,
+            compression=compression,
+            use_dictionary=False,
+            write_statistics=["offset", "timestamp"],
+            row_group_size=ROW_GROUP_RECORDS,
+        )
 
 
 def place_copy(source: str, target: str, hard_links: bool = True) -> None:
