@@ -26,7 +26,7 @@ from sparklog.metadata.transactions import EMPTY, TransactionStore
 from sparklog.testing import BrokerAgents
 from tests.helpers import consumed, wait_until
 from tests.wire import raw
-from tests.wire.conftest import create_led_topic
+from tests.wire.conftest import create_led_topic, wait_transactions_complete
 
 TOPIC = "txn-orders"
 PARTITIONS = 3
@@ -124,6 +124,7 @@ def test_commit_and_abort_interleaved_across_partitions(
             committed += mine["second"]
             aborted += mine["first"]
     everything = sorted(committed + aborted)
+    wait_transactions_complete(cluster, "txn-first", "txn-second")
 
     # Kafka clients: read_committed never sees an aborted record; read_uncommitted sees what
     # Kafka's log holds (aborted included), and neither ever gets a marker as a record.
@@ -183,6 +184,7 @@ def test_open_transaction_holds_read_committed_readers_at_its_first_offset(
     assert light_read(cluster, "read_committed") == ["before-0", "before-1", "before-2"]
     assert cluster.read(TOPIC).num_rows == 3
     producer.commit_transaction(TIMEOUT_S)
+    wait_transactions_complete(cluster, "txn-open")
     everything = sorted(f"{w}-{p}" for w in ("before", "open", "after") for p in range(PARTITIONS))
     assert values(kafka_read(bootstrap, "read_committed", expected=9)) == everything
     assert latest(IsolationLevel.READ_COMMITTED) == dict.fromkeys(range(PARTITIONS), 4)
@@ -199,6 +201,7 @@ def test_a_zombie_with_an_old_epoch_is_fenced(cluster: sparklog.Cluster, one_bro
     successor.begin_transaction()
     send(successor, ["successor-0", "successor-1", "successor-2"])
     successor.commit_transaction(TIMEOUT_S)
+    wait_transactions_complete(cluster, "txn-zombie")
     with pytest.raises(KafkaException) as raised:
         zombie.commit_transaction(TIMEOUT_S)
     assert raised.value.args[0].fatal(), raised.value.args[0]
@@ -335,6 +338,7 @@ def test_compaction_drops_aborted_records_first_and_keeps_markers_apart(
     transaction([(b"k", b"v1"), (looks_like_a_commit_marker, b"data")], commit=True)
     transaction([(b"k", b"v2")], commit=False)  # newest value of k, but aborted
     transaction([(b"other", b"x")], commit=True)  # later files: the earlier ones are not the head
+    wait_transactions_complete(cluster, "compactor")
     before = cluster.read(topic)
     [result] = run_compaction(cluster.replicas, spark, [topic])
     assert result.status == "compacted", result
