@@ -7,8 +7,10 @@ random bytes, key = 8 bytes, the pool of case (m)) with ``acks=all``, ``compress
 
 * **transactional** (``transactional.id`` set): ``begin_transaction()``, 1,000 ``produce()``,
   ``commit_transaction()``, repeated — every transaction adds its partitions
-  (AddPartitionsToTxn), and its commit writes a marker to each of the 6 partitions (EndTxn)
-  before it returns;
+  (AddPartitionsToTxn), and its commit (EndTxn, answered once the decision is durable, as
+  Kafka answers it) is followed by a marker in each of the 6 partitions; the next
+  transaction's AddPartitionsToTxn is answered CONCURRENT_TRANSACTIONS until those are
+  written, and the client retries it;
 * **idempotent**: the same records with the same producer settings, no ``transactional.id``,
   ``flush()`` at the end.
 
@@ -18,7 +20,8 @@ Untimed before: connection, metadata, ``init_transactions()`` and a warm-up of 5
 the other (which goes first alternates by run). Checked: the idempotent part stored exactly its
 records (the high watermarks grew by that much), and at the end the topic holds at least every
 record (plus one marker per partition per transaction) with nothing left open (the last stable
-offset, read_committed ListOffsets, equals the high watermark).
+offset, read_committed ListOffsets, equals the high watermark, once the last transaction's
+markers have landed).
 
 The three systems (:mod:`benchmarks.wire`: sparklog's broker agent; Apache Kafka, one KRaft
 node, the baseline; librdkafka's mock cluster), the same run, the order rotated by run. The
@@ -101,6 +104,19 @@ def idempotent_flood(endpoint: Endpoint, pool: RecordPool, records: int) -> floa
     return flood.seconds
 
 
+def settled(endpoint: Endpoint) -> tuple[dict[int, int], dict[int, int]]:
+    """High watermarks and last stable offsets once they agree (or after :data:`_TIMEOUT_S`):
+    ``commit_transaction`` returns before its markers are written, so the last transaction
+    may still be open in some partition for a moment."""
+    deadline = time.perf_counter() + _TIMEOUT_S
+    while True:
+        high = endpoint.high_watermarks()
+        stable = endpoint.high_watermarks(read_committed=True)
+        if stable == high or time.perf_counter() > deadline:
+            return high, stable
+        time.sleep(0.1)
+
+
 def measure(pool: RecordPool, transactions: int, endpoint: Endpoint, run_no: int) -> Figures:
     records = transactions * TRANSACTION_RECORDS
 
@@ -112,8 +128,7 @@ def measure(pool: RecordPool, transactions: int, endpoint: Endpoint, run_no: int
     else:
         plain_s = idempotent_flood(endpoint, pool, records)
         txn_s = transactional()
-    high = endpoint.high_watermarks()
-    stable = endpoint.high_watermarks(read_committed=True)
+    high, stable = settled(endpoint)
     sent = (WARMUP_TRANSACTIONS + transactions) * TRANSACTION_RECORDS + (
         WARMUP_TRANSACTIONS * TRANSACTION_RECORDS + records
     )

@@ -219,17 +219,29 @@ def watermarks(
     bootstrap: str, topic: str, partitions: int = PARTITIONS, read_committed: bool = False
 ) -> dict[int, tuple[int, int]]:
     """``(log start, high watermark)`` of each partition as a Kafka client sees them (ListOffsets);
-    with ``read_committed`` the second is the last stable offset."""
-    from confluent_kafka import Consumer, TopicPartition
+    with ``read_committed`` the second is the last stable offset. A broker just started that
+    has not taken up its leadership yet (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE) is
+    asked again for up to 30 s, as a client's own requests would retry."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    not_ready = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
 
     isolation = "read_committed" if read_committed else "read_uncommitted"
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "bench-watermarks", "isolation.level": isolation, **QUIET}
     )
+    deadline = time.monotonic() + 30
     try:
         found = {}
         for p in range(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            while True:
+                try:
+                    low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+                    break
+                except KafkaException as exc:
+                    if exc.args[0].code() not in not_ready or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
             found[p] = (int(low), int(high))
         return found
     finally:

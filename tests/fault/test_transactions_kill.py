@@ -20,7 +20,7 @@ from sparklog.metadata.transactions import COMPLETE_ABORT, TransactionStore
 from sparklog.testing import BrokerAgents
 from tests.fault import txn_workers
 from tests.helpers import reaping, spawn_context, wait_until
-from tests.wire.conftest import create_led_topic
+from tests.wire.conftest import create_led_topic, transaction_coordinator, wait_transactions_complete
 
 PARTITIONS = 3
 
@@ -139,6 +139,7 @@ def test_markers_cross_brokers_and_a_new_coordinator_aborts_what_its_predecessor
                 producer.commit_transaction(30)
             else:
                 producer.abort_transaction(30)
+        wait_transactions_complete(cluster, "txn-failover")
         expected = sorted(f"committed-{p}".encode() for p in range(PARTITIONS))
         assert sorted(committed_values(cluster, topic)) == expected
         # A transaction open when its coordinator is killed -9: the next coordinator (the new
@@ -148,7 +149,7 @@ def test_markers_cross_brokers_and_a_new_coordinator_aborts_what_its_predecessor
             producer.produce(topic, value=f"orphan-{p}".encode(), partition=p)
         assert producer.flush(30) == 0
         store = TransactionStore(cluster.replicas.zk)
-        coordinator = _coordinator_of(cluster, "txn-failover")
+        coordinator = transaction_coordinator(cluster, "txn-failover")
         agents.kill(coordinator)
         found = wait_until(
             lambda: (f := store.get("txn-failover")) is not None and f[0].state == COMPLETE_ABORT and f,
@@ -156,7 +157,7 @@ def test_markers_cross_brokers_and_a_new_coordinator_aborts_what_its_predecessor
             timeout_s=90,
         )
         assert found[0].producer_epoch == 1  # bumped by the timeout abort: the producer is fenced
-        assert _coordinator_of(cluster, "txn-failover") != coordinator
+        assert transaction_coordinator(cluster, "txn-failover") != coordinator
         # Every reader gets past it once each partition's leader has its marker.
         wait_until(
             lambda: sorted(committed_values(cluster, topic)) == expected,
@@ -167,12 +168,3 @@ def test_markers_cross_brokers_and_a_new_coordinator_aborts_what_its_predecessor
         assert sorted(everything) == sorted(
             [f"{w}-{p}".encode() for w in ("committed", "aborted", "orphan") for p in range(PARTITIONS)]
         )
-
-
-def _coordinator_of(cluster: sparklog.Cluster, transactional_id: str) -> int:
-    from sparklog.model.group_ids import offsets_partition_for
-    from sparklog.model.topic import OFFSETS_TOPIC
-
-    partitions = len(cluster.replicas.partitions_of(OFFSETS_TOPIC))
-    partition = offsets_partition_for(transactional_id, partitions)
-    return int(cluster.replicas.states(OFFSETS_TOPIC, [partition])[partition].leader)

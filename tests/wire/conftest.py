@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 
 import sparklog
+from sparklog.metadata.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, TransactionStore
+from sparklog.model.group_ids import offsets_partition_for
+from sparklog.model.topic import OFFSETS_TOPIC
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
 
@@ -66,3 +69,27 @@ def create_led_topic(
         return all(p.leader in agents.live() for p in description.partitions)
 
     wait_until(led, f"{topic}: a live leader for every partition")
+
+
+def wait_transactions_complete(cluster: sparklog.Cluster, *transactional_ids: str, timeout_s: float = 60.0) -> None:
+    """Wait until the last transaction of each id is Complete*: every marker written. EndTxn is
+    answered once the decision is durable (Kafka's order), so a just-ended transaction is seen
+    by read_committed readers (and its group offsets are applied) only after this."""
+    store = TransactionStore(cluster.replicas.zk)
+
+    def state(transactional_id: str) -> str | None:
+        found = store.get(transactional_id)
+        return None if found is None else found[0].state
+
+    wait_until(
+        lambda: all(state(t) in (COMPLETE_COMMIT, COMPLETE_ABORT) for t in transactional_ids),
+        f"the markers of {', '.join(transactional_ids)} written",
+        timeout_s=timeout_s,
+    )
+
+
+def transaction_coordinator(cluster: sparklog.Cluster, transactional_id: str) -> int:
+    """The broker coordinating ``transactional_id``: the leader of its ``__consumer_offsets`` partition."""
+    partitions = len(cluster.replicas.partitions_of(OFFSETS_TOPIC))
+    partition = offsets_partition_for(transactional_id, partitions)
+    return int(cluster.replicas.states(OFFSETS_TOPIC, [partition])[partition].leader)

@@ -21,7 +21,7 @@ from sparklog.testing import BrokerAgents
 from tests.helpers import consumed, wait_until
 from tests.integration.test_cli import Cli
 from tests.integration.test_kafka_admin import raw_call
-from tests.wire.conftest import create_led_topic
+from tests.wire.conftest import create_led_topic, wait_transactions_complete
 from tests.wire.test_offset_commit import COMMIT, _codes, _commit_request
 
 TOPIC = "orders"
@@ -138,6 +138,7 @@ def test_offsets_a_transaction_holds_for_a_deleted_topic_are_not_applied(
         producer.commit_transaction(TIMEOUT_S)
     finally:
         source.close()
+    wait_transactions_complete(cluster, "copier")
     assert cluster.committed_offsets(GROUP) == {("sink", 0): 1}, "the other topic's offset is applied"
     create_led_topic(cluster, group_broker, TOPIC, partitions=1)
     assert fetched_offset(bootstrap) == NO_OFFSET

@@ -5,7 +5,9 @@ producers against a real broker agent; what read_committed and read_uncommitted 
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,11 +24,16 @@ from pyspark.sql import SparkSession
 
 import sparklog
 from sparklog.log.txn_log import CONTROL_TIMESTAMP_TYPE
-from sparklog.metadata.transactions import EMPTY, TransactionStore
+from sparklog.metadata.transactions import COMPLETE_COMMIT, EMPTY, PREPARE_COMMIT, TransactionStore
 from sparklog.testing import BrokerAgents
 from tests.helpers import consumed, wait_until
 from tests.wire import raw
-from tests.wire.conftest import create_led_topic
+from tests.wire.conftest import (
+    create_led_topic,
+    started_brokers,
+    transaction_coordinator,
+    wait_transactions_complete,
+)
 
 TOPIC = "txn-orders"
 PARTITIONS = 3
@@ -124,6 +131,7 @@ def test_commit_and_abort_interleaved_across_partitions(
             committed += mine["second"]
             aborted += mine["first"]
     everything = sorted(committed + aborted)
+    wait_transactions_complete(cluster, "txn-first", "txn-second")
 
     # Kafka clients: read_committed never sees an aborted record; read_uncommitted sees what
     # Kafka's log holds (aborted included), and neither ever gets a marker as a record.
@@ -183,6 +191,7 @@ def test_open_transaction_holds_read_committed_readers_at_its_first_offset(
     assert light_read(cluster, "read_committed") == ["before-0", "before-1", "before-2"]
     assert cluster.read(TOPIC).num_rows == 3
     producer.commit_transaction(TIMEOUT_S)
+    wait_transactions_complete(cluster, "txn-open")
     everything = sorted(f"{w}-{p}" for w in ("before", "open", "after") for p in range(PARTITIONS))
     assert values(kafka_read(bootstrap, "read_committed", expected=9)) == everything
     assert latest(IsolationLevel.READ_COMMITTED) == dict.fromkeys(range(PARTITIONS), 4)
@@ -199,6 +208,7 @@ def test_a_zombie_with_an_old_epoch_is_fenced(cluster: sparklog.Cluster, one_bro
     successor.begin_transaction()
     send(successor, ["successor-0", "successor-1", "successor-2"])
     successor.commit_transaction(TIMEOUT_S)
+    wait_transactions_complete(cluster, "txn-zombie")
     with pytest.raises(KafkaException) as raised:
         zombie.commit_transaction(TIMEOUT_S)
     assert raised.value.args[0].fatal(), raised.value.args[0]
@@ -225,63 +235,77 @@ def _coordinator_port(agents: BrokerAgents, transactional_id: str) -> int:
     return int(wait_until(found, f"a coordinator for {transactional_id}"))
 
 
+def end_txn(port: int, transactional_id: str, producer_id: int, epoch: int, committed: bool) -> ErrorCode:
+    """EndTxn (v3) sent as is; the coordinator's error code."""
+    answer = raw.call(
+        port,
+        end_txn_v3.EndTxnRequest(
+            transactional_id=TransactionalId(transactional_id),
+            producer_id=ProducerId(producer_id),
+            producer_epoch=i16(epoch),
+            committed=committed,
+        ),
+    )
+    return ErrorCode(answer.error_code)
+
+
+def init_producer_id(port: int, transactional_id: str, timeout_ms: int) -> Any:
+    """InitProducerId (v4) of a new instance of ``transactional_id``; the whole answer."""
+    return raw.call(
+        port,
+        init_producer_id_v4.InitProducerIdRequest(
+            transactional_id=TransactionalId(transactional_id),
+            transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=timeout_ms)),
+            producer_id=ProducerId(-1),
+            producer_epoch=i16(-1),
+        ),
+    )
+
+
+def add_partitions(
+    port: int, transactional_id: str, producer_id: int, epoch: int, partitions: dict[str, list[int]]
+) -> dict[tuple[str, int], ErrorCode]:
+    """AddPartitionsToTxn (v3) sent as is; the error code per partition."""
+    answer = raw.call(
+        port,
+        add_partitions_v3.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=TransactionalId(transactional_id),
+            v3_and_below_producer_id=ProducerId(producer_id),
+            v3_and_below_producer_epoch=i16(epoch),
+            v3_and_below_topics=tuple(
+                add_partitions_v3.AddPartitionsToTxnTopic(name=TopicName(t), partitions=tuple(i32(p) for p in ps))
+                for t, ps in partitions.items()
+            ),
+        ),
+    )
+    return {
+        (str(t.name), int(p.partition_index)): ErrorCode(p.partition_error_code)
+        for t in answer.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+    }
+
+
 def test_bad_input_gets_kafkas_error_and_changes_nothing(cluster: sparklog.Cluster, one_broker: BrokerAgents) -> None:
     create_led_topic(cluster, one_broker, TOPIC, partitions=PARTITIONS)
     port = _coordinator_port(one_broker, "txn-bad")
     store = TransactionStore(cluster.replicas.zk)
 
-    def init(timeout_ms: int) -> Any:
-        return raw.call(
-            port,
-            init_producer_id_v4.InitProducerIdRequest(
-                transactional_id=TransactionalId("txn-bad"),
-                transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=timeout_ms)),
-                producer_id=ProducerId(-1),
-                producer_epoch=i16(-1),
-            ),
-        )
-
     # A timeout above transaction.max.timeout.ms (900000): refused, no transactional id created.
-    answer = init(900_001)
+    answer = init_producer_id(port, "txn-bad", 900_001)
     assert answer.error_code == ErrorCode.invalid_transaction_timeout
     assert store.get("txn-bad") is None
-    answer = init(60_000)
+    answer = init_producer_id(port, "txn-bad", 60_000)
     assert answer.error_code == ErrorCode.none
     producer_id, epoch = int(answer.producer_id), int(answer.producer_epoch)
     before = store.get("txn-bad")
     assert before is not None and before[0].state == EMPTY
 
     # EndTxn without a transaction.
-    ended = raw.call(
-        port,
-        end_txn_v3.EndTxnRequest(
-            transactional_id=TransactionalId("txn-bad"),
-            producer_id=ProducerId(producer_id),
-            producer_epoch=i16(epoch),
-            committed=True,
-        ),
-    )
-    assert ended.error_code == ErrorCode.invalid_txn_state
+    assert end_txn(port, "txn-bad", producer_id, epoch, committed=True) == ErrorCode.invalid_txn_state
     assert store.get("txn-bad") == before
 
     # AddPartitions naming an unknown topic: that one UNKNOWN_TOPIC_OR_PARTITION, the others not attempted.
-    added = raw.call(
-        port,
-        add_partitions_v3.AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=TransactionalId("txn-bad"),
-            v3_and_below_producer_id=ProducerId(producer_id),
-            v3_and_below_producer_epoch=i16(epoch),
-            v3_and_below_topics=(
-                add_partitions_v3.AddPartitionsToTxnTopic(name=TopicName("no-such-topic"), partitions=(i32(0),)),
-                add_partitions_v3.AddPartitionsToTxnTopic(name=TopicName(TOPIC), partitions=(i32(0), i32(1))),
-            ),
-        ),
-    )
-    codes = {
-        (t.name, int(p.partition_index)): p.partition_error_code
-        for t in added.results_by_topic_v3_and_below
-        for p in t.results_by_partition
-    }
+    codes = add_partitions(port, "txn-bad", producer_id, epoch, {"no-such-topic": [0], TOPIC: [0, 1]})
     assert codes == {
         ("no-such-topic", 0): ErrorCode.unknown_topic_or_partition,
         (TOPIC, 0): ErrorCode.operation_not_attempted,
@@ -294,16 +318,7 @@ def test_bad_input_gets_kafkas_error_and_changes_nothing(cluster: sparklog.Clust
         (producer_id + 999, epoch, ErrorCode.invalid_producer_id_mapping),
         (producer_id, epoch - 1, ErrorCode.producer_fenced),
     ):
-        refused = raw.call(
-            port,
-            end_txn_v3.EndTxnRequest(
-                transactional_id=TransactionalId("txn-bad"),
-                producer_id=ProducerId(pid),
-                producer_epoch=i16(old_epoch),
-                committed=False,
-            ),
-        )
-        assert refused.error_code == code
+        assert end_txn(port, "txn-bad", pid, old_epoch, committed=False) == code
     assert store.get("txn-bad") == before
     assert cluster.list_offsets(TOPIC, "latest") == dict.fromkeys(range(PARTITIONS), 0)
 
@@ -335,6 +350,7 @@ def test_compaction_drops_aborted_records_first_and_keeps_markers_apart(
     transaction([(b"k", b"v1"), (looks_like_a_commit_marker, b"data")], commit=True)
     transaction([(b"k", b"v2")], commit=False)  # newest value of k, but aborted
     transaction([(b"other", b"x")], commit=True)  # later files: the earlier ones are not the head
+    wait_transactions_complete(cluster, "compactor")
     before = cluster.read(topic)
     [result] = run_compaction(cluster.replicas, spark, [topic])
     assert result.status == "compacted", result
@@ -351,3 +367,79 @@ def test_compaction_drops_aborted_records_first_and_keeps_markers_apart(
         "v1",
         "x",
     ]
+
+
+def test_end_txn_is_answered_once_the_decision_is_durable_and_the_markers_follow(
+    cluster: sparklog.Cluster, zk_connect: str, sparklog_home: Path, tmp_path: Path
+) -> None:
+    """Kafka's order: EndTxn is answered once PrepareCommit is stored, the markers follow. A
+    partition leader that hangs (SIGSTOP) cannot take its marker, yet commit_transaction
+    returns at once (a coordinator that wrote the markers first would hold EndTxn for the
+    marker's whole timeout, 15 s); the id's requests are answered CONCURRENT_TRANSACTIONS until
+    the marker is written, which the coordinator's sweep does once that broker is back."""
+    topic, transactional_id = "txn-durable", "txn-durable"
+    properties = {"offsets.topic.num.partitions": "3"}
+    with started_brokers(zk_connect, sparklog_home, tmp_path, (1, 2), properties=properties) as agents:
+        cluster.create_topic(topic, partitions=2, replication_factor=1)
+        wait_until(
+            lambda: {p.leader for p in cluster.describe_topic(topic).partitions} == {1, 2},
+            f"{topic}: one partition led by each broker",
+            timeout_s=60,
+        )
+        producer = transactional(agents.bootstrap_servers, transactional_id)
+        coordinator = transaction_coordinator(cluster, transactional_id)
+        hung = 2 if coordinator == 1 else 1
+        [stuck] = [p.partition for p in cluster.describe_topic(topic).partitions if p.leader == hung]
+        sent = {p: [f"committed-{p}-{i}" for i in range(3)] for p in (0, 1)}
+        producer.begin_transaction()
+        for p, records in sent.items():
+            for value in records:
+                producer.produce(topic, value=value.encode(), partition=p)
+        assert producer.flush(TIMEOUT_S) == 0
+        store = TransactionStore(cluster.replicas.zk)
+        port = agents.port(coordinator)
+
+        def stuck_values(level: str) -> list[str]:
+            rows = cluster.read(topic, stuck, isolation_level=level).column("value").to_pylist()
+            return sorted(v.decode() for v in rows)
+
+        agents.pause(hung)
+        try:
+            started = time.monotonic()
+            producer.commit_transaction(TIMEOUT_S)
+            answered_s = time.monotonic() - started
+            found = store.get(transactional_id)
+            assert found is not None
+            record = found[0]
+            assert record.state == PREPARE_COMMIT, f"{record.state}: the marker to broker {hung} cannot be written yet"
+            assert answered_s < 8, f"commit_transaction took {answered_s:.1f} s: EndTxn waited for the markers"
+            # Stored, not yet visible: read_committed stops at the transaction's first offset.
+            assert stuck_values("read_uncommitted") == sent[stuck]
+            assert stuck_values("read_committed") == []
+            # Meanwhile the id's requests are retriable refusals; a retried EndTxn too (Kafka's
+            # answer in PrepareCommit), and nothing changes.
+            producer_id, epoch = record.producer_id, record.producer_epoch
+            assert end_txn(port, transactional_id, producer_id, epoch, committed=True) == (
+                ErrorCode.concurrent_transactions
+            )
+            assert add_partitions(port, transactional_id, producer_id, epoch, {topic: [0, 1]}) == {
+                (topic, 0): ErrorCode.concurrent_transactions,
+                (topic, 1): ErrorCode.concurrent_transactions,
+            }
+            assert init_producer_id(port, transactional_id, 60_000).error_code == ErrorCode.concurrent_transactions
+            assert store.get(transactional_id) == found
+        finally:
+            # Killed while hung: the marker sent to it is never answered.
+            agents.kill(hung)
+        agents.start(hung)
+        completed = wait_until(
+            lambda: (f := store.get(transactional_id)) is not None and f[0].state == COMPLETE_COMMIT and f[0],
+            f"the coordinator's sweep writing the marker once broker {hung} is back",
+            timeout_s=120,
+        )
+        assert completed.producer_epoch == epoch
+        assert stuck_values("read_committed") == sent[stuck]
+        everything = sorted(v for records in sent.values() for v in records)
+        assert values(kafka_read(agents.bootstrap_servers, "read_committed", topic, len(everything), 2)) == everything
+        # A retried EndTxn of a completed transaction is answered as done (Kafka's NONE).
+        assert end_txn(port, transactional_id, producer_id, epoch, committed=True) == ErrorCode.none

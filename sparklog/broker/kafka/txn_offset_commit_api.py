@@ -5,7 +5,9 @@ partition; NOT_COORDINATOR elsewhere). Checks, as Kafka's group coordinator does
 the transaction's state (kept in ZooKeeper, so any broker can read it): the producer id
 belongs to the transactional id (INVALID_PRODUCER_ID_MAPPING), its epoch is current
 (PRODUCER_FENCED; INVALID_PRODUCER_EPOCH below v3), the transaction is ongoing and holds the
-group's offsets partition (AddOffsetsToTxn first: INVALID_TXN_STATE otherwise), every
+group's offsets partition (AddOffsetsToTxn first: INVALID_TXN_STATE otherwise;
+CONCURRENT_TRANSACTIONS while the previous one is decided and its markers are being written,
+as Kafka's transaction verification answers), every
 partition exists (UNKNOWN_TOPIC_OR_PARTITION for it; the topic's incarnation is kept with the
 pending offsets, so they are not applied if the topic is deleted before the transaction ends).
 Membership: generation -1 with no member id is a consumer using ``assign()`` and is accepted;
@@ -108,6 +110,7 @@ def _check(request: ApiRequest, broker: BrokerContext) -> None:
     record, _version = transactions.current_record(
         str(body.transactional_id), int(body.producer_id), int(body.producer_epoch)
     )
+    transactions.refuse_while_completing(record)
     if record.state != ONGOING or [OFFSETS_TOPIC, partition] not in record.partitions:
         raise InvalidTxnStateError(
             f"group {group_id!r} is not in an ongoing transaction of {body.transactional_id!r} (state "

@@ -25,9 +25,12 @@ Invariants:
   coordinator with the epoch bumped (so the producer's late batches and requests are
   fenced); that producer's own EndTxn(abort) of the old epoch is then answered as done, and
   its InitProducerId with its id and old epoch (KIP-360) recovers it;
-* EndTxn returns once the markers are written when they can be within the request (so a
-  read_committed consumer sees a committed transaction right after ``commit_transaction``);
-  otherwise once the decision is durable, and the sweep completes it.
+* EndTxn is answered once its Prepare* decision is stored, as Kafka answers it; the markers
+  are written afterwards by the :class:`~sparklog.broker.transactions.completer.TransactionCompleter`
+  (a read_committed consumer sees a committed transaction once they land, shortly after
+  ``commit_transaction`` returns). Until the transaction is Complete*, every other request
+  of its id is answered CONCURRENT_TRANSACTIONS (clients retry), a retried EndTxn too
+  (Kafka's answer in Prepare*; NONE once Complete*); no request handler waits for markers.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collections.abc import Sequence
 
 from sparklog import clock
 from sparklog.broker.groups.coordinator import BrokerGroups
+from sparklog.broker.transactions.completer import TransactionCompleter
 from sparklog.broker.transactions.markers import MarkerWriter
 from sparklog.broker.transactions.txn_offsets import complete_group_offsets
 from sparklog.errors import (
@@ -92,6 +96,7 @@ class TransactionCoordinator:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._producers: dict[int, str] = {}  # producer id -> transactional id (never changes)
+        self.completer = TransactionCompleter(self.complete)
 
     # -- requests --------------------------------------------------------------------------
     def init_producer_id(
@@ -121,9 +126,7 @@ class TransactionCoordinator:
                     f"producer {producer_id} epoch {producer_epoch} of {transactional_id!r} is not the current "
                     f"(producer {record.producer_id} epoch {record.producer_epoch}): a newer instance took over"
                 )
-            if record.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                self._complete_soon(transactional_id)
-                raise ConcurrentTransactionsError(f"the last transaction of {transactional_id!r} is being completed")
+            self.refuse_while_completing(record)
             if record.state == ONGOING:
                 # Fence the previous instance: its transaction is aborted under a newer epoch.
                 fenced = record.evolve(
@@ -133,7 +136,7 @@ class TransactionCoordinator:
                     updated_ms=now_ms,
                 )
                 self.store.update(fenced, version)
-                self._complete_soon(transactional_id)
+                self.completer.submit(transactional_id)
                 raise ConcurrentTransactionsError(
                     f"aborting the open transaction of the previous instance of {transactional_id!r}; retry"
                 )
@@ -173,8 +176,7 @@ class TransactionCoordinator:
         self._coordinator_epoch(transactional_id)
         with self._lock(transactional_id):
             record, version = self.current_record(transactional_id, producer_id, producer_epoch)
-            if record.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                raise ConcurrentTransactionsError(f"the last transaction of {transactional_id!r} is being completed")
+            self.refuse_while_completing(record)
             errors: dict[TopicPartition, BaseException | None] = {}
             for topic, partition in partitions:
                 try:
@@ -237,24 +239,36 @@ class TransactionCoordinator:
                 # The coordinator aborted this epoch's transaction itself (timeout): its abort is done.
                 if producer_epoch == record.last_producer_epoch and not commit and record.state == COMPLETE_ABORT:
                     return
-                if producer_epoch == record.last_producer_epoch and not commit and record.state == PREPARE_ABORT:
-                    raise ConcurrentTransactionsError(f"the transaction of {transactional_id!r} is being aborted")
+                if producer_epoch == record.last_producer_epoch and not commit:
+                    self.refuse_while_completing(record)
                 raise ProducerFencedError(
                     f"producer {producer_id} epoch {producer_epoch} of {transactional_id!r} is fenced by epoch "
                     f"{record.producer_epoch}"
                 )
-            if record.state == ONGOING:
-                self.store.update(record.evolve(state=wanted, updated_ms=clock.now_ms()), version)
-            elif record.state == wanted:
-                pass  # a retry while completing: complete below
-            elif record.state == done:
+            if record.state == done:
                 return  # a retry of a completed EndTxn
-            else:
+            if record.state == wanted:
+                # A retry while the markers are written: Kafka answers CONCURRENT_TRANSACTIONS
+                # here (NONE once complete), so the client learns when it may go on.
+                self.refuse_while_completing(record)
+            if record.state != ONGOING:
                 raise InvalidTxnStateError(
                     f"EndTxn({'commit' if commit else 'abort'}) of {transactional_id!r} in state {record.state}: "
                     "there is no ongoing transaction to end"
                 )
-        self.complete(transactional_id)
+            self.store.update(record.evolve(state=wanted, updated_ms=clock.now_ms()), version)
+        # The decision is durable: answer now, the markers follow.
+        self.completer.submit(transactional_id)
+
+    @staticmethod
+    def refuse_while_completing(record: TransactionRecord) -> None:
+        """CONCURRENT_TRANSACTIONS while ``record``'s transaction is decided but not complete
+        (Kafka's answer; clients retry). Its completion is under way already: handed to the
+        completer when it was decided, and again by the sweep while it stays Prepare*."""
+        if record.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            raise ConcurrentTransactionsError(
+                f"the last transaction of {record.transactional_id!r} is being completed ({record.state}); retry"
+            )
 
     def verify_batch(self, producer_id: int, producer_epoch: int, topic: str, partition: int) -> None:
         """A partition leader's check of a transaction's first batch in a partition
@@ -279,23 +293,26 @@ class TransactionCoordinator:
     # -- completion ------------------------------------------------------------------------
     def complete(self, transactional_id: str, timeout_ms: int = MARKER_TIMEOUT_MS) -> bool:
         """Write the markers of a Prepare* transaction and mark it complete; False when some
-        partition could not be reached yet (the sweep tries again)."""
+        partition could not be reached yet (the sweep tries again). Called by the completer
+        only, one thread per id at a time."""
         coordinator_epoch = self._coordinator_epoch(transactional_id)
-        with self._lock(transactional_id):
-            found = self.store.get(transactional_id)
-            if found is None or found[0].state not in (PREPARE_COMMIT, PREPARE_ABORT):
-                return True
-            record, version = found
-            commit = record.state == PREPARE_COMMIT
-            marker = ControlRecord(record.producer_id, record.producer_epoch, commit, coordinator_epoch)
-            outcome = self.markers.write(marker, record.topic_partitions, timeout_ms, self.offsets_marker)
-            failed = {tp: e for tp, e in outcome.items() if e is not None}
-            if failed:
-                log.info("transaction %r: markers not written yet to %s", transactional_id, failed)
-                return False
-            final = COMPLETE_COMMIT if commit else COMPLETE_ABORT
-            self.store.update(record.evolve(state=final, partitions=[], groups=[], updated_ms=clock.now_ms()), version)
+        # Without the id's lock: nothing but a completion moves a Prepare* record (requests are
+        # refused meanwhile), so the requests that are refused need not wait for the markers;
+        # the final compare-and-set still loses to a successor coordinator that completed it.
+        found = self.store.get(transactional_id)
+        if found is None or found[0].state not in (PREPARE_COMMIT, PREPARE_ABORT):
             return True
+        record, version = found
+        commit = record.state == PREPARE_COMMIT
+        marker = ControlRecord(record.producer_id, record.producer_epoch, commit, coordinator_epoch)
+        outcome = self.markers.write(marker, record.topic_partitions, timeout_ms, self.offsets_marker)
+        failed = {tp: e for tp, e in outcome.items() if e is not None}
+        if failed:
+            log.info("transaction %r: markers not written yet to %s", transactional_id, failed)
+            return False
+        final = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        self.store.update(record.evolve(state=final, partitions=[], groups=[], updated_ms=clock.now_ms()), version)
+        return True
 
     def offsets_marker(self, marker: ControlRecord, partition: int) -> None:
         """A marker reached ``__consumer_offsets`` partition ``partition``, which this broker
@@ -305,14 +322,17 @@ class TransactionCoordinator:
                 complete_group_offsets(self.store, self.groups.offsets, marker.producer_id, group_id, marker.commit)
 
     def run(self, stop: threading.Event) -> None:
-        """Every :data:`SWEEP_INTERVAL_MS`: abort transactions past their timeout and complete
-        decided ones, for the ids this broker coordinates (also those a failed coordinator
-        left half done)."""
+        """The completer's threads, and every :data:`SWEEP_INTERVAL_MS`: abort transactions
+        past their timeout and hand decided ones to the completer, for the ids this broker
+        coordinates (also those a failed coordinator left half done, or a completion that
+        failed)."""
+        self.completer.start(stop)
         while not stop.wait(SWEEP_INTERVAL_MS / 1000):
             try:
                 self.sweep()
             except Exception as exc:  # noqa: BLE001 - ZooKeeper or storage trouble: the next sweep retries
                 log.warning("transaction sweep failed: %s", exc)
+        self.completer.join(MARKER_TIMEOUT_MS / 1000)
 
     def sweep(self) -> None:
         for transactional_id in self.store.transactional_ids():
@@ -348,18 +368,7 @@ class TransactionCoordinator:
                 self.store.update(timed_out, version)
             elif record.state not in (PREPARE_COMMIT, PREPARE_ABORT):
                 return
-        self.complete(transactional_id)
-
-    def _complete_soon(self, transactional_id: str) -> None:
-        threading.Thread(
-            target=self._complete_quietly, args=(transactional_id,), name="txn-complete", daemon=True
-        ).start()
-
-    def _complete_quietly(self, transactional_id: str) -> None:
-        try:
-            self.complete(transactional_id)
-        except Exception as exc:  # noqa: BLE001 - the sweep retries
-            log.info("completing %r failed: %s", transactional_id, exc)
+        self.completer.submit(transactional_id)
 
     # -- helpers ---------------------------------------------------------------------------
     def _coordinator_epoch(self, transactional_id: str) -> int:
