@@ -42,6 +42,7 @@ import random
 import socket
 import struct
 import time
+from typing import TYPE_CHECKING
 
 from benchmarks.harness import BenchContext, CaseResult, Target
 from benchmarks.wire import (
@@ -58,7 +59,9 @@ from benchmarks.wire import (
     systems_note,
     wire_metric,
 )
-from sparklog.testing.metrics import Scrape, scrape
+
+if TYPE_CHECKING:  # the runner freezes sparklog's code before anything imports it
+    from sparklog.testing.metrics import Scrape
 
 CASE = "u"
 TITLE = "broker CPU per small Produce request (raw client, pipelined, acks=all), sparklog vs Kafka"
@@ -157,12 +160,18 @@ def _scrape_counted(metrics_url: str, counted: float) -> Scrape:
     """A scrape once at least ``counted`` Produce requests are counted."""
     deadline = time.monotonic() + _COUNTED_WAIT_S
     while True:
-        scraped = scrape(metrics_url)
+        scraped = _scrape(metrics_url)
         if (scraped.get(f"{REQUEST_CPU}_count", request="Produce") or 0) >= counted:
             return scraped
         if time.monotonic() > deadline:
             raise AssertionError(f"{metrics_url}: fewer than {counted:.0f} Produce requests counted")
         time.sleep(0.05)
+
+
+def _scrape(metrics_url: str) -> Scrape:
+    from sparklog.testing.metrics import scrape  # imported late: see the TYPE_CHECKING block
+
+    return scrape(metrics_url)
 
 
 def measure(requests: int, endpoint: Endpoint) -> Figures:
@@ -175,7 +184,7 @@ def measure(requests: int, endpoint: Endpoint) -> Figures:
         idle_rate = (cpu_seconds(endpoint.pid) - idle_start) / IDLE_SECONDS
         # Scraped before the process CPU is read, so the scrape's own CPU stays out of it; the
         # idle wait let the warm-up's last requests be counted first.
-        scraped = scrape(endpoint.metrics_url) if endpoint.metrics_url else None
+        scraped = _scrape(endpoint.metrics_url) if endpoint.metrics_url else None
         before = cpu_seconds(endpoint.pid)
         seconds = pipelined_produce(endpoint.bootstrap_servers, endpoint.topic, records, requests, WARMUP)
         used = cpu_seconds(endpoint.pid) - before
