@@ -39,6 +39,7 @@ from sparklog.errors import (
     LeaderNotAvailableError,
     ProducerClosedError,
     RecordTooLargeError,
+    RetriableError,
     SchemaMismatchError,
     StorageError,
     TopicNotFoundError,
@@ -56,6 +57,7 @@ __all__ = ["BatchMetadata", "Producer"]
 
 HeadersArg = Iterable[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 _FENCED_RETRIES = 5
+_METADATA_RETRY_S = 0.1  # Kafka's retry.backoff.ms, between tries of a failed metadata read
 # Errors after which the cached metadata may be what is wrong (Kafka's producer requests a
 # metadata update on UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER and the like).
 _STALE_METADATA = (
@@ -260,11 +262,24 @@ class Producer:
         ``metadata.max.age.ms``."""
         info = self._topics.get(topic)
         max_age_s = int(self.config["metadata.max.age.ms"]) / 1000
-        if info is None or refresh or time.monotonic() - info.fetched_at >= max_age_s:
+        if info is not None and not refresh and time.monotonic() - info.fetched_at < max_age_s:
+            return info
+        deadline = time.monotonic() + int(self.config["max.block.ms"]) / 1000
+        while True:
             fetched_at = time.monotonic()
-            configs = self._replicas.topic_config(topic)
-            info = _TopicInfo(len(self._replicas.partitions_of(topic)), int(configs["max.message.bytes"]), fetched_at)
-            self._topics[topic] = info
+            try:
+                configs = self._replicas.topic_config(topic)
+                partitions = len(self._replicas.partitions_of(topic))
+                break
+            except RetriableError:
+                # As Kafka's producer: a failed refresh keeps the metadata it had; without any,
+                # send blocks for it up to max.block.ms.
+                if info is not None and not refresh:
+                    return info
+                if time.monotonic() + _METADATA_RETRY_S > deadline:
+                    raise
+                time.sleep(_METADATA_RETRY_S)
+        info = self._topics[topic] = _TopicInfo(partitions, int(configs["max.message.bytes"]), fetched_at)
         return info
 
     def _record_limit(self, info: _TopicInfo) -> int:

@@ -123,10 +123,17 @@ def produce_request(
     lease_for: Callable[[int], WriterLease],
 ) -> AppendResult:
     """Append ``batches`` (partition -> records) and wait as ``acks`` says; see the module doc."""
-    # Read once per request, so its retries append under the settings its size check used.
-    topic_settings = topic_write_settings(replicas, topic, request.compression_type)
-    _check_record_sizes(topic, batches, topic_settings.max_message_bytes)
     deadline = time.monotonic() + request.delivery_timeout_ms / 1000
+    # Read once per request, so its retries append under the settings its size check used.
+    while True:
+        try:
+            topic_settings = topic_write_settings(replicas, topic, request.compression_type)
+            break
+        except RetriableError:  # ZooKeeper away for a moment
+            if time.monotonic() + _RETRY_BACKOFF_S > deadline:
+                raise
+            time.sleep(_RETRY_BACKOFF_S)
+    _check_record_sizes(topic, batches, topic_settings.max_message_bytes)
     remaining = dict(batches)
     offsets: dict[int, int] = {}
     append_ms = 0

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import threading
 
+from kazoo.protocol.states import Callback
+
 import sparklog
 from sparklog.metadata.foreign_writes import ForeignWrites
 from sparklog.metadata.lease import WriterLease, broker_lease_owner
+from sparklog.metadata.session import ZkSession
+from sparklog.metadata.zkdata import writer_path
 from tests.helpers import wait_until
 
 BROKER = broker_lease_owner(7)
@@ -28,37 +32,42 @@ class Calls:
             return self.count
 
 
+def delivered(zk: ZkSession, path: str) -> None:
+    """Return once every watch event caused by the writes made so far has been handled:
+    ZooKeeper sends a client the watch events of a znode before the answer to its next read
+    of it, and kazoo handles events and callbacks in order on one thread."""
+    zk.client.exists(path)
+    done = threading.Event()
+    zk.client.handler.dispatch_callback(Callback("watch", done.set, ()))
+    assert done.wait(30), "ZooKeeper's event thread did not get to the marker"
+
+
 def test_another_writers_append_is_announced_and_the_brokers_own_are_not(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 2)
     zk = cluster.replicas.zk
+    path = writer_path("t", 0)
     calls = Calls()
     ForeignWrites(zk, BROKER).follow("t", 0, calls)
     assert calls.seen() == 0, "the lease as following began is no write"
 
     own = WriterLease(zk, "t", 0, BROKER, lease_ms=60_000)
     own.acquire(1000)
-    own.renew()
     own.release()
-    # A foreign writer's change after these would be announced; none came from ours.
+    delivered(zk, path)
+    before = calls.seen()  # the lease's first record may count: it had none
+    for _ in range(3):
+        own.acquire(1000)
+        own.renew()
+        own.release()
+    delivered(zk, path)
+    assert calls.seen() == before, "the broker's own acquires, renewals and releases were announced"
+
     other = WriterLease(zk, "t", 0, "spark-job-1", lease_ms=60_000)
     other.acquire(1000)
     other.release()
-    wait_until(lambda: calls.seen() >= 1, "the other writer's append announced")
-    announced = calls.seen()
-    assert announced <= 2, f"one announcement per lease change of the other writer, got {announced}"
-
-    # The broker takes the lease back (a change away from the other writer: may be announced),
-    # then its own renewals and release are not.
-    own.acquire(1000)
-    settled = calls.seen()
-    for _ in range(3):
-        own.renew()
-    own.release()
-    sentinel = WriterLease(zk, "t", 0, "light-producer", lease_ms=60_000)
-    sentinel.acquire(1000)
-    sentinel.release()
-    wait_until(lambda: calls.seen() > settled, "the light producer's append announced")
-    assert calls.seen() <= settled + 2, "the broker's own renewals and release were announced"
+    delivered(zk, path)
+    announced = calls.seen() - before
+    assert 1 <= announced <= 2, f"one announcement per lease change of the other writer, got {announced}"
 
 
 def test_a_partition_is_followed_once_and_other_partitions_stay_quiet(cluster: sparklog.Cluster) -> None:
