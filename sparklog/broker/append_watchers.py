@@ -47,13 +47,14 @@ class AppendWatchers:
         self._followed: set[PartitionKey] = set()
 
     def versions(self, keys: Sequence[PartitionKey]) -> tuple[int, ...]:
-        if self._follow is not None:
-            with self._lock:
-                new = [k for k in keys if k not in self._followed]
-            followed = [k for k in new if self._follow(*k)]
-            with self._lock:
-                self._followed.update(followed)
         with self._lock:
+            new = [] if self._follow is None else [k for k in keys if k not in self._followed]
+            if not new:  # every fetch after a partition's first: one lock, no ZooKeeper
+                return tuple(self._versions.get(k, 0) for k in keys)
+        assert self._follow is not None
+        followed = [k for k in new if self._follow(*k)]
+        with self._lock:
+            self._followed.update(followed)
             return tuple(self._versions.get(k, 0) for k in keys)
 
     def watch(self, keys: Sequence[PartitionKey], seen: Sequence[int], wake: Callable[[], None]) -> Callable[[], None]:
