@@ -20,11 +20,12 @@ from kio.index import load_response_schema
 from kio.static.primitive import i32Timedelta
 
 from sparklog.broker.metrics import BrokerMetrics
+from sparklog.errors import NotLeaderError
 from sparklog.runtime.replica_manager import METADATA_MAX_AGE_MS
 
 if TYPE_CHECKING:
     from sparklog.broker.groups.coordinator import BrokerGroups
-    from sparklog.broker.partition import LeaderPartitions
+    from sparklog.broker.partition import LeaderPartition, LeaderPartitions
     from sparklog.broker.transactions.coordinator import TransactionCoordinator
     from sparklog.metadata.producer_ids import ProducerIdBlocks
     from sparklog.runtime.replica_manager import ReplicaManager
@@ -40,6 +41,7 @@ __all__ = [
     "DelayedResponse",
     "EncodedResponse",
     "build",
+    "led_partition",
     "response_module",
     "wait_for_response",
 ]
@@ -156,6 +158,14 @@ def wait_for_response(delayed: DelayedResponse) -> Any:
         woken = threading.Event()
         delayed.on_progress(woken.set)
         woken.wait(remaining if delayed.recheck_s is None else min(remaining, delayed.recheck_s))
+
+
+def led_partition(broker: BrokerContext, topic: str, partition: int) -> LeaderPartition:
+    """``topic``-``partition`` when this broker leads it; NOT_LEADER_OR_FOLLOWER also on a
+    listener that serves no partitions."""
+    if broker.partitions is None:
+        raise NotLeaderError(f"this listener serves no partitions ({topic}-{partition})")
+    return broker.partitions.get(topic, partition)
 
 
 @dataclass(frozen=True)

@@ -35,12 +35,12 @@ from sparklog.broker.kafka.context import (
     ApiRequest,
     BrokerContext,
     build,
+    led_partition,
     response_module,
     wait_for_response,
 )
 from sparklog.broker.kafka.error_codes import error_code
 from sparklog.broker.partition import FetchedData
-from sparklog.errors import NotLeaderError
 
 __all__ = ["APIS"]
 
@@ -192,9 +192,7 @@ def _read_all(
             if total:  # only the first partition's first batch may exceed the limits (KIP-74)
                 limit = min(limit, max(0, max_bytes - total))
             try:
-                if broker.partitions is None:
-                    raise NotLeaderError(f"this listener does not serve fetches ({topic.topic}-{partition})")
-                data = broker.partitions.get(topic.topic, partition).read(
+                data = led_partition(broker, topic.topic, partition).read(
                     int(wanted.fetch_offset), limit, first=total == 0, read_committed=read_committed
                 )
                 read = _PartitionRead(ErrorCode.none, data)

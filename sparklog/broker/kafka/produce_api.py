@@ -28,13 +28,13 @@ from sparklog.broker.kafka.context import (
     ApiRequest,
     BrokerContext,
     EncodedResponse,
+    led_partition,
     wait_for_response,
 )
 from sparklog.broker.kafka.error_codes import error_code
 from sparklog.broker.kafka.produce_codec import ProduceRequestBody, encode_produce_response
 from sparklog.broker.leader_appender import PendingAppend
 from sparklog.config import Acks
-from sparklog.errors import NotLeaderError
 
 __all__ = ["APIS"]
 
@@ -63,9 +63,7 @@ def start_produce(request: ApiRequest[ProduceRequestBody], broker: BrokerContext
                 results[key] = (ErrorCode.invalid_required_acks, -1, -1, f"acks={body.acks} is not 0, 1 or -1")
                 continue
             try:
-                if broker.partitions is None:
-                    raise NotLeaderError(f"this listener does not serve produce requests ({topic}-{key[1]})")
-                partition = broker.partitions.get(topic, key[1])
+                partition = led_partition(broker, topic, key[1])
                 queued[key] = partition.prepare_append(partition_data.records or b"", acks, timeout_ms)
             except Exception as exc:  # noqa: BLE001 - becomes this partition's error code
                 results[key] = (error_code(exc), -1, -1, str(exc))
