@@ -1,4 +1,4 @@
-"""Retry budgets: how many times an operation re-plans after losing a race, in one place.
+"""Retry budgets and deadlines: how an operation retries, in one place.
 
 Every loop that retries after a conflict (a concurrent Delta commit, a log changing under a
 read) takes its budget from here and, when the budget is spent, raises
@@ -12,14 +12,20 @@ Usage::
             break
     else:
         raise DELTA_COMMIT.exhausted(f"DeleteRecords on {topic}-{partition}", "run it again")
+
+Operations that wait out a passing condition (a leader moving, ZooKeeper electing, not
+enough replicas yet: :class:`~sparklog.errors.RetriableError`) retry until a deadline
+instead, as Kafka's clients do until ``delivery.timeout.ms``: :func:`retry_until`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
-from sparklog.errors import RetriesExhaustedError
+from sparklog.errors import RetriableError, RetriesExhaustedError
 
 __all__ = [
     "DELTA_COMMIT",
@@ -28,7 +34,10 @@ __all__ = [
     "MAINTENANCE_PLAN",
     "TABLE_PROPERTIES",
     "RetryBudget",
+    "retry_until",
 ]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,3 +61,18 @@ MAINTENANCE_PLAN = RetryBudget(20, "concurrent commits removing or rewriting the
 TABLE_PROPERTIES = RetryBudget(10, "concurrent commits to the table")
 DELTA_LOG_READ = RetryBudget(5, "log cleanup changing the Delta log during the read")
 EPOCH_MARKER = RetryBudget(20, "concurrent commits to the partition")
+
+
+def retry_until(deadline_s: float, backoff_s: float, call: Callable[[int], T]) -> T:
+    """``call(attempt)`` (attempt 0, 1, ...) until it returns; a
+    :class:`~sparklog.errors.RetriableError` is retried after ``backoff_s`` as long as the
+    retry starts before ``deadline_s`` (``time.monotonic()``), else it is raised."""
+    attempt = 0
+    while True:
+        try:
+            return call(attempt)
+        except RetriableError:
+            if time.monotonic() + backoff_s > deadline_s:
+                raise
+            attempt += 1
+            time.sleep(backoff_s)

@@ -1,10 +1,22 @@
-"""Group commit for the partitions a broker leads (DESIGN §14).
+"""Group commit for the partitions a broker leads, pipelined (DESIGN §14, §15).
 
-Produce requests from every connection are queued per topic. One committer thread per topic
-takes everything queued and appends it to this broker's replica table in ONE Delta commit
-(every partition of the round, :func:`sparklog.runtime.produce_request.append_to_leader`);
-what arrives while that commit is in flight waits for the next round. Latency is then about
-one commit, throughput many requests per commit.
+Produce requests from every connection are queued per topic. Each topic has three stages,
+a thread each:
+
+1. the **builder** takes everything queued, reads the records of all its producers' batches
+   in one native pass (:func:`~sparklog.broker.pending_append.read_round`), plans the
+   round's transactions, takes the write leases and writes the round's segment files
+   (:func:`sparklog.log.append.prepare_append`) for every partition of the round;
+2. the **committer** makes a built round durable (its files fsynced when acks=all) and
+   commits it, one Delta commit for every partition of the round, then answers it;
+3. the **ISR waiter** answers acks=all rounds once every in-sync replica holds them
+   (:func:`~sparklog.runtime.produce_request.await_in_sync_replicas`), so a follower that
+   lags holds up those acknowledgements only, never the next commits.
+
+While round N is fsynced and committed, round N+1 is built: it continues the log where N
+will leave it (a :class:`~sparklog.log.append.ProjectedView` of the log plus N's commit).
+One round at most is in flight behind the builder. What arrives meanwhile waits for the next
+round, so latency is about one commit and throughput many requests per commit.
 
 Invariants:
 
@@ -13,154 +25,92 @@ Invariants:
   leadership change that raced the round fails it (``NotLeaderError``) instead of writing
   under a stale epoch (invariant 4);
 * a request's records get contiguous offsets in their order; requests of one round are
-  placed in arrival order, so one connection's requests keep their order;
+  placed in arrival order, and rounds commit in the order they were built, so one
+  connection's requests keep their order;
+* a round is committed only onto the log it was built for
+  (:meth:`~sparklog.log.append.PreparedAppend.check`): when the round before it failed, or
+  another writer committed in between, its files are discarded and it is built again after
+  the round before it (order kept);
+* a round of a Kafka transaction (transactional batches, markers) is planned only once the
+  round before it is settled and settled before the next is planned (a plan depends on the
+  transactions' state after the previous commit); a write lease is waited for, taken over or
+  released only while no round built under it is in flight;
 * a request is answered only once its commit returned (acks 0/1) or every in-sync replica
-  holds it (acks=all, :func:`~sparklog.runtime.produce_request.await_in_sync_replicas`);
-  ``min.insync.replicas`` is checked before appending;
-* one failing partition fails only the requests of that round's commit; nothing that was
-  not committed is reported as appended.
-
-Records: requests arrive checked but not read (:func:`~sparklog.broker.kafka.records.check_batches`);
-a round reads the records of all its producers' batches in one native pass into one table,
-ordered by partition, so each partition's rows are one slice of it
-(:func:`~sparklog.model.kafka_batches.decode_records`).
+  holds it (acks=all); ``min.insync.replicas`` is checked before appending;
+* one failing round fails only its own requests; nothing that was not committed is
+  reported as appended.
 
 Metrics: every round that appended is reported to the broker's metrics
-(:meth:`~sparklog.broker.metrics.BrokerMetrics.commit_round`): its latency (from the round's
-start to its acknowledgement, retries and the acks=all wait for the ISR included), its
-records and wire bytes, and the time of :func:`~sparklog.runtime.produce_request.append_to_leader`
-(segment files written and fsynced, the Delta commit); its producers' records and bytes are
-Kafka's MessagesInPerSec / BytesInPerSec of the topic (:meth:`~sparklog.broker.metrics.BrokerMetrics.bytes_in`).
+(:meth:`~sparklog.broker.metrics.BrokerMetrics.commit_round`): its latency (from the start
+of its build to its acknowledgement, rebuilds and the acks=all wait for the ISR included),
+its records and wire bytes, and the time its append took (files written, fsynced and the
+Delta commit); its producers' records and bytes are Kafka's MessagesInPerSec /
+BytesInPerSec of the topic (:meth:`~sparklog.broker.metrics.BrokerMetrics.bytes_in`).
 
-Write leases: the round takes the leases of its partitions (owner ``broker-<id>``) and
-releases them after the commit, so Spark jobs and light producers writing the same topic
-queue for the same leases and offsets stay unique and contiguous whoever writes.
+Write leases: a round takes the leases of its partitions (owner ``broker-<id>``) and the
+broker keeps them between rounds; a lease another writer waits for is released as soon as
+no round built under it is in flight, so Spark jobs and light producers writing the same
+topic queue for the same leases and offsets stay unique and contiguous whoever writes.
 """
 
 from __future__ import annotations
 
-import itertools
+import functools
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import NamedTuple
-
-import pyarrow as pa
+from typing import Literal
 
 from sparklog.broker.append_watchers import AppendWatchers
 from sparklog.broker.log_tail import LogTails
 from sparklog.broker.metrics import BrokerMetrics
-from sparklog.broker.producer_state import Outcome, ProducerBatch
-from sparklog.broker.transactions.partition_txns import PartitionTransactions
+from sparklog.broker.pending_append import PendingAppend, RoundRows, kafka_producers, partition_rows, read_round
+from sparklog.broker.transactions.partition_txns import PartitionTransactions, RoundPlan
 from sparklog.config import Acks
-from sparklog.errors import LeaderNotAvailableError, NotLeaderError, RetriableError
-from sparklog.log.append import KafkaProducerBatches
+from sparklog.errors import FencedError, LeaderNotAvailableError, NotLeaderError, StorageError
+from sparklog.log.append import (
+    MAX_COMMIT_ATTEMPTS,
+    AppendResult,
+    LogView,
+    PreparedAppend,
+    ProjectedView,
+    SnapshotView,
+    prepare_append,
+)
 from sparklog.log.leader_log import LeaderLog
-from sparklog.log.table import TopicTable
-from sparklog.log.transactions import kafka_producer_id, producer_app_id
-from sparklog.log.txn_log import ControlRecord
+from sparklog.log.table import CommitConflict, TopicTable
 from sparklog.metadata.lease import WriterLease, broker_lease_owner
-from sparklog.model.kafka_batches import RecordBatch, decode_records
+from sparklog.metadata.zkdata import PartitionState
+from sparklog.retries import retry_until
 from sparklog.runtime.produce_request import (
-    RequestSettings,
-    append_to_leader,
+    TopicWriteSettings,
     await_in_sync_replicas,
     check_min_isr,
+    hold_leases,
     release_lease,
     topic_write_settings,
 )
 from sparklog.runtime.replica_manager import METADATA_MAX_AGE_MS, ReplicaManager
 
-__all__ = ["LeaderAppender", "PendingAppend"]
+__all__ = ["LeaderAppender"]
 
 log = logging.getLogger(__name__)
 
 _RETRY_BACKOFF_S = 0.05
-_IDLE_CHECK_S = 0.1  # an idle committer lets go of leases other writers wait for this often
-# Guards registering and running PendingAppend callbacks (held for a list operation only).
-_DONE_LOCK = threading.Lock()
+_IDLE_CHECK_S = 0.1  # an idle builder lets go of leases other writers wait for this often
 
-
-@dataclass(eq=False)
-class PendingAppend:
-    """Records for one partition from one produce request, waiting for a commit."""
-
-    partition: int
-    # None until the round reads them: the records of ``batch`` (:func:`read_round`).
-    records: pa.Table | None
-    acks: Acks
-    timeout_ms: int
-    compression: str = "none"  # the producer's codec (for compression.type=producer)
-    # An idempotent producer's batch: its sequence is committed with the records.
-    producer: ProducerBatch | None = None
-    # A batch of a Kafka transaction (``producer`` says whose), or a transaction's marker
-    # (one control row): planned by :class:`PartitionTransactions` before the commit.
-    transactional: bool = False
-    marker: ControlRecord | None = None
-    # The batch as the producer sent it: kept in the partition's in-memory tail once stored.
-    wire: bytes | None = None
-    # Called with the base offset as soon as the commit returned (before any acks=all wait).
-    on_commit: Callable[[int], None] | None = None
-    # A producer's checked batch whose records are read with the round's others.
-    batch: RecordBatch | None = None
-    # A retry of an idempotent batch still being appended: answered as that one ends.
-    duplicate_of: Outcome | None = None
-    is_done: bool = False
-    base_offset: int = -1
-    log_append_time_ms: int = -1
-    error: BaseException | None = None
-    _on_done: list[Callable[[], None]] = field(default_factory=list)
-    # Made only for a thread that blocks on the outcome (most never do: a threading.Event
-    # costs more than the rest of a small request's bookkeeping).
-    _done_event: threading.Event | None = None
-
-    @property
-    def rows(self) -> int:
-        if self.records is not None:
-            return self.records.num_rows
-        return _batch_of(self).count
-
-    def wait_done(self, timeout_s: float) -> bool:
-        if self.is_done:
-            return True
-        if timeout_s <= 0:
-            return False
-        with _DONE_LOCK:
-            if self.is_done:
-                return True
-            if self._done_event is None:
-                self._done_event = threading.Event()
-            event = self._done_event
-        return event.wait(timeout_s)
-
-    def on_done(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once this append is answered (at once if it is); it runs on the
-        committer's thread, so it only hands work on."""
-        with _DONE_LOCK:
-            if not self.is_done:
-                self._on_done.append(callback)
-                return
-        callback()
-
-    def finish(self, base_offset: int = -1, log_append_time_ms: int = -1, error: BaseException | None = None) -> None:
-        self.base_offset, self.log_append_time_ms, self.error = base_offset, log_append_time_ms, error
-        with _DONE_LOCK:
-            self.is_done = True
-            callbacks, self._on_done = self._on_done, []
-            event = self._done_event
-        if event is not None:
-            event.set()
-        for callback in callbacks:
-            callback()
+Settled = Literal["committed", "failed", "rebuild"]
 
 
 class LeaderAppender:
     """Queues and group-commits produce requests for the partitions ``broker_id`` leads.
 
     ``watchers`` wakes the Fetch long polls of a round's partitions once the round is
-    answered (data appended or not: a waiting fetch re-reads and answers errors too)."""
+    committed or failed (a waiting fetch re-reads and answers errors too)."""
 
     def __init__(
         self,
@@ -175,25 +125,32 @@ class LeaderAppender:
         self.writer_lease_ms = writer_lease_ms
         self.metrics = metrics
         self.watchers = watchers if watchers is not None else AppendWatchers()
+        self.tails = LogTails()
+        self.txns = PartitionTransactions()
         self._lock = threading.Condition()
         self._queues: dict[str, list[PendingAppend]] = {}
         self._threads: dict[str, threading.Thread] = {}
-        self._leases: dict[tuple[str, int], WriterLease] = {}
-        self.tails = LogTails()
-        self.txns = PartitionTransactions()
-        self._logs: dict[str, LeaderLog] = {}
+        self._committers: dict[str, _Stage] = {}
+        self._isr_waiters: dict[str, _Stage] = {}
         self._closed = False
+        # Used by a topic's builder thread only:
+        self._leases: dict[str, dict[int, WriterLease]] = {}
+        self._in_flight: dict[str, _Round] = {}  # the round its committer has
+        self._logs: dict[str, LeaderLog] = {}
+        # Used by a topic's committer thread only:
+        self._commit_logs: dict[str, LeaderLog] = {}
 
     def append(self, topic: str, items: Sequence[PendingAppend]) -> None:
-        """Queue ``items`` for ``topic``'s next commit; each item's ``done`` is set when it is
-        answered (see :meth:`wait`)."""
+        """Queue ``items`` for ``topic``'s next round; each is finished when answered."""
         with self._lock:
             if self._closed:
                 for item in items:
-                    item.finish(error=LeaderNotAvailableError(f"broker {self.broker_id} is shutting down"))
+                    item.finish(error=self._shutting_down())
                 return
             self._queues.setdefault(topic, []).extend(items)
             if topic not in self._threads:
+                self._committers[topic] = _Stage(f"committer-{topic}")
+                self._isr_waiters[topic] = _Stage(f"isr-waiter-{topic}")
                 thread = threading.Thread(target=self._run, args=(topic,), name=f"appender-{topic}", daemon=True)
                 self._threads[topic] = thread
                 thread.start()
@@ -205,59 +162,76 @@ class LeaderAppender:
             self._lock.notify_all()
         for thread in list(self._threads.values()):
             thread.join(5)
+        for stage in [*self._committers.values(), *self._isr_waiters.values()]:
+            stage.stop()
 
-    # -- the committer -----------------------------------------------------------------------
+    def _shutting_down(self) -> LeaderNotAvailableError:
+        return LeaderNotAvailableError(f"broker {self.broker_id} is shutting down")
+
+    # -- the builder -------------------------------------------------------------------------
     def _run(self, topic: str) -> None:
+        todo: list[list[PendingAppend]] = []  # rounds to build, in order
         while True:
-            with self._lock:
-                while not self._queues.get(topic) and not self._closed:
-                    if not self._lock.wait(_IDLE_CHECK_S):
-                        break
-                items = self._queues.pop(topic, [])
-                if self._closed:
-                    for item in items:
-                        item.finish(error=LeaderNotAvailableError(f"broker {self.broker_id} is shutting down"))
+            if not todo:
+                with self._lock:
+                    while not self._queues.get(topic) and not self._closed:
+                        in_flight = self._in_flight.get(topic)
+                        if in_flight is not None and in_flight.settled.done():
+                            break
+                        if not self._lock.wait(_IDLE_CHECK_S) and in_flight is None:
+                            break
+                    items = self._queues.pop(topic, [])
+                    closed = self._closed
+                if closed:
+                    self._stop(topic, [items])
                     return
-            if not items:
-                self._release_wanted(topic)
-                continue
-            # acks=all rounds fsync and wait for the ISR: the others don't pay for that.
-            for acks_all in (False, True):
-                group = [i for i in items if (i.acks == "all") == acks_all]
-                if group:
-                    self._commit_round(topic, group)
-            self.watchers.appended(topic, {i.partition for i in items})
+                if not items:
+                    # Nothing to build: settle the round in flight, let go of wanted leases.
+                    todo = self._settle(topic)
+                    if not todo:
+                        self._release_wanted(topic)
+                    continue
+                # acks=all rounds fsync and wait for the ISR: the others don't pay for that.
+                todo = [g for acks_all in (False, True) if (g := [i for i in items if (i.acks == "all") == acks_all])]
+            elif self._closed:
+                self._stop(topic, todo)
+                return
+            group = todo.pop(0)
+            todo[:0] = self._build_round(topic, group)
 
-    def _commit_round(self, topic: str, items: list[PendingAppend]) -> None:
+    def _stop(self, topic: str, todo: list[list[PendingAppend]]) -> None:
+        for items in [*self._settle(topic), *todo]:
+            self._fail(items, self._shutting_down())
+
+    def _settle(self, topic: str) -> list[list[PendingAppend]]:
+        """Wait until the topic's round in flight is settled: [its items] when they must be
+        built again, else nothing."""
+        round_ = self._in_flight.pop(topic, None)
+        if round_ is None or round_.settled.result() != "rebuild":
+            return []
+        return [[i for i in round_.items if not i.is_done]]
+
+    def _build_round(self, topic: str, items: list[PendingAppend]) -> list[list[PendingAppend]]:
+        """Build ``items`` into a round and hand it to the committer; the rounds to build
+        before anything else (a round in flight to build again, then this one) if the log
+        moved under it."""
         started_s = time.monotonic()
         deadline = started_s + max(i.timeout_ms for i in items) / 1000
         try:
             read = read_round(items)
         except Exception as exc:  # noqa: BLE001 - answered to the clients as Kafka error codes
             self._fail(items, exc)
-            return
-        while True:
-            try:
-                appended = self._try_round(topic, items, read)
-                if appended is not None:
-                    self.metrics.commit_round(
-                        topic, time.monotonic() - started_s, appended.records, appended.wire_bytes, appended.append_s
-                    )
-                    # Kafka's BytesInPerSec / MessagesInPerSec: what producers got appended.
-                    self.metrics.bytes_in(topic, appended.wire_bytes, appended.produced)
-                return
-            except RetriableError as exc:
-                if time.monotonic() + _RETRY_BACKOFF_S > deadline:
-                    self._fail(items, exc)
-                    return
-                time.sleep(_RETRY_BACKOFF_S)
-            except Exception as exc:  # noqa: BLE001 - answered to the clients as Kafka error codes
-                log.debug("produce round on %s failed: %s", topic, exc)
-                self._fail(items, exc)
-                return
+            return []
+        try:
+            return retry_until(deadline, _RETRY_BACKOFF_S, lambda _: self._try_build(topic, items, read, started_s))
+        except Exception as exc:  # noqa: BLE001 - answered to the clients as Kafka error codes
+            log.debug("produce round on %s failed: %s", topic, exc)
+            self._fail(items, exc)
+            return []
 
-    def _try_round(self, topic: str, items: list[PendingAppend], read: Mapping[int, RoundRows]) -> _Appended | None:
-        """Append the round's items this broker leads; what was appended (None: nothing)."""
+    def _try_build(
+        self, topic: str, items: list[PendingAppend], read: Mapping[int, RoundRows], started_s: float
+    ) -> list[list[PendingAppend]]:
         replicas = self.replicas
         partitions = sorted({i.partition for i in items})
         states = replicas.states(topic, partitions)
@@ -267,15 +241,23 @@ class LeaderAppender:
                 f"broker {self.broker_id} does not lead {topic}-{p} (leader: {states[p].leader}, "
                 f"epoch {states[p].leader_epoch}); refresh the metadata"
             )
-            self._fail([i for i in items if i.partition == p and not i.is_done], error)
+            self._fail([i for i in items if i.partition == p], error)
         items = [i for i in items if i.partition in led and not i.is_done]
         if not items:
-            return None
+            return []
+        leases = [self._lease(topic, p) for p in sorted({i.partition for i in items})]
+        transactional = any(i.transactional or i.marker is not None for i in items)
+        if transactional or not all(lease.held_firmly() for lease in leases) or self._lease_wanted(topic):
+            redo = self._settle(topic)
+            if redo:
+                return [*redo, items]
+            self._release_wanted(topic)
         table = replicas.replica_table(topic, self.broker_id)
-        plan = self.txns.plan(table, {p: states[p].leader_epoch for p in led}, items)
+        leader_epochs = {p: states[p].leader_epoch for p in led}
+        plan = self.txns.plan(table, leader_epochs, items)
         items = plan.items
         if not items:
-            return None
+            return []
         acks: Acks = "all" if items[0].acks == "all" else "1"
         settings = topic_write_settings(replicas, topic, items[0].compression, METADATA_MAX_AGE_MS)
         if acks == "all":
@@ -284,103 +266,190 @@ class LeaderAppender:
         for p in led:
             kept = [i for i in items if i.partition == p]
             if kept:
-                merged[p] = _partition_rows(kept, read.get(p))
+                merged[p] = partition_rows(kept, read.get(p))
         followers = sorted({b for p in merged for b in states[p].isr} - {self.broker_id})
-        stage_roots = [replicas.replica_table(topic, b).root for b in followers] if acks == "all" else []
-        request = RequestSettings(
-            acks=acks,
-            max_block_ms=max(i.timeout_ms for i in items),
-            delivery_timeout_ms=max(i.timeout_ms for i in items),
-            producer_id=None,
-            sequence=None,
-            compression_type=items[0].compression,
-        )
-        producers = _kafka_producers(items, plan.transactions)
-        append_started_s = time.monotonic()
-        result = append_to_leader(
+        timeout_ms = max(i.timeout_ms for i in items)
+        build_started_s = time.monotonic()
+        leases = [self._lease(topic, p) for p in sorted(merged)]
+        try:
+            epochs = hold_leases(table, leases, timeout_ms, lambda: self._release_wanted(topic, everything=True))
+            before = self._in_flight.get(topic)
+            view: LogView = self._leader_view(self._logs, topic, table)
+            if before is not None:
+                view = ProjectedView(view, before.prepared.transactions)
+            prepared = prepare_append(
+                table,
+                view,
+                epochs,
+                merged,
+                leader_epochs={p: leader_epochs[p] for p in merged},
+                log_append_time=settings.log_append_time,
+                compression=settings.compression,
+                segment_bytes=settings.segment_bytes,
+                # acks=all: write the files into the in-sync followers' directories too, so
+                # their fetch only has to commit them (one encoding, no copy after the commit).
+                stage_roots=[replicas.replica_table(topic, b).root for b in followers] if acks == "all" else [],
+                hard_links=replicas.config.replica_hard_links_enable,
+                kafka_producers=kafka_producers(items, plan.transactions),
+            )
+        except FencedError:
+            for lease in leases:
+                lease.drop()  # a newer writer's epoch is in the log: read the lease again next time
+            raise
+        round_ = _Round(
+            topic,
             table,
-            merged,
-            {p: states[p].leader_epoch for p in merged},
+            items,
+            plan,
+            prepared,
             settings,
-            request,
-            self._lease_for(topic),
-            first_try=True,
-            stage_roots=stage_roots,
-            hard_links=replicas.config.replica_hard_links_enable,
-            kafka_producers=producers,
-            views=self._leader_log(topic, table).view,
-            keep_lease=lambda lease: not lease.wanted(),
-            let_go=lambda: self._release_held(topic),
+            {p: states[p] for p in merged},
+            acks,
+            bool(followers),
+            started_s,
+            timeout_ms,
+            time.monotonic() - build_started_s,
         )
-        appended = _Appended(
-            sum(i.rows for i in items),
-            sum(len(i.wire) for i in items if i.wire is not None),
-            time.monotonic() - append_started_s,
-            sum(i.rows for i in items if i.marker is None),
-        )
-        plan.apply(result.base_offsets)
-        next_offset = dict(result.base_offsets)
-        bases = []
-        for item in items:
-            bases.append(next_offset[item.partition])
-            next_offset[item.partition] += item.rows
-            if item.on_commit is not None:
-                item.on_commit(bases[-1])
-            if item.wire is not None and not settings.log_append_time:
-                self.tails.append(
-                    topic,
-                    item.partition,
-                    states[item.partition].leader_epoch,
-                    bases[-1],
-                    item.rows,
-                    item.wire,
-                )
-            else:
-                self.tails.drop(topic, item.partition)
-        if acks == "all":
-            deadline = time.monotonic() + request.delivery_timeout_ms / 1000
-            try:
-                await_in_sync_replicas(replicas, topic, table, sorted(merged), states, settings, deadline)
-            except Exception as exc:  # noqa: BLE001 - answered as its Kafka code
-                # Stored but not acknowledged (e.g. NOT_ENOUGH_REPLICAS_AFTER_APPEND): the client
-                # decides, as with Kafka. Retrying the round here would append the records again.
-                self._fail(items, exc)
-                return appended
-        append_ms = result.log_append_time_ms if settings.log_append_time else -1
-        for item, base in zip(items, bases, strict=True):
-            item.finish(base, append_ms)
-        return appended
+        redo = self._settle(topic)
+        if before is not None and (redo or before.settled.result() != "committed"):
+            prepared.discard()  # it continues a log the round before did not leave
+            return [*redo, items]
+        self._in_flight[topic] = round_
+        self._committers[topic].submit(functools.partial(self._commit, round_))
+        return self._settle(topic) if transactional else []
 
-    def _release_held(self, topic: str) -> None:
-        """Release every lease of ``topic`` this broker keeps (before waiting for another)."""
-        self._release_wanted(topic, everything=True)
+    def _lease(self, topic: str, partition: int) -> WriterLease:
+        leases = self._leases.setdefault(topic, {})
+        lease = leases.get(partition)
+        if lease is None:
+            owner = broker_lease_owner(self.broker_id)
+            lease = leases[partition] = WriterLease(self.replicas.zk, topic, partition, owner, self.writer_lease_ms)
+        return lease
+
+    def _lease_wanted(self, topic: str) -> bool:
+        return any(lease.grant is not None and lease.wanted() for lease in self._leases.get(topic, {}).values())
 
     def _release_wanted(self, topic: str, everything: bool = False) -> None:
-        """Release this topic's held leases that another writer waits for."""
-        for (held_topic, _partition), lease in list(self._leases.items()):
-            if held_topic == topic and lease.grant is not None and (everything or lease.wanted()):
+        """Release this topic's held leases that another writer waits for (every held one
+        with ``everything``, before waiting for another's). Nothing may be in flight."""
+        for lease in list(self._leases.get(topic, {}).values()):
+            if lease.grant is not None and (everything or lease.wanted()):
                 try:
                     release_lease(lease)
                 except Exception as exc:  # noqa: BLE001 - the lease expires; the waiter gets it then
                     log.warning("releasing the lease of %s-%d failed: %s", topic, lease.partition, exc)
 
-    def _leader_log(self, topic: str, table: TopicTable) -> LeaderLog:
-        """The committer's view of its table (one per topic: only that topic's thread uses it)."""
-        leader_log = self._logs.get(topic)
+    @staticmethod
+    def _leader_view(logs: dict[str, LeaderLog], topic: str, table: TopicTable) -> LogView:
+        """The log of ``table`` as one thread reads it (a thread's own :class:`LeaderLog`)."""
+        leader_log = logs.get(topic)
         if leader_log is None or leader_log.table is not table:
-            leader_log = self._logs[topic] = LeaderLog(table)
-        return leader_log
+            leader_log = logs[topic] = LeaderLog(table)
+        view = leader_log.view()
+        return view if view is not None else SnapshotView(table, table.snapshot())
 
-    def _lease_for(self, topic: str) -> Callable[[int], WriterLease]:
-        def lease(partition: int) -> WriterLease:
-            key = (topic, partition)
-            if key not in self._leases:
-                self._leases[key] = WriterLease(
-                    self.replicas.zk, topic, partition, broker_lease_owner(self.broker_id), self.writer_lease_ms
+    # -- the committer -----------------------------------------------------------------------
+    def _commit(self, round_: _Round) -> None:
+        settled: Settled = "failed"
+        try:
+            settled = self._try_commit(round_)
+        except Exception as exc:  # noqa: BLE001 - answered to the clients as Kafka error codes
+            self._answer_failed(round_, exc)
+        finally:
+            round_.settled.set_result(settled)
+            with self._lock:
+                self._lock.notify_all()  # an idle builder settles it
+
+    def _try_commit(self, round_: _Round) -> Settled:
+        prepared, fsync = round_.prepared, round_.acks == "all"
+        started_s = time.monotonic()
+        try:
+            if fsync:
+                prepared.make_durable()
+            view = self._leader_view(self._commit_logs, round_.topic, round_.table)
+            prepared.check(view)
+            result = prepared.commit(view, fsync)
+        except (CommitConflict, FencedError, NotLeaderError) as exc:
+            prepared.discard()
+            log.debug("round on %s built again: %s", round_.topic, exc)
+            if any(i.rebuilds >= MAX_COMMIT_ATTEMPTS for i in round_.items):
+                error = StorageError(
+                    f"Append to {round_.topic} partitions {sorted(prepared.base_offsets)} gave up after "
+                    f"{MAX_COMMIT_ATTEMPTS} attempts: the log kept moving under it ({exc}); is another writer "
+                    "ignoring the write lease?"
                 )
-            return self._leases[key]
+                self._answer_failed(round_, error)
+                return "failed"
+            for item in round_.items:
+                item.rebuilds += 1
+            return "rebuild"
+        except Exception as exc:  # noqa: BLE001 - answered to the clients as Kafka error codes
+            prepared.discard()
+            self._answer_failed(round_, prepared.storage_error(exc) if isinstance(exc, OSError) else exc)
+            return "failed"
+        round_.append_s += time.monotonic() - started_s
+        round_.plan.apply(result.base_offsets)
+        bases = self._placed(round_, result)
+        if round_.acks == "all" and round_.followers:
+            deadline = time.monotonic() + round_.timeout_ms / 1000
+            self._isr_waiters[round_.topic].submit(functools.partial(self._await_isr, round_, bases, result, deadline))
+        else:
+            self._answer(round_, bases, result)
+        return "committed"
 
-        return lease
+    def _placed(self, round_: _Round, result: AppendResult) -> list[int]:
+        """Each item's base offset; tells the items and the partitions' tails where they went."""
+        next_offset = dict(result.base_offsets)
+        bases = []
+        for item in round_.items:
+            bases.append(next_offset[item.partition])
+            next_offset[item.partition] += item.rows
+            if item.on_commit is not None:
+                item.on_commit(bases[-1])
+            if item.wire is not None and not round_.settings.log_append_time:
+                epoch = round_.states[item.partition].leader_epoch
+                self.tails.append(round_.topic, item.partition, epoch, bases[-1], item.rows, item.wire)
+            else:
+                self.tails.drop(round_.topic, item.partition)
+        return bases
+
+    def _await_isr(self, round_: _Round, bases: list[int], result: AppendResult, deadline: float) -> None:
+        prepared = round_.prepared
+        try:
+            await_in_sync_replicas(
+                self.replicas,
+                round_.topic,
+                round_.table,
+                sorted(prepared.base_offsets),
+                round_.states,
+                round_.settings,
+                deadline,
+                targets=prepared.log_ends,
+            )
+        except Exception as exc:  # noqa: BLE001 - answered as its Kafka code
+            # Stored but not acknowledged (e.g. NOT_ENOUGH_REPLICAS_AFTER_APPEND): the client
+            # decides, as with Kafka. Building the round again would append the records twice.
+            self._answer_failed(round_, exc)
+            return
+        self._answer(round_, bases, result)
+
+    def _answer(self, round_: _Round, bases: list[int], result: AppendResult) -> None:
+        items = round_.items
+        wire_bytes = sum(len(i.wire) for i in items if i.wire is not None)
+        records = sum(i.rows for i in items)
+        self.metrics.commit_round(
+            round_.topic, time.monotonic() - round_.started_s, records, wire_bytes, round_.append_s
+        )
+        # Kafka's BytesInPerSec / MessagesInPerSec: what producers got appended.
+        self.metrics.bytes_in(round_.topic, wire_bytes, sum(i.rows for i in items if i.marker is None))
+        append_ms = result.log_append_time_ms if round_.settings.log_append_time else -1
+        for item, base in zip(items, bases, strict=True):
+            item.finish(base, append_ms)
+        self.watchers.appended(round_.topic, {i.partition for i in items})
+
+    def _answer_failed(self, round_: _Round, error: BaseException) -> None:
+        self._fail(round_.items, error)
+        self.watchers.appended(round_.topic, {i.partition for i in round_.items})
 
     @staticmethod
     def _fail(items: Sequence[PendingAppend], error: BaseException) -> None:
@@ -389,76 +458,41 @@ class LeaderAppender:
                 item.finish(error=error)
 
 
-class _Appended(NamedTuple):
-    """What a round appended, for :meth:`BrokerMetrics.commit_round`."""
+@dataclass(eq=False)
+class _Round:
+    """A built round: its items (in commit order), its files and commit, how to answer it."""
 
-    records: int
-    wire_bytes: int  # the producers' batches as sent (0 for markers)
-    append_s: float  # append_to_leader: files written and fsynced, the Delta commit
-    produced: int = 0  # records from producers (not transaction markers)
-
-
-@dataclass(frozen=True)
-class RoundRows:
-    """A partition's rows read by :func:`read_round`: the items whose batches they are, in order."""
-
+    topic: str
+    table: TopicTable
     items: list[PendingAppend]
-    records: pa.Table
+    plan: RoundPlan[PendingAppend]
+    prepared: PreparedAppend
+    settings: TopicWriteSettings
+    states: Mapping[int, PartitionState]  # of the round's partitions, as built
+    acks: Acks
+    followers: bool  # acks=all waits for in-sync followers
+    started_s: float
+    timeout_ms: int
+    append_s: float  # files written; the committer adds fsync and commit
+    settled: Future[Settled] = field(default_factory=Future)
 
 
-def read_round(items: Sequence[PendingAppend]) -> dict[int, RoundRows]:
-    """Read the records of every producer batch among ``items`` in one pass, in partition
-    order then arrival order: each item gets its slice, each partition its rows."""
-    unread = sorted((i for i in items if i.records is None), key=lambda i: i.partition)
-    if not unread:
-        return {}
-    table = decode_records([_batch_of(i) for i in unread])
-    read: dict[int, RoundRows] = {}
-    row = 0
-    for partition, group in itertools.groupby(unread, key=lambda i: i.partition):
-        kept = list(group)
-        start = row
-        for item in kept:
-            item.records = table.slice(row, _batch_of(item).count)
-            row += _batch_of(item).count
-        read[partition] = RoundRows(kept, table.slice(start, row - start))
-    return read
+class _Stage:
+    """One daemon thread running the calls handed to it, in order."""
 
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
 
-def _batch_of(item: PendingAppend) -> RecordBatch:
-    assert item.batch is not None, "an append carries records or a batch"
-    return item.batch
+    def submit(self, call: Callable[[], None]) -> None:
+        self._calls.put(call)
 
+    def stop(self) -> None:
+        self._calls.put(None)
 
-def _partition_rows(items: list[PendingAppend], read: RoundRows | None) -> pa.Table:
-    """One partition's records of the round: the slice :func:`read_round` made when the
-    round appends exactly those items (no copy), else the items' records concatenated."""
-    if (
-        read is not None
-        and len(read.items) == len(items)
-        and all(a is b for a, b in zip(read.items, items, strict=True))
-    ):
-        return read.records
-    tables = [i.records for i in items if i.records is not None]
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
-
-
-def _kafka_producers(
-    items: Sequence[PendingAppend], transactions_for: Callable[[Mapping[int, int]], Mapping[str, int]]
-) -> KafkaProducerBatches:
-    """The idempotent batches among ``items`` (in commit order) for the append, and the
-    round's transaction app ids."""
-    rows: dict[int, int] = {}
-    last_sequences: dict[str, int] = {}
-    batches: dict[int, list[tuple[int, int, int, int, int]]] = {}
-    for item in items:
-        row = rows.get(item.partition, 0)
-        rows[item.partition] = row + item.rows
-        batch = item.producer
-        if batch is None:
-            continue
-        last_sequences[producer_app_id(kafka_producer_id(batch.producer_id), item.partition)] = batch.last_sequence
-        batches.setdefault(item.partition, []).append(
-            (batch.producer_id, batch.producer_epoch, batch.first_sequence, batch.last_sequence, row)
-        )
-    return KafkaProducerBatches(last_sequences, batches, transactions_for)
+    def _run(self) -> None:
+        while (call := self._calls.get()) is not None:
+            try:
+                call()
+            except Exception:
+                log.exception("appender stage %s failed", threading.current_thread().name)

@@ -32,7 +32,8 @@ import pyarrow as pa
 
 from sparklog.broker.kafka.records import BATCH_OVERHEAD_BYTES, RecordBatch, TransactionalBatchError, check_batches
 from sparklog.broker.kafka.records import encode_batches as encode_rows
-from sparklog.broker.leader_appender import LeaderAppender, PendingAppend
+from sparklog.broker.leader_appender import LeaderAppender
+from sparklog.broker.pending_append import PendingAppend
 from sparklog.broker.producer_state import ProducerBatch, ProducerStates
 from sparklog.broker.transactions.coordinator import TransactionCoordinator
 from sparklog.config import Acks

@@ -61,7 +61,7 @@ class ProducerBatch:
 
 
 class Outcome(Protocol):
-    """How a pending batch ends (a :class:`~sparklog.broker.leader_appender.PendingAppend`)."""
+    """How a pending batch ends (a :class:`~sparklog.broker.pending_append.PendingAppend`)."""
 
     error: BaseException | None
     base_offset: int

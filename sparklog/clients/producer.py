@@ -50,6 +50,7 @@ from sparklog.metadata.lease import WriterLease
 from sparklog.model.batches import normalise_input
 from sparklog.model.records import RecordMetadata, partition_for_key, records_to_arrow, to_bytes
 from sparklog.model.sizes import record_size
+from sparklog.retries import retry_until
 from sparklog.runtime.produce_request import RequestSettings, produce_request
 from sparklog.runtime.replica_manager import ReplicaManager
 
@@ -264,22 +265,23 @@ class Producer:
         max_age_s = int(self.config["metadata.max.age.ms"]) / 1000
         if info is not None and not refresh and time.monotonic() - info.fetched_at < max_age_s:
             return info
-        deadline = time.monotonic() + int(self.config["max.block.ms"]) / 1000
-        while True:
+
+        def read(_attempt: int = 0) -> _TopicInfo:
             fetched_at = time.monotonic()
+            configs = self._replicas.topic_config(topic)
+            partitions = len(self._replicas.partitions_of(topic))
+            return _TopicInfo(partitions, int(configs["max.message.bytes"]), fetched_at)
+
+        # As Kafka's producer: a failed refresh keeps the metadata it had; without any, send
+        # blocks for it up to max.block.ms.
+        if info is not None and not refresh:
             try:
-                configs = self._replicas.topic_config(topic)
-                partitions = len(self._replicas.partitions_of(topic))
-                break
+                info = read()
             except RetriableError:
-                # As Kafka's producer: a failed refresh keeps the metadata it had; without any,
-                # send blocks for it up to max.block.ms.
-                if info is not None and not refresh:
-                    return info
-                if time.monotonic() + _METADATA_RETRY_S > deadline:
-                    raise
-                time.sleep(_METADATA_RETRY_S)
-        info = self._topics[topic] = _TopicInfo(partitions, int(configs["max.message.bytes"]), fetched_at)
+                return info
+        else:
+            info = retry_until(time.monotonic() + int(self.config["max.block.ms"]) / 1000, _METADATA_RETRY_S, read)
+        self._topics[topic] = info
         return info
 
     def _record_limit(self, info: _TopicInfo) -> int:

@@ -16,15 +16,15 @@ One call = one produce request = one Delta commit covering every partition in it
    A conflict means someone else committed to one of our partitions: delete our files,
    go back to 1 (the fence check then tells a zombie it is fenced).
 
-Spark jobs (batch writes and streaming
-micro-batches) write segments in tasks and commit through :func:`commit_reserved`.
+Spark jobs (batch writes and streaming micro-batches) write segments in tasks and commit
+through :func:`sparklog.log.reserved_commit.commit_reserved`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -38,6 +38,7 @@ from sparklog.log.segment import (
     PRODUCER_KEY,
     SEQUENCE_KEY,
     SegmentFile,
+    fsync_path,
     split_for_size,
     write_segment,
 )
@@ -57,9 +58,14 @@ __all__ = [
     "AppendResult",
     "KafkaProducerBatches",
     "LogView",
+    "PreparedAppend",
+    "ProjectedView",
     "SnapshotView",
     "append",
-    "commit_reserved",
+    "at_least",
+    "check_fences",
+    "check_leader_epochs",
+    "prepare_append",
     "with_append_time",
 ]
 
@@ -124,7 +130,7 @@ class SnapshotView:
         self.table.commit(self.dt, segments, transactions, metadata, fsync=fsync)
 
 
-def _check_fences(table: TopicTable, view: LogView, epochs: Mapping[int, int]) -> None:
+def check_fences(table: TopicTable, view: LogView, epochs: Mapping[int, int]) -> None:
     for partition, epoch in epochs.items():
         current = view.fence_epoch(partition)
         if current > epoch:
@@ -134,7 +140,7 @@ def _check_fences(table: TopicTable, view: LogView, epochs: Mapping[int, int]) -
             )
 
 
-def _check_leader_epochs(table: TopicTable, view: LogView, leader_epochs: Mapping[int, int]) -> None:
+def check_leader_epochs(table: TopicTable, view: LogView, leader_epochs: Mapping[int, int]) -> None:
     for partition, epoch in leader_epochs.items():
         current = view.fenced_leader_epoch(partition)
         if current > epoch:
@@ -190,8 +196,7 @@ def append(
     missing = set(batches) - set(epochs)
     if missing:
         raise FencedError(f"No write lease held for partitions {sorted(missing)} of {table.topic}")
-    idempotent = producer_id is not None and sequence is not None
-    if idempotent and views is not None:
+    if producer_id is not None and sequence is not None and views is not None:
         raise PolicyError("a light producer's idempotent append needs a snapshot (its duplicates are in the history)")
     for attempt in range(MAX_COMMIT_ATTEMPTS):
         view = views() if views is not None else None
@@ -202,75 +207,205 @@ def append(
         previous: dict[int, int] = {}
         # A conflict may hide a commit of ours that landed: from the 2nd attempt on, always look.
         if producer_id is not None and sequence is not None and (check_duplicate or attempt > 0):
-            done = [p for p in batches if _at_least(table.producer_sequence(dt, producer_id, p), sequence)]
+            done = [p for p in batches if at_least(table.producer_sequence(dt, producer_id, p), sequence)]
             if done:
                 found = _previous_offsets(table, dt, producer_id, sequence)
                 previous = {p: found.get(p, -1) for p in done}
                 pending = {p: b for p, b in batches.items() if p not in done}
                 if not pending:
                     return AppendResult(previous, 0, duplicate=True)
-        _check_fences(table, view, {p: epochs[p] for p in pending})
-        if leader_epochs is not None:
-            _check_leader_epochs(table, view, {p: leader_epochs[p] for p in pending})
-        append_ms = clock.now_ms()
-        base_offsets = {p: view.log_end(p) for p in pending}
-        file_metadata = {PRODUCER_KEY: str(producer_id), SEQUENCE_KEY: str(sequence)} if idempotent else None
-        segments: list[SegmentFile] = []
+        prepared = prepare_append(
+            table,
+            view,
+            epochs,
+            pending,
+            leader_epochs=leader_epochs,
+            producer_id=producer_id,
+            sequence=sequence,
+            log_append_time=log_append_time,
+            compression=compression,
+            segment_bytes=segment_bytes,
+            fsync=fsync,
+            stage_roots=stage_roots,
+            hard_links=hard_links,
+            kafka_producers=kafka_producers,
+        )
         try:
-            for partition, records in sorted(pending.items()):
-                if log_append_time:
-                    records = with_append_time(records, append_ms)
-                next_offset = base_offsets[partition]
-                piece_metadata = file_metadata
-                if kafka_producers is not None and kafka_producers.batches.get(partition):
-                    listed = [[*b[:4], next_offset + b[4]] for b in kafka_producers.batches[partition]]
-                    piece_metadata = {**(file_metadata or {}), KAFKA_BATCHES_KEY: json.dumps(listed)}
-                for piece in split_for_size(records, segment_bytes):
-                    segments.append(
-                        write_segment(
-                            table.root,
-                            partition,
-                            next_offset,
-                            piece,
-                            compression,
-                            fsync,
-                            metadata=piece_metadata,
-                            stage_roots=stage_roots,
-                            hard_links=hard_links,
-                        )
-                    )
-                    next_offset += piece.num_rows
-            versions = dict(kafka_producers.last_sequences if kafka_producers else {})
-            if kafka_producers is not None and kafka_producers.transactions_for is not None:
-                versions.update(kafka_producers.transactions_for(base_offsets))
-            versions.update({fence_app_id(p): epochs[p] for p in pending})
-            versions.update({end_app_id(p): base_offsets[p] + pending[p].num_rows for p in pending})
-            if leader_epochs is not None:
-                versions.update({leader_app_id(p): leader_epochs[p] for p in pending})
-                versions.update({leader_fence_app_id(p): leader_epochs[p] for p in pending})
-            metadata = {"sparklog.offsets": json.dumps({str(p): o for p, o in base_offsets.items()})}
-            if producer_id is not None and sequence is not None:
-                versions.update({producer_app_id(producer_id, p): sequence for p in pending})
-                metadata.update({"sparklog.producer": producer_id, "sparklog.sequence": str(sequence)})
-            view.commit(segments, versions, metadata, fsync)
-            return AppendResult({**previous, **base_offsets}, append_ms, duplicate=bool(previous))
+            result = prepared.commit(view, fsync)
         except CommitConflict:
-            _discard(table, segments)
+            prepared.discard()
             continue
-        except OSError as exc:
-            # The table's directory went away under the append (the topic was deleted) or
-            # the disk failed: a StorageError naming where, not a bare OS error.
-            _discard(table, segments)
-            raise StorageError(
-                f"Cannot append to {table.topic} partitions {sorted(pending)} at {table.root}: {exc}; "
-                "was the topic deleted?"
-            ) from exc
-        except BaseException:
-            _discard(table, segments)
+        except BaseException as exc:
+            prepared.discard()
+            if isinstance(exc, OSError):
+                raise prepared.storage_error(exc) from exc
             raise
+        return AppendResult({**previous, **result.base_offsets}, result.log_append_time_ms, duplicate=bool(previous))
     raise StorageError(
         f"Append to {table.topic} partitions {sorted(batches)} gave up after {MAX_COMMIT_ATTEMPTS} "
         "conflicting commits; is another writer ignoring the write lease?"
+    )
+
+
+@dataclass
+class PreparedAppend:
+    """Segments written for one append and the commit that makes them part of the log.
+
+    Built against a view of the log (:func:`prepare_append`) and committed against the log
+    as it is then: a leader builds its next round while the previous one is made durable,
+    against a :class:`ProjectedView`, and :meth:`check` refuses the commit when the log is
+    not the one the segments' offsets continue.
+    """
+
+    table: TopicTable
+    epochs: Mapping[int, int]
+    leader_epochs: Mapping[int, int] | None
+    base_offsets: dict[int, int]
+    segments: list[SegmentFile]
+    transactions: dict[str, int]
+    metadata: dict[str, str]
+    append_ms: int
+
+    def check(self, view: LogView) -> None:
+        """Fail unless ``view`` is the log these segments continue: fences and leader epochs
+        not newer than ours (:class:`FencedError`, :class:`NotLeaderError`), and every
+        partition's log end where its segments start (else :class:`CommitConflict`)."""
+        check_fences(self.table, view, {p: self.epochs[p] for p in self.base_offsets})
+        if self.leader_epochs is not None:
+            check_leader_epochs(self.table, view, {p: self.leader_epochs[p] for p in self.base_offsets})
+        moved = {p: (o, view.log_end(p)) for p, o in self.base_offsets.items() if view.log_end(p) != o}
+        if moved:
+            raise CommitConflict(
+                f"{self.table.topic}: the log moved under a prepared append (partition -> (its base offset, log end)) "
+                f"{moved}"
+            )
+
+    @property
+    def log_ends(self) -> dict[int, int]:
+        """partition -> the log end once committed."""
+        return {p: self.transactions[end_app_id(p)] for p in self.base_offsets}
+
+    def make_durable(self) -> None:
+        """fsync the segment files and their directories (before a commit that names them)."""
+        paths = [self.table.full_path(seg.path) for seg in self.segments]
+        for path in paths:
+            fsync_path(path)
+        for directory in sorted({os.path.dirname(path) for path in paths}):
+            fsync_path(directory)
+
+    def commit(self, view: LogView, fsync: bool) -> AppendResult:
+        view.commit(self.segments, self.transactions, self.metadata, fsync)
+        return AppendResult(dict(self.base_offsets), self.append_ms)
+
+    def discard(self) -> None:
+        _discard(self.table, self.segments)
+
+    def storage_error(self, exc: OSError) -> StorageError:
+        return _storage_error(self.table, self.base_offsets, exc)
+
+
+class ProjectedView:
+    """The log as ``base`` shows it once a commit of ``transactions`` (app id -> version) has
+    landed on it: what a round built behind an uncommitted one continues from. Read only."""
+
+    def __init__(self, base: LogView, transactions: Mapping[str, int]) -> None:
+        self.base, self.transactions = base, transactions
+
+    def fence_epoch(self, partition: int) -> int:
+        return max(self.base.fence_epoch(partition), self.transactions.get(fence_app_id(partition), 0))
+
+    def fenced_leader_epoch(self, partition: int) -> int:
+        ours = max(
+            self.transactions.get(leader_app_id(partition), 0), self.transactions.get(leader_fence_app_id(partition), 0)
+        )
+        return max(self.base.fenced_leader_epoch(partition), ours)
+
+    def log_end(self, partition: int) -> int:
+        return self.transactions.get(end_app_id(partition), self.base.log_end(partition))
+
+    def commit(
+        self, segments: list[SegmentFile], transactions: dict[str, int], metadata: dict[str, str], fsync: bool
+    ) -> None:
+        raise PolicyError("a projected view of the log is not committed to; commit against the log itself")
+
+
+def prepare_append(
+    table: TopicTable,
+    view: LogView,
+    epochs: Mapping[int, int],
+    pending: Mapping[int, pa.Table],
+    *,
+    leader_epochs: Mapping[int, int] | None = None,
+    producer_id: str | None = None,
+    sequence: int | None = None,
+    log_append_time: bool = False,
+    compression: str = "snappy",
+    segment_bytes: int = 1 << 30,
+    fsync: bool = False,
+    stage_roots: Sequence[str] = (),
+    hard_links: bool = True,
+    kafka_producers: KafkaProducerBatches | None = None,
+) -> PreparedAppend:
+    """Steps 2 and 3 of the protocol against ``view``: check fences and leader epochs, write
+    each partition's segments from its log end, and make the commit's app transactions.
+    Nothing is left behind when it raises."""
+    check_fences(table, view, {p: epochs[p] for p in pending})
+    if leader_epochs is not None:
+        check_leader_epochs(table, view, {p: leader_epochs[p] for p in pending})
+    idempotent = producer_id is not None and sequence is not None
+    append_ms = clock.now_ms()
+    base_offsets = {p: view.log_end(p) for p in pending}
+    file_metadata = {PRODUCER_KEY: str(producer_id), SEQUENCE_KEY: str(sequence)} if idempotent else None
+    segments: list[SegmentFile] = []
+    try:
+        for partition, records in sorted(pending.items()):
+            if log_append_time:
+                records = with_append_time(records, append_ms)
+            next_offset = base_offsets[partition]
+            piece_metadata = file_metadata
+            if kafka_producers is not None and kafka_producers.batches.get(partition):
+                listed = [[*b[:4], next_offset + b[4]] for b in kafka_producers.batches[partition]]
+                piece_metadata = {**(file_metadata or {}), KAFKA_BATCHES_KEY: json.dumps(listed)}
+            for piece in split_for_size(records, segment_bytes):
+                segments.append(
+                    write_segment(
+                        table.root,
+                        partition,
+                        next_offset,
+                        piece,
+                        compression,
+                        fsync,
+                        metadata=piece_metadata,
+                        stage_roots=stage_roots,
+                        hard_links=hard_links,
+                    )
+                )
+                next_offset += piece.num_rows
+    except BaseException as exc:
+        _discard(table, segments)
+        if isinstance(exc, OSError):
+            raise _storage_error(table, pending, exc) from exc
+        raise
+    versions = dict(kafka_producers.last_sequences if kafka_producers else {})
+    if kafka_producers is not None and kafka_producers.transactions_for is not None:
+        versions.update(kafka_producers.transactions_for(base_offsets))
+    versions.update({fence_app_id(p): epochs[p] for p in pending})
+    versions.update({end_app_id(p): base_offsets[p] + pending[p].num_rows for p in pending})
+    if leader_epochs is not None:
+        versions.update({leader_app_id(p): leader_epochs[p] for p in pending})
+        versions.update({leader_fence_app_id(p): leader_epochs[p] for p in pending})
+    metadata = {"sparklog.offsets": json.dumps({str(p): o for p, o in base_offsets.items()})}
+    if producer_id is not None and sequence is not None:
+        versions.update({producer_app_id(producer_id, p): sequence for p in pending})
+        metadata.update({"sparklog.producer": producer_id, "sparklog.sequence": str(sequence)})
+    return PreparedAppend(table, epochs, leader_epochs, base_offsets, segments, versions, metadata, append_ms)
+
+
+def _storage_error(table: TopicTable, partitions: Iterable[int], exc: OSError) -> StorageError:
+    # The table's directory went away under the append (the topic was deleted) or the disk
+    # failed: a StorageError naming where, not a bare OS error.
+    return StorageError(
+        f"Cannot append to {table.topic} partitions {sorted(partitions)} at {table.root}: {exc}; was the topic deleted?"
     )
 
 
@@ -290,82 +425,5 @@ def _discard(table: TopicTable, segments: list[SegmentFile]) -> None:
             pass
 
 
-def _at_least(stored: int | None, version: int) -> bool:
+def at_least(stored: int | None, version: int) -> bool:
     return stored is not None and stored >= version
-
-
-def commit_reserved(
-    table: TopicTable,
-    epochs: Mapping[int, int],
-    start_offsets: Mapping[int, int],
-    segments: list[SegmentFile],
-    custom_metadata: dict[str, str] | None = None,
-    fsync: bool = False,
-    *,
-    app_transactions: Mapping[str, int] | None = None,
-    leader_epochs: Mapping[int, int] | None = None,
-) -> dict[int, tuple[int, int]] | None:
-    """Commit segments written by Spark tasks at offsets reserved from ``start_offsets``.
-
-    Verifies, per partition, that the segments tile ``[start, end)`` with no gap or overlap
-    and that the log end is still ``start`` (nobody else appended). Returns
-    partition -> (start, end). Any violation fails the job; nothing is committed.
-
-    ``leader_epochs`` (partition -> the leader epoch the job planned with; None: not
-    checked) fence a job that planned before a leader election, as :func:`append` does:
-    :class:`~sparklog.errors.NotLeaderError` when this replica has seen a newer epoch of any
-    of them, and the written partitions' commit carries ``leader``/``leaderfence`` at it.
-
-    ``app_transactions`` (app id -> version) ride along in the same Delta commit and make
-    it idempotent: when the snapshot already holds one of them at that version or higher,
-    the batch was committed to this table before (a replayed streaming micro-batch, or a job
-    completing a commit that stopped between two leader tables): nothing is committed and
-    ``None`` is returned; the caller deletes its segments. The check is repeated on every
-    attempt, so a conflict with our own earlier commit is recognised too.
-    """
-    ranges: dict[int, tuple[int, int]] = {}
-    by_partition: dict[int, list[SegmentFile]] = {}
-    for seg in segments:
-        by_partition.setdefault(seg.partition, []).append(seg)
-    for partition, segs in by_partition.items():
-        segs.sort(key=lambda s: s.base_offset)
-        expected = start_offsets[partition]
-        for seg in segs:
-            if seg.base_offset != expected:
-                raise StorageError(
-                    f"Spark produce to {table.topic}-{partition}: files do not tile the reserved offsets "
-                    f"(expected a file starting at {expected}, found {seg.base_offset}); nothing committed"
-                )
-            expected = seg.last_offset + 1
-        ranges[partition] = (start_offsets[partition], expected)
-    metadata = dict(custom_metadata or {})
-    metadata["sparklog.ranges"] = json.dumps({str(p): list(r) for p, r in sorted(ranges.items())})
-    extra = dict(app_transactions or {})
-    for _attempt in range(MAX_COMMIT_ATTEMPTS):
-        dt = table.snapshot()
-        if any(_at_least(table.app_version(dt, app_id), version) for app_id, version in extra.items()):
-            return None
-        _check_fences(table, SnapshotView(table, dt), epochs)
-        if leader_epochs is not None:
-            _check_leader_epochs(table, SnapshotView(table, dt), leader_epochs)
-        for partition in ranges:
-            end = table.log_end(dt, partition)
-            if end != start_offsets[partition]:
-                raise FencedError(
-                    f"Spark produce to {table.topic}-{partition}: log end moved to {end} while the job "
-                    f"reserved offsets from {start_offsets[partition]}; nothing committed"
-                )
-        transactions = {fence_app_id(p): epochs[p] for p in epochs}
-        transactions.update({end_app_id(p): end for p, (_start, end) in ranges.items()})
-        if leader_epochs is not None:
-            # As append: the written partitions' records are of our epoch, and a concurrent
-            # epoch marker touching the same ids makes one of the two commits fail.
-            transactions.update({leader_app_id(p): leader_epochs[p] for p in ranges})
-            transactions.update({leader_fence_app_id(p): leader_epochs[p] for p in ranges})
-        transactions.update(extra)
-        try:
-            table.commit(dt, segments, transactions, metadata, fsync=fsync)
-            return ranges
-        except CommitConflict:
-            continue
-    raise StorageError(f"Spark produce to {table.topic}: commit kept conflicting; nothing committed")

@@ -133,8 +133,8 @@ class WriterLease:
         ``yield_to_waiters``: a free lease is left to the writers announced as waiting (a
         holder that keeps leases between commits uses it).
         """
-        if self.grant is not None and clock.now_ms() < self._held_until_ms - self.lease_ms // 2:
-            return self.grant  # held and far from expiry: nobody else may have taken it
+        if self.grant is not None and self.held_firmly():
+            return self.grant
         deadline = time.monotonic() + timeout_ms / 1000.0
         waiting: list[str] = []  # our ``waiting-`` znode while we wait for a holder
         try:
@@ -226,6 +226,11 @@ class WriterLease:
         if prefix != "broker" or not broker_id.isdigit():
             return False
         return self.zk.client.exists(zkdata.broker_ids_path(int(broker_id))) is None
+
+    def held_firmly(self) -> bool:
+        """Held and far from expiry: nobody else may have taken it, and :meth:`acquire`
+        returns the grant without asking ZooKeeper."""
+        return self.grant is not None and clock.now_ms() < self._held_until_ms - self.lease_ms // 2
 
     def drop(self) -> None:
         """Forget our grant without touching ZooKeeper: the log fenced it (a newer writer

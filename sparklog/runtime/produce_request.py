@@ -47,15 +47,15 @@ from sparklog.errors import (
     NotEnoughReplicasError,
     NotLeaderError,
     RecordTooLargeError,
-    RetriableError,
     ZooKeeperUnavailableError,
 )
-from sparklog.log.append import AppendResult, KafkaProducerBatches, LogView, append
+from sparklog.log.append import AppendResult, append
 from sparklog.log.segment import parquet_compression
 from sparklog.log.table import TopicTable
 from sparklog.metadata.lease import LeaseGrant, WriterLease
 from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.sizes import record_sizes
+from sparklog.retries import retry_until
 from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "append_to_leader",
     "await_in_sync_replicas",
     "check_min_isr",
+    "hold_leases",
     "produce_request",
     "release_lease",
     "topic_write_settings",
@@ -125,56 +126,46 @@ def produce_request(
     """Append ``batches`` (partition -> records) and wait as ``acks`` says; see the module doc."""
     deadline = time.monotonic() + request.delivery_timeout_ms / 1000
     # Read once per request, so its retries append under the settings its size check used.
-    while True:
-        try:
-            topic_settings = topic_write_settings(replicas, topic, request.compression_type)
-            break
-        except RetriableError:  # ZooKeeper away for a moment
-            if time.monotonic() + _RETRY_BACKOFF_S > deadline:
-                raise
-            time.sleep(_RETRY_BACKOFF_S)
+    topic_settings = retry_until(
+        deadline, _RETRY_BACKOFF_S, lambda _attempt: topic_write_settings(replicas, topic, request.compression_type)
+    )
     _check_record_sizes(topic, batches, topic_settings.max_message_bytes)
     remaining = dict(batches)
     offsets: dict[int, int] = {}
     append_ms = 0
     duplicate = False
-    attempt = 0
-    while True:
-        try:
-            states = replicas.states(topic, remaining)
+
+    def attempt_remaining(attempt: int) -> AppendResult:
+        nonlocal append_ms, duplicate
+        states = replicas.states(topic, remaining)
+        if request.acks == "all":
+            check_min_isr(topic, states, topic_settings.min_insync_replicas, after_append=False)
+        for table, partitions in replicas.leader_tables(topic, remaining):
+            # acks=all: write the new files into the in-sync followers' directories too, so
+            # their fetch only has to commit them (one encoding, no copy after the commit).
+            followers = sorted({b for p in partitions for b in states[p].isr} - {states[partitions[0]].leader})
+            stage_roots = [replicas.replica_table(topic, b).root for b in followers] if request.acks == "all" else []
+            result = append_to_leader(
+                table,
+                {p: remaining[p] for p in partitions},
+                {p: states[p].leader_epoch for p in partitions},
+                topic_settings,
+                request,
+                lease_for,
+                first_try=attempt == 0,
+                stage_roots=stage_roots,
+                hard_links=replicas.config.replica_hard_links_enable,
+            )
             if request.acks == "all":
-                check_min_isr(topic, states, topic_settings.min_insync_replicas, after_append=False)
-            for table, partitions in replicas.leader_tables(topic, remaining):
-                # acks=all: write the new files into the in-sync followers' directories too, so
-                # their fetch only has to commit them (one encoding, no copy after the commit).
-                followers = sorted({b for p in partitions for b in states[p].isr} - {states[partitions[0]].leader})
-                stage_roots = (
-                    [replicas.replica_table(topic, b).root for b in followers] if request.acks == "all" else []
-                )
-                result = append_to_leader(
-                    table,
-                    {p: remaining[p] for p in partitions},
-                    {p: states[p].leader_epoch for p in partitions},
-                    topic_settings,
-                    request,
-                    lease_for,
-                    first_try=attempt == 0,
-                    stage_roots=stage_roots,
-                    hard_links=replicas.config.replica_hard_links_enable,
-                )
-                if request.acks == "all":
-                    await_in_sync_replicas(replicas, topic, table, partitions, states, topic_settings, deadline)
-                offsets.update(result.base_offsets)
-                append_ms = max(append_ms, result.log_append_time_ms)
-                duplicate = duplicate or result.duplicate
-                for p in partitions:
-                    del remaining[p]
-            return AppendResult(offsets, append_ms if topic_settings.log_append_time else -1, duplicate)
-        except RetriableError:
-            if time.monotonic() + _RETRY_BACKOFF_S > deadline:
-                raise
-            attempt += 1
-            time.sleep(_RETRY_BACKOFF_S)
+                await_in_sync_replicas(replicas, topic, table, partitions, states, topic_settings, deadline)
+            offsets.update(result.base_offsets)
+            append_ms = max(append_ms, result.log_append_time_ms)
+            duplicate = duplicate or result.duplicate
+            for p in partitions:
+                del remaining[p]
+        return AppendResult(offsets, append_ms if topic_settings.log_append_time else -1, duplicate)
+
+    return retry_until(deadline, _RETRY_BACKOFF_S, attempt_remaining)
 
 
 def _check_record_sizes(topic: str, batches: Mapping[int, pa.Table], max_message_bytes: int) -> None:
@@ -206,30 +197,14 @@ def append_to_leader(
     first_try: bool,
     stage_roots: list[str],
     hard_links: bool,
-    kafka_producers: KafkaProducerBatches | None = None,
-    views: Callable[[], LogView | None] | None = None,
-    keep_lease: Callable[[WriterLease], bool] | None = None,
-    let_go: Callable[[], None] = lambda: None,
 ) -> AppendResult:
-    """Take the partitions' write leases and append (:func:`sparklog.log.append.append`).
-
-    ``keep_lease``: a holder that keeps its leases between appends (a broker leading the
-    partitions) says which to keep after this one; it also adopts a lease its own earlier
-    incarnation held, and before it waits for a lease another writer holds it calls
-    ``let_go`` to release every lease it keeps (two writers each holding a lease the other
-    waits for would wait until a timeout). By default every lease is released after the append.
-    """
+    """Take the partitions' write leases, append (:func:`sparklog.log.append.append`) and
+    release them again."""
     leases = [lease_for(p) for p in sorted(batches)]
     try:
         epochs = {}
-        if keep_lease is None:
-            grants = [
-                lease.acquire(request.max_block_ms, functools.partial(_log_epoch, table, lease.partition))
-                for lease in leases
-            ]
-        else:
-            grants = _acquire_holding_nothing_while_waiting(table, leases, request.max_block_ms, let_go)
-        for lease, grant in zip(leases, grants, strict=True):
+        for lease in leases:
+            grant = lease.acquire(request.max_block_ms, functools.partial(_log_epoch, table, lease.partition))
             if grant.takeover:
                 table.commit_epoch_marker(lease.partition, grant.epoch)
             epochs[lease.partition] = grant.epoch
@@ -248,8 +223,6 @@ def append_to_leader(
             fsync=request.acks == "all",
             stage_roots=stage_roots,
             hard_links=hard_links,
-            kafka_producers=kafka_producers,
-            views=views,
         )
     except FencedError:
         for lease in leases:
@@ -257,8 +230,22 @@ def append_to_leader(
         raise
     finally:
         for lease in leases:
-            if keep_lease is None or not keep_lease(lease):
-                release_lease(lease)
+            release_lease(lease)
+
+
+def hold_leases(
+    table: TopicTable, leases: list[WriterLease], timeout_ms: int, let_go: Callable[[], None]
+) -> dict[int, int]:
+    """partition -> lease epoch, for a holder that keeps its leases between appends (a broker
+    leading the partitions): it also adopts a lease its own earlier incarnation held (the
+    epoch marker of a takeover is committed here), and before it waits for a lease another
+    writer holds it calls ``let_go`` to release every lease it keeps (two writers each
+    holding a lease the other waits for would wait until a timeout)."""
+    grants = _acquire_holding_nothing_while_waiting(table, leases, timeout_ms, let_go)
+    for grant in grants:
+        if grant.takeover:
+            table.commit_epoch_marker(grant.partition, grant.epoch)
+    return {grant.partition: grant.epoch for grant in grants}
 
 
 def _acquire_holding_nothing_while_waiting(
@@ -332,9 +319,10 @@ def await_in_sync_replicas(
     appended: Mapping[int, PartitionState],
     topic_settings: TopicWriteSettings,
     deadline: float,
+    targets: Mapping[int, int] | None = None,
 ) -> None:
-    """Block until every in-sync replica of ``partitions`` holds what the leader has now."""
-    targets: dict[int, int] | None = None
+    """Block until every in-sync replica of ``partitions`` holds what the leader has now, or
+    up to ``targets`` (partition -> offset) when given."""
     while True:
         states = replicas.states(topic, partitions)
         waiting_on = [p for p in partitions if set(states[p].isr) - {states[p].leader}]

@@ -295,7 +295,7 @@ def commit_produce(
     (the whole produce was committed before). A failure after some tables committed is
     re-raised with those tables named; ``abort_produce`` keeps their files.
     """
-    from sparklog.log.append import commit_reserved
+    from sparklog.log.reserved_commit import commit_reserved
     from sparklog.log.segment import discard_segments, shift_segment
     from sparklog.log.table import TopicTable
 

@@ -6,20 +6,18 @@ states one of the module's invariants."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 import sparklog
-from sparklog.broker.leader_appender import LeaderAppender, PendingAppend
-from sparklog.broker.metrics import BrokerMetrics
 from sparklog.broker.partition import LeaderPartitions
+from sparklog.broker.pending_append import PendingAppend
 from sparklog.broker.producer_state import ProducerStates
 from sparklog.errors import NotLeaderError, OffsetOutOfRangeError, RecordTooLargeError, UnknownPartitionError
 from sparklog.model.kafka_batches import CorruptBatchError
+from tests.integration.conftest import LEADER_TOPIC as TOPIC
 
-TOPIC = "orders"
 WAIT_S = 60.0
 
 
@@ -48,20 +46,6 @@ def values_of(data: bytes) -> list[tuple[int, bytes | None]]:
             found.append((record.offset, record.value))
         position += size
     return found
-
-
-@pytest.fixture
-def leader(cluster: sparklog.Cluster) -> Iterator[LeaderPartitions]:
-    """This process as the leader of every partition (a cluster without broker agents: its
-    own broker id leads), with its own appender."""
-    replicas = cluster.replicas
-    broker_id = replicas.config.broker_id
-    cluster.create_topic(TOPIC, partitions=2)
-    appender = LeaderAppender(replicas, broker_id, 10_000, BrokerMetrics())
-    try:
-        yield LeaderPartitions(replicas, broker_id, appender, ProducerStates(), None)
-    finally:
-        appender.close()
 
 
 def appended(leader: LeaderPartitions, partition: int, data: bytes) -> list[PendingAppend]:

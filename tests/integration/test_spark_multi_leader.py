@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 import sparklog
-import sparklog.log.append
+import sparklog.log.reserved_commit
 from sparklog.errors import FencedError, NotLeaderError, StorageError
 from sparklog.log.delta_sink import input_app_id
 from sparklog.model.records import partition_for_key
@@ -91,7 +91,7 @@ def led_by(broker: int) -> list[int]:
 def fail_at_table(monkeypatch: pytest.MonkeyPatch, root: str) -> list[str]:
     """Make ``commit_reserved`` fail (before committing) for the table at ``root``: a job
     dying between two leader tables' commits. Returns the roots it did commit to."""
-    real = sparklog.log.append.commit_reserved
+    real = sparklog.log.reserved_commit.commit_reserved
     committed: list[str] = []
 
     def failing(table, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -101,7 +101,7 @@ def fail_at_table(monkeypatch: pytest.MonkeyPatch, root: str) -> list[str]:
         committed.append(table.root)
         return result
 
-    monkeypatch.setattr(sparklog.log.append, "commit_reserved", failing)
+    monkeypatch.setattr(sparklog.log.reserved_commit, "commit_reserved", failing)
     return committed
 
 

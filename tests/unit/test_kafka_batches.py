@@ -11,7 +11,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from sparklog.broker.kafka.records import control_batch, decode_batches, encode_batches
-from sparklog.broker.leader_appender import PendingAppend, read_round
+from sparklog.broker.pending_append import PendingAppend, read_round
 from sparklog.log.txn_log import ControlRecord, control_record_rows
 from sparklog.model.kafka_batches import (
     CODECS,

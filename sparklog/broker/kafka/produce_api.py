@@ -33,7 +33,7 @@ from sparklog.broker.kafka.context import (
 )
 from sparklog.broker.kafka.error_codes import error_code
 from sparklog.broker.kafka.produce_codec import ProduceRequestBody, encode_produce_response
-from sparklog.broker.leader_appender import PendingAppend
+from sparklog.broker.pending_append import PendingAppend
 from sparklog.config import Acks
 
 __all__ = ["APIS"]

@@ -28,7 +28,8 @@ from kio.schema.write_txn_markers.v1 import request as markers_v1
 
 from sparklog import clock
 from sparklog.broker.kafka.records import control_batch
-from sparklog.broker.leader_appender import LeaderAppender, PendingAppend
+from sparklog.broker.leader_appender import LeaderAppender
+from sparklog.broker.pending_append import PendingAppend
 from sparklog.clients.kafka_wire import KafkaConnection
 from sparklog.errors import LeaderNotAvailableError, NotLeaderError, SparklogError
 from sparklog.log.txn_log import ControlRecord, control_record_rows

@@ -65,7 +65,7 @@ class _Partition:
 
 
 class PendingItem(Protocol):
-    """What a round holds of a queued request (a :class:`~sparklog.broker.leader_appender.PendingAppend`)."""
+    """What a round holds of a queued request (a :class:`~sparklog.broker.pending_append.PendingAppend`)."""
 
     partition: int
     producer: ProducerBatch | None
