@@ -79,6 +79,7 @@ from sparklog.log.append import (
     PreparedAppend,
     ProjectedView,
     SnapshotView,
+    WriteOptions,
     prepare_append,
 )
 from sparklog.log.leader_log import LeaderLog
@@ -277,11 +278,7 @@ class LeaderAppender:
             view: LogView = self._leader_view(self._logs, topic, table)
             if before is not None:
                 view = ProjectedView(view, before.prepared.transactions)
-            prepared = prepare_append(
-                table,
-                view,
-                epochs,
-                merged,
+            options = WriteOptions(
                 leader_epochs={p: leader_epochs[p] for p in merged},
                 log_append_time=settings.log_append_time,
                 compression=settings.compression,
@@ -292,6 +289,7 @@ class LeaderAppender:
                 hard_links=replicas.config.replica_hard_links_enable,
                 kafka_producers=kafka_producers(items, plan.transactions),
             )
+            prepared = prepare_append(table, view, epochs, merged, options)
         except FencedError:
             for lease in leases:
                 lease.drop()  # a newer writer's epoch is in the log: read the lease again next time

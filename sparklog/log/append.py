@@ -61,6 +61,7 @@ __all__ = [
     "PreparedAppend",
     "ProjectedView",
     "SnapshotView",
+    "WriteOptions",
     "append",
     "at_least",
     "check_fences",
@@ -198,6 +199,18 @@ def append(
         raise FencedError(f"No write lease held for partitions {sorted(missing)} of {table.topic}")
     if producer_id is not None and sequence is not None and views is not None:
         raise PolicyError("a light producer's idempotent append needs a snapshot (its duplicates are in the history)")
+    options = WriteOptions(
+        leader_epochs,
+        producer_id,
+        sequence,
+        log_append_time,
+        compression,
+        segment_bytes,
+        fsync,
+        stage_roots,
+        hard_links,
+        kafka_producers,
+    )
     for attempt in range(MAX_COMMIT_ATTEMPTS):
         view = views() if views is not None else None
         if view is None:
@@ -214,22 +227,7 @@ def append(
                 pending = {p: b for p, b in batches.items() if p not in done}
                 if not pending:
                     return AppendResult(previous, 0, duplicate=True)
-        prepared = prepare_append(
-            table,
-            view,
-            epochs,
-            pending,
-            leader_epochs=leader_epochs,
-            producer_id=producer_id,
-            sequence=sequence,
-            log_append_time=log_append_time,
-            compression=compression,
-            segment_bytes=segment_bytes,
-            fsync=fsync,
-            stage_roots=stage_roots,
-            hard_links=hard_links,
-            kafka_producers=kafka_producers,
-        )
+        prepared = prepare_append(table, view, epochs, pending, options)
         try:
             result = prepared.commit(view, fsync)
         except CommitConflict:
@@ -329,26 +327,30 @@ class ProjectedView:
         raise PolicyError("a projected view of the log is not committed to; commit against the log itself")
 
 
+@dataclass(frozen=True)
+class WriteOptions:
+    """How an append writes: see :func:`append` for each."""
+
+    leader_epochs: Mapping[int, int] | None = None
+    producer_id: str | None = None
+    sequence: int | None = None
+    log_append_time: bool = False
+    compression: str = "snappy"
+    segment_bytes: int = 1 << 30
+    fsync: bool = False
+    stage_roots: Sequence[str] = ()
+    hard_links: bool = True
+    kafka_producers: KafkaProducerBatches | None = None
+
+
 def prepare_append(
-    table: TopicTable,
-    view: LogView,
-    epochs: Mapping[int, int],
-    pending: Mapping[int, pa.Table],
-    *,
-    leader_epochs: Mapping[int, int] | None = None,
-    producer_id: str | None = None,
-    sequence: int | None = None,
-    log_append_time: bool = False,
-    compression: str = "snappy",
-    segment_bytes: int = 1 << 30,
-    fsync: bool = False,
-    stage_roots: Sequence[str] = (),
-    hard_links: bool = True,
-    kafka_producers: KafkaProducerBatches | None = None,
+    table: TopicTable, view: LogView, epochs: Mapping[int, int], pending: Mapping[int, pa.Table], options: WriteOptions
 ) -> PreparedAppend:
     """Steps 2 and 3 of the protocol against ``view``: check fences and leader epochs, write
     each partition's segments from its log end, and make the commit's app transactions.
     Nothing is left behind when it raises."""
+    leader_epochs, producer_id, sequence = options.leader_epochs, options.producer_id, options.sequence
+    log_append_time, kafka_producers = options.log_append_time, options.kafka_producers
     check_fences(table, view, {p: epochs[p] for p in pending})
     if leader_epochs is not None:
         check_leader_epochs(table, view, {p: leader_epochs[p] for p in pending})
@@ -366,18 +368,18 @@ def prepare_append(
             if kafka_producers is not None and kafka_producers.batches.get(partition):
                 listed = [[*b[:4], next_offset + b[4]] for b in kafka_producers.batches[partition]]
                 piece_metadata = {**(file_metadata or {}), KAFKA_BATCHES_KEY: json.dumps(listed)}
-            for piece in split_for_size(records, segment_bytes):
+            for piece in split_for_size(records, options.segment_bytes):
                 segments.append(
                     write_segment(
                         table.root,
                         partition,
                         next_offset,
                         piece,
-                        compression,
-                        fsync,
+                        options.compression,
+                        options.fsync,
                         metadata=piece_metadata,
-                        stage_roots=stage_roots,
-                        hard_links=hard_links,
+                        stage_roots=options.stage_roots,
+                        hard_links=options.hard_links,
                     )
                 )
                 next_offset += piece.num_rows

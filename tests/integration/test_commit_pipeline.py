@@ -10,6 +10,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import sparklog
 from sparklog.broker.leader_appender import LeaderAppender
@@ -69,45 +70,55 @@ def committed_values(cluster: sparklog.Cluster, partition: int) -> list[tuple[in
     return list(zip(rows.column("offset").to_pylist(), rows.column("value").to_pylist(), strict=True))
 
 
-def test_the_next_round_is_built_while_the_one_before_is_committed(
-    cluster: sparklog.Cluster, leader: LeaderPartitions
-) -> None:
+@dataclass
+class HeldRounds:
+    """Two rounds of partition 0 built behind a held committer: ``first`` (a1, a2) handed to
+    it, ``second`` (b1) built after it; ``before``: the segment files until then."""
+
+    table: TopicTable
+    version: int
+    before: list[str]
+    first: list[PendingAppend]
+    second: list[PendingAppend]
+
+
+@contextmanager
+def two_rounds_held(cluster: sparklog.Cluster, leader: LeaderPartitions) -> Iterator[HeldRounds]:
     table = cluster.replicas.replica_table(TOPIC, cluster.replicas.config.broker_id)
     appended(leader, 0, batch([b"first"]))
-    version = table.snapshot().version()
-    before = files_on_disk(table, 0)
+    version, before = table.snapshot().version(), files_on_disk(table, 0)
     with holding_the_committer(leader.appender, TOPIC):
         first = queued(leader, 0, batch([b"a1", b"a2"]))
         wait_until(lambda: len(files_on_disk(table, 0)) == len(before) + 1, "round 1's segment written")
         second = queued(leader, 0, batch([b"b1"]))
-        # Round 2 is written from where round 1 will leave the log, before round 1 commits.
         wait_until(lambda: len(files_on_disk(table, 0)) == len(before) + 2, "round 2's segment written")
-        new = [f for f in files_on_disk(table, 0) if f not in before]
+        yield HeldRounds(table, version, before, first, second)
+
+
+def test_the_next_round_is_built_while_the_one_before_is_committed(
+    cluster: sparklog.Cluster, leader: LeaderPartitions
+) -> None:
+    with two_rounds_held(cluster, leader) as held:
+        # Round 2 is written from where round 1 will leave the log, before round 1 commits.
+        new = [f for f in files_on_disk(held.table, 0) if f not in held.before]
         assert base_offsets(new) == [1, 3]
-        assert table.snapshot().version() == version, "nothing is committed while the committer is held"
-        assert not any(i.is_done for i in first + second)
-    assert (answered(first), answered(second)) == ([1], [3])
+        assert held.table.snapshot().version() == held.version, "nothing is committed while the committer is held"
+        assert not any(i.is_done for i in held.first + held.second)
+    assert (answered(held.first), answered(held.second)) == ([1], [3])
     assert committed_values(cluster, 0) == [(0, b"first"), (1, b"a1"), (2, b"a2"), (3, b"b1")]
-    assert table.snapshot().version() == version + 2
+    assert held.table.snapshot().version() == held.version + 2
 
 
 def test_rounds_built_on_a_log_that_moved_are_built_again_in_their_order(
     cluster: sparklog.Cluster, leader: LeaderPartitions
 ) -> None:
-    table = cluster.replicas.replica_table(TOPIC, cluster.replicas.config.broker_id)
-    appended(leader, 0, batch([b"first"]))
-    before = files_on_disk(table, 0)
-    with holding_the_committer(leader.appender, TOPIC):
-        first = queued(leader, 0, batch([b"a1", b"a2"]))
-        wait_until(lambda: len(files_on_disk(table, 0)) == len(before) + 1, "round 1's segment written")
-        second = queued(leader, 0, batch([b"b1"]))
-        wait_until(lambda: len(files_on_disk(table, 0)) == len(before) + 2, "round 2's segment written")
+    with two_rounds_held(cluster, leader) as held:
         # A writer that ignores the lease commits at offset 1 under the broker's own epoch:
         # both rounds built behind it would land on offsets that are taken.
-        epoch = table.fence_epoch(table.snapshot(), 0)
-        append(table, {0: epoch}, {0: segment_batch([b"x"])})
-    assert (answered(first), answered(second)) == ([2], [4])
-    assert [i.rebuilds for i in first] == [1], "round 1 was refused by the committer and built again"
+        table = held.table
+        append(table, {0: table.fence_epoch(table.snapshot(), 0)}, {0: segment_batch([b"x"])})
+    assert (answered(held.first), answered(held.second)) == ([2], [4])
+    assert [i.rebuilds for i in held.first] == [1], "round 1 was refused by the committer and built again"
     assert committed_values(cluster, 0) == [(0, b"first"), (1, b"x"), (2, b"a1"), (3, b"a2"), (4, b"b1")]
     # The files written for the offsets that were taken are gone; the log's are what is left.
     assert files_on_disk(table, 0) == sorted(f.path for f in table.files(table.snapshot(), {0}))
