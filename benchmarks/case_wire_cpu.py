@@ -175,6 +175,13 @@ def _scrape(metrics_url: str) -> Scrape:
 
 
 def measure(requests: int, endpoint: Endpoint) -> Figures:
+    try:
+        return _measure(requests, endpoint)
+    except AssertionError as exc:  # a refused request: say which system refused it
+        raise AssertionError(f"{endpoint.system}: {exc}") from exc
+
+
+def _measure(requests: int, endpoint: Endpoint) -> Figures:
     assert endpoint.pid is not None
     figures: Figures = {}
     for records in RECORDS_PER_REQUEST:
