@@ -12,7 +12,8 @@ What it measures, against each system with a 6-partition, replication-factor-1 t
   offer 10k, 25k, 50k, 100k, 200k records/s, in that order, for 10 s per step (at least 2 s at
   reduced scale), open loop: process ``j`` of ``n`` sends its ``i``-th record at
   ``t0 + (i + j/n) × n / rate``, whatever the broker does, waiting in ``poll()`` (which runs
-  delivery callbacks as they arrive). Per step: the **delivered rate** (records acknowledged ÷
+  delivery callbacks as they arrive; a wait under a millisecond, which ``poll()`` cannot express,
+  sleeps instead of spinning on ``poll(0)``, so the 16 or 64 clients leave the broker its CPU). Per step: the **delivered rate** (records acknowledged ÷
   first send → last report), **p50/p99** of ``produce()`` → delivery report over the
   acknowledged records, the records that failed (``message.timeout.ms`` = 10 s here: an
   overloaded step ends within seconds instead of a minute), the rate the clients actually sent

@@ -710,6 +710,9 @@ def sequential_sends(
     return done[warmup:]
 
 
+_POLL_RESOLUTION_S = 0.001  # confluent-kafka's poll() truncates its timeout to whole ms
+
+
 class PacedProducer:
     """One ``confluent_kafka.Producer`` that sends keyless stamped records on a schedule (open
     loop: each at its time whatever the broker does), recording ``produce`` → delivery report per
@@ -748,7 +751,12 @@ class PacedProducer:
                 wait_s = (due - time.monotonic_ns()) / 1e9
                 if wait_s <= 0:
                     break
-                producer.poll(wait_s)
+                if wait_s < _POLL_RESOLUTION_S:
+                    # poll() takes whole milliseconds: a shorter wait would be poll(0) in a loop,
+                    # a client spinning a core that the broker on the same machine needs.
+                    time.sleep(wait_s)
+                else:
+                    producer.poll(wait_s)
             _produce(producer, topic, stamped_value(filler))
             producer.poll(0)
         self.last_send_ns = time.monotonic_ns()
