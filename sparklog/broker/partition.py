@@ -206,6 +206,7 @@ class LeaderPartition:
                 include_headers=True,
                 read_committed=read_committed,
                 keep_control=True,
+                max_bytes=max(max_bytes, 1),
             )
             if rows.num_rows or end >= stop:
                 break

@@ -41,7 +41,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
@@ -111,6 +110,7 @@ class TopicTable:
         self.topic = topic
         self.root = str(Path(log_dir) / "topics" / topic)
         self._local = threading.local()
+        self._files_cache: tuple[tuple[str, int], dict[int, list[FileEntry]]] | None = None
 
     # -- life cycle ----------------------------------------------------------------------
     def exists(self) -> bool:
@@ -333,12 +333,24 @@ class TopicTable:
 
     def files(self, dt: DeltaTable, partitions: set[int] | None = None) -> list[FileEntry]:
         """Live files (optionally of some partitions), ordered by partition and offset."""
-        actions = self._actions(dt)
-        if partitions is not None and actions.num_rows:
-            actions = actions.filter(
-                pc.is_in(actions.column("partition.partition"), pa.array(sorted(partitions), pa.int32()))
-            )
-        return file_entries(actions)
+        by_partition = self._files_by_partition(dt)
+        wanted = sorted(by_partition) if partitions is None else sorted(partitions)
+        return [entry for p in wanted for entry in by_partition.get(p, ())]
+
+    def _files_by_partition(self, dt: DeltaTable) -> dict[int, list[FileEntry]]:
+        """The live files of ``dt``'s version per partition, in offset order. Listed once per
+        version: a Fetch from the segments asks for every request, and listing every add
+        action costs time in proportion to the files (thousands after a produce load). The
+        key includes the table's id: a topic deleted and created again restarts at version 0."""
+        key = (dt.metadata().id, dt.version())
+        cached = self._files_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        by_partition: dict[int, list[FileEntry]] = {}
+        for entry in file_entries(self._actions(dt)):
+            by_partition.setdefault(entry.partition, []).append(entry)
+        self._files_cache = (key, by_partition)
+        return by_partition
 
     def _actions(self, dt: DeltaTable) -> pa.Table:
         try:
@@ -350,16 +362,10 @@ class TopicTable:
         """Log-start offset per partition that has files: its smallest live offset, or the
         explicit ``sparklog.start.<p>`` when higher (a partition without files starts at its
         log end)."""
-        actions = self._actions(dt)
-        if actions.num_rows == 0:
-            return {}
-        grouped = actions.group_by("partition.partition").aggregate([("min.offset", "min")])
-        smallest = zip(
-            grouped.column("partition.partition").to_pylist(),
-            grouped.column("min.offset_min").to_pylist(),
-            strict=False,
-        )
-        return {p: max(first, _transaction_version(dt, start_app_id(p)) or 0) for p, first in smallest}
+        return {
+            p: max(entries[0].base_offset, _transaction_version(dt, start_app_id(p)) or 0)
+            for p, entries in self._files_by_partition(dt).items()
+        }
 
     def log_start(self, dt: DeltaTable, partition: int) -> int:
         return self.log_starts(dt).get(partition, self.log_end(dt, partition))
