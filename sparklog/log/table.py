@@ -342,7 +342,7 @@ class TopicTable:
         version: a Fetch from the segments asks for every request, and listing every add
         action costs time in proportion to the files (thousands after a produce load). The
         key includes the table's id: a topic deleted and created again restarts at version 0."""
-        key = (dt.metadata().id, dt.version())
+        key = (str(dt.metadata().id), dt.version())
         cached = self._files_cache
         if cached is not None and cached[0] == key:
             return cached[1]
