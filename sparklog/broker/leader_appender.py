@@ -55,12 +55,12 @@ topic queue for the same leases and offsets stay unique and contiguous whoever w
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Literal
@@ -69,6 +69,7 @@ from sparklog.broker.append_watchers import AppendWatchers
 from sparklog.broker.log_tail import LogTails
 from sparklog.broker.metrics import BrokerMetrics
 from sparklog.broker.pending_append import PendingAppend, RoundRows, kafka_producers, partition_rows, read_round
+from sparklog.broker.stage import Stage
 from sparklog.broker.transactions.partition_txns import PartitionTransactions, RoundPlan
 from sparklog.config import Acks
 from sparklog.errors import FencedError, LeaderNotAvailableError, NotLeaderError, StorageError
@@ -131,8 +132,8 @@ class LeaderAppender:
         self._lock = threading.Condition()
         self._queues: dict[str, list[PendingAppend]] = {}
         self._threads: dict[str, threading.Thread] = {}
-        self._committers: dict[str, _Stage] = {}
-        self._isr_waiters: dict[str, _Stage] = {}
+        self._committers: dict[str, Stage] = {}
+        self._isr_waiters: dict[str, Stage] = {}
         self._closed = False
         # Used by a topic's builder thread only:
         self._leases: dict[str, dict[int, WriterLease]] = {}
@@ -150,8 +151,8 @@ class LeaderAppender:
                 return
             self._queues.setdefault(topic, []).extend(items)
             if topic not in self._threads:
-                self._committers[topic] = _Stage(f"committer-{topic}")
-                self._isr_waiters[topic] = _Stage(f"isr-waiter-{topic}")
+                self._committers[topic] = Stage(f"committer-{topic}")
+                self._isr_waiters[topic] = Stage(f"isr-waiter-{topic}")
                 thread = threading.Thread(target=self._run, args=(topic,), name=f"appender-{topic}", daemon=True)
                 self._threads[topic] = thread
                 thread.start()
@@ -359,6 +360,22 @@ class LeaderAppender:
                 self._lock.notify_all()  # an idle builder settles it
 
     def _try_commit(self, round_: _Round) -> Settled:
+        with contextlib.ExitStack() as publishing:
+            outcome = self._commit_round(round_, publishing)
+            if isinstance(outcome, str):
+                return outcome
+            round_.plan.apply(outcome.base_offsets)
+            bases = self._placed(round_, outcome)
+        if round_.acks == "all" and round_.followers:
+            deadline = time.monotonic() + round_.timeout_ms / 1000
+            self._isr_waiters[round_.topic].submit(functools.partial(self._await_isr, round_, bases, outcome, deadline))
+        else:
+            self._answer(round_, bases, outcome)
+        return "committed"
+
+    def _commit_round(self, round_: _Round, publishing: contextlib.ExitStack) -> AppendResult | Settled:
+        """Make the round durable and commit it: its result, or how it settled otherwise.
+        From the commit on, the tails know its batches are on their way (``publishing``)."""
         prepared, fsync = round_.prepared, round_.acks == "all"
         started_s = time.monotonic()
         try:
@@ -366,6 +383,7 @@ class LeaderAppender:
                 prepared.make_durable()
             view = self._leader_view(self._commit_logs, round_.topic, round_.table)
             prepared.check(view)
+            publishing.enter_context(self.tails.publishing(round_.topic, prepared.base_offsets))
             result = prepared.commit(view, fsync)
         except (CommitConflict, FencedError, NotLeaderError) as exc:
             prepared.discard()
@@ -386,14 +404,7 @@ class LeaderAppender:
             self._answer_failed(round_, prepared.storage_error(exc) if isinstance(exc, OSError) else exc)
             return "failed"
         round_.append_s += time.monotonic() - started_s
-        round_.plan.apply(result.base_offsets)
-        bases = self._placed(round_, result)
-        if round_.acks == "all" and round_.followers:
-            deadline = time.monotonic() + round_.timeout_ms / 1000
-            self._isr_waiters[round_.topic].submit(functools.partial(self._await_isr, round_, bases, result, deadline))
-        else:
-            self._answer(round_, bases, result)
-        return "committed"
+        return result
 
     def _placed(self, round_: _Round, result: AppendResult) -> list[int]:
         """Each item's base offset; tells the items and the partitions' tails where they went."""
@@ -473,24 +484,3 @@ class _Round:
     timeout_ms: int
     append_s: float  # files written; the committer adds fsync and commit
     settled: Future[Settled] = field(default_factory=Future)
-
-
-class _Stage:
-    """One daemon thread running the calls handed to it, in order."""
-
-    def __init__(self, name: str) -> None:
-        self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        threading.Thread(target=self._run, name=name, daemon=True).start()
-
-    def submit(self, call: Callable[[], None]) -> None:
-        self._calls.put(call)
-
-    def stop(self) -> None:
-        self._calls.put(None)
-
-    def _run(self) -> None:
-        while (call := self._calls.get()) is not None:
-            try:
-                call()
-            except Exception:
-                log.exception("appender stage %s failed", threading.current_thread().name)

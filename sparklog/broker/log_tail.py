@@ -12,24 +12,29 @@ reading a segment. Invariants:
   offsets; LogAppendTime topics are not tailed (their batches would need re-encoding);
 * it holds at most ``max_bytes`` per partition (oldest batches dropped) and is dropped when
   the partition's leader epoch changes;
+* a commit of this leader is visible in the table before its batches are here; while they
+  are on their way (:meth:`LogTails.publishing`) a reader at the tail's end waits for them;
 * it knows nothing of the high watermark; readers check it and log-start (Fetch does),
   log-start against :meth:`LogTails.log_start_hint`, the value last read from the table
-  (refreshed by the reader once it is older than ``LOG_START_HINT_MS``; retention in this
-  broker refreshes it at once).
+  (refreshed in the background once it is older than ``LOG_START_HINT_MS``, the older value
+  used meanwhile; DeleteRecords answered by this broker notes the new one at once).
 """
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 __all__ = ["LogTails", "TailBatch"]
 
 DEFAULT_MAX_BYTES = 8 << 20
 LOG_START_HINT_MS = 1_000
+LOG_START_HINT_MAX_MS = 30_000  # older than this (refreshes failing), the table is read
 
 
 @dataclass(frozen=True)
@@ -62,14 +67,42 @@ class LogTails:
         self._lock = threading.Lock()
         self._tails: dict[tuple[str, int], _Tail] = {}
         self._log_starts: dict[tuple[str, int], tuple[int, float]] = {}
+        self._publishing: dict[tuple[str, int], int] = {}
 
-    def log_start_hint(self, topic: str, partition: int) -> int | None:
-        """The log-start last noted for ``partition``, None when unknown or too old."""
+    @contextlib.contextmanager
+    def publishing(self, topic: str, partitions: Iterable[int]) -> Iterator[None]:
+        """Around a commit of this leader and the appends of its batches to the tails: its
+        records are visible in the table (the high watermark may count them) before they
+        are here, and a reader at the tail's end then waits for them instead of reading the
+        table (:meth:`is_publishing`)."""
+        keys = [(topic, p) for p in set(partitions)]
+        with self._lock:
+            for key in keys:
+                self._publishing[key] = self._publishing.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                for key in keys:
+                    left = self._publishing[key] - 1
+                    if left:
+                        self._publishing[key] = left
+                    else:
+                        del self._publishing[key]
+
+    def is_publishing(self, topic: str, partition: int) -> bool:
+        with self._lock:
+            return (topic, partition) in self._publishing
+
+    def log_start_hint(self, topic: str, partition: int) -> tuple[int, bool] | None:
+        """The log-start last noted for ``partition`` and whether it is younger than
+        ``LOG_START_HINT_MS``; None when unknown."""
         with self._lock:
             noted = self._log_starts.get((topic, partition))
-        if noted is None or time.monotonic() - noted[1] > LOG_START_HINT_MS / 1000:
-            return None
-        return noted[0]
+        age_s = None if noted is None else time.monotonic() - noted[1]
+        if noted is None or age_s is None or age_s > LOG_START_HINT_MAX_MS / 1000:
+            return None  # never noted, or every background refresh since failed
+        return noted[0], age_s <= LOG_START_HINT_MS / 1000
 
     def note_log_start(self, topic: str, partition: int, log_start: int) -> None:
         with self._lock:

@@ -26,6 +26,9 @@ partitions, by the :class:`~sparklog.broker.leader_appender.LeaderAppender`.
 from __future__ import annotations
 
 import bisect
+import functools
+import logging
+import threading
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -33,8 +36,10 @@ import pyarrow as pa
 from sparklog.broker.kafka.records import BATCH_OVERHEAD_BYTES, RecordBatch, TransactionalBatchError, check_batches
 from sparklog.broker.kafka.records import encode_batches as encode_rows
 from sparklog.broker.leader_appender import LeaderAppender
+from sparklog.broker.log_tail import LogTails
 from sparklog.broker.pending_append import PendingAppend
 from sparklog.broker.producer_state import ProducerBatch, ProducerStates
+from sparklog.broker.stage import Stage
 from sparklog.broker.transactions.coordinator import TransactionCoordinator
 from sparklog.config import Acks
 from sparklog.errors import NotLeaderError, OffsetOutOfRangeError, RecordTooLargeError
@@ -43,7 +48,9 @@ from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.sizes import record_sizes
 from sparklog.runtime.replica_manager import METADATA_MAX_AGE_MS, ReplicaManager
 
-__all__ = ["FetchedData", "LeaderPartition", "LeaderPartitions", "check_leader"]
+__all__ = ["FetchedData", "LeaderPartition", "LeaderPartitions", "LogStartRefresher", "check_leader"]
+
+log = logging.getLogger(__name__)
 
 _MAX_RECORDS_PER_READ = 50_000  # bounds one partition's read from the segments
 
@@ -93,6 +100,7 @@ class LeaderPartitions:
         self.watchers = appender.watchers  # who waits for appends to these partitions
         self.producer_states = producer_states
         self.transactions = transactions
+        self.log_starts = LogStartRefresher(replicas, appender.tails)
 
     def get(self, topic: str, partition: int) -> LeaderPartition:
         """``topic``-``partition`` when this broker leads it (see :func:`check_leader`)."""
@@ -113,6 +121,10 @@ class LeaderPartition:
         """The request's batches for this partition, checked, as appends for the topic's next
         commit round (a duplicate of a stored batch comes back answered)."""
         leader = self._leader
+        if leader.appender.tails.log_start_hint(self.topic, self.partition) is None:
+            # Consumers of what this produces read from the tail, which needs the log-start:
+            # read it now, off the request path, not in their first Fetch.
+            leader.log_starts.refresh(self.topic, self.partition)
         batches = check_batches(data)  # the records are read with the rest of the commit round's
         config = leader.replicas.topic_config(self.topic, METADATA_MAX_AGE_MS)
         max_message_bytes = int(config["max.message.bytes"])
@@ -219,9 +231,14 @@ class LeaderPartition:
         leader, topic, partition, state = self._leader, self.topic, self.partition, self.state
         appender = leader.appender
         tails = appender.tails
-        log_start = tails.log_start_hint(topic, partition)
-        if log_start is None:
+        hint = tails.log_start_hint(topic, partition)
+        if hint is None:
             return None
+        log_start, fresh = hint
+        if not fresh:
+            # Re-reading it here would refresh this handler thread's snapshot of the table
+            # and list its files: hundreds of ms under load, for a consumer at the tail.
+            leader.log_starts.refresh(topic, partition)
         high_watermark = leader.replicas.current_high_watermark(topic, partition, state)
         if not log_start <= offset <= high_watermark:
             return None  # the table's path gives the exact error with fresh offsets
@@ -237,6 +254,10 @@ class LeaderPartition:
             return FetchedData(high_watermark, log_start, b"", stable)  # the response is full
         batches = tails.read(topic, partition, state.leader_epoch, offset, stop, max_bytes)
         if batches is None:
+            if tails.is_publishing(topic, partition) and offset == tails.log_end(topic, partition, state.leader_epoch):
+                # This leader's commit landed and its batches are on their way here: nothing
+                # yet (a Fetch waits for the append's wake-up) rather than a table read.
+                return FetchedData(high_watermark, log_start, b"", stable)
             return None
         if read_committed:
             aborted = appender.txns.aborted(table, partition, state.leader_epoch)
@@ -245,6 +266,40 @@ class LeaderPartition:
                 if not batches:
                     return None  # aborted batches only: the table's path steps over them
         return FetchedData(high_watermark, log_start, b"".join(b.data for b in batches), stable)
+
+
+class LogStartRefresher:
+    """Reads led partitions' log-start from the table on a stage of its own and notes it in
+    the tails, one refresh per partition at a time: a Fetch served from the tail uses the
+    value noted last instead of waiting for a snapshot refresh and a file listing."""
+
+    def __init__(self, replicas: ReplicaManager, tails: LogTails) -> None:
+        self._replicas = replicas
+        self._tails = tails
+        self._wanted: set[tuple[str, int]] = set()
+        self._lock = threading.Lock()
+        self._stage: Stage | None = None
+
+    def refresh(self, topic: str, partition: int) -> None:
+        with self._lock:
+            if (topic, partition) in self._wanted:
+                return
+            self._wanted.add((topic, partition))
+            if self._stage is None:
+                self._stage = Stage("log-start-refresher")
+            stage = self._stage
+        stage.submit(functools.partial(self._refresh, topic, partition))
+
+    def _refresh(self, topic: str, partition: int) -> None:
+        try:
+            at = self._replicas.fetch_positions(topic, [partition])[partition]
+            log_start = min(at.table.log_start(at.snapshot, partition), at.high_watermark)
+            self._tails.note_log_start(topic, partition, log_start)
+        except Exception as exc:  # noqa: BLE001 - the next fetch's table path reports it
+            log.debug("refreshing the log-start of %s-%d failed: %s", topic, partition, exc)
+        finally:
+            with self._lock:
+                self._wanted.discard((topic, partition))
 
 
 def _inside(runs: list[tuple[int, int]], offset: int) -> bool:

@@ -47,7 +47,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from sparklog import clock
 from sparklog.errors import FencedError, StorageError
-from sparklog.log.files import FileEntry, file_entries
+from sparklog.log.files import FileEntry, LiveFiles
 from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile, fsync_path
 from sparklog.log.transactions import (
@@ -63,9 +63,7 @@ from sparklog.log.transactions import (
 from sparklog.log.transactions import (
     transaction_version as _transaction_version,
 )
-from sparklog.log.transactions import (
-    transactions_at as _transactions_at,
-)
+from sparklog.log.txn_state import app_transactions, local_root
 from sparklog.model.schema import TABLE_SCHEMA
 from sparklog.retries import EPOCH_MARKER, TABLE_PROPERTIES
 
@@ -110,7 +108,8 @@ class TopicTable:
         self.topic = topic
         self.root = str(Path(log_dir) / "topics" / topic)
         self._local = threading.local()
-        self._files_cache: tuple[tuple[str, int], dict[int, list[FileEntry]]] | None = None
+        self._live = LiveFiles()
+        self._newest_seen: tuple[str, int] | None = None  # (table id, version): current_log_end's
 
     # -- life cycle ----------------------------------------------------------------------
     def exists(self) -> bool:
@@ -238,6 +237,8 @@ class TopicTable:
     def forget(self) -> None:
         """Drop the cached snapshots (every thread's): the next :meth:`snapshot` re-opens the table."""
         self._local = threading.local()
+        self._newest_seen = None
+        self._live = LiveFiles()
 
     @staticmethod
     def log_end(dt: DeltaTable, partition: int) -> int:
@@ -250,11 +251,27 @@ class TopicTable:
         only need the number (acks=all waits, high watermarks, the controller's ISR checks):
         a delta-rs refresh also rebuilds the file list (≈10 ms a version measured)."""
         dt: DeltaTable | None = getattr(self._local, "dt", None)
-        if dt is None:
+        seen = self._newest_seen
+        if dt is None and seen is None:
             return self.log_end(self.snapshot(), partition)
         try:
-            newest = self.newest_version(dt.version())
-            state = None if newest is None else _transactions_at(dt, newest)
+            # Probe from the newest version any thread found, not from this thread's snapshot:
+            # a thread that serves fetches from the tail never refreshes it, and probing one
+            # stat per commit since then (thousands under load, per partition) made every
+            # such fetch slower than the one before. A thread without a snapshot of its own
+            # starts from there too: loading one costs a first Fetch tens of ms.
+            if dt is None:
+                assert seen is not None
+                table_id, known = seen
+            else:
+                table_id, known = str(dt.metadata().id), dt.version()
+                if seen is not None and seen[0] == table_id and seen[1] > known:
+                    known = seen[1]
+            newest = self.newest_version(known)
+            if newest is not None:
+                self._newest_seen = (table_id, newest)
+            root = local_root(self.root)
+            state = None if newest is None or root is None else app_transactions(root, table_id, newest)
         except (DeltaError, OSError) as exc:
             raise StorageError(f"Cannot read the table of topic {self.topic} at {self.root}: {exc}") from exc
         if state is None:  # log cleaned up or table re-created under the snapshot, or not local
@@ -333,24 +350,9 @@ class TopicTable:
 
     def files(self, dt: DeltaTable, partitions: set[int] | None = None) -> list[FileEntry]:
         """Live files (optionally of some partitions), ordered by partition and offset."""
-        by_partition = self._files_by_partition(dt)
+        by_partition = self._live.by_partition(_version_key(dt), lambda: self._actions(dt))
         wanted = sorted(by_partition) if partitions is None else sorted(partitions)
         return [entry for p in wanted for entry in by_partition.get(p, ())]
-
-    def _files_by_partition(self, dt: DeltaTable) -> dict[int, list[FileEntry]]:
-        """The live files of ``dt``'s version per partition, in offset order. Listed once per
-        version: a Fetch from the segments asks for every request, and listing every add
-        action costs time in proportion to the files (thousands after a produce load). The
-        key includes the table's id: a topic deleted and created again restarts at version 0."""
-        key = (str(dt.metadata().id), dt.version())
-        cached = self._files_cache
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        by_partition: dict[int, list[FileEntry]] = {}
-        for entry in file_entries(self._actions(dt)):
-            by_partition.setdefault(entry.partition, []).append(entry)
-        self._files_cache = (key, by_partition)
-        return by_partition
 
     def _actions(self, dt: DeltaTable) -> pa.Table:
         try:
@@ -362,10 +364,8 @@ class TopicTable:
         """Log-start offset per partition that has files: its smallest live offset, or the
         explicit ``sparklog.start.<p>`` when higher (a partition without files starts at its
         log end)."""
-        return {
-            p: max(entries[0].base_offset, _transaction_version(dt, start_app_id(p)) or 0)
-            for p, entries in self._files_by_partition(dt).items()
-        }
+        smallest = self._live.smallest_offsets(_version_key(dt), lambda: self._actions(dt))
+        return {p: max(first, _transaction_version(dt, start_app_id(p)) or 0) for p, first in smallest.items()}
 
     def log_start(self, dt: DeltaTable, partition: int) -> int:
         return self.log_starts(dt).get(partition, self.log_end(dt, partition))
@@ -488,3 +488,8 @@ class TopicTable:
             except CommitConflict:
                 continue
         raise EPOCH_MARKER.exhausted(f"The epoch marker {epoch} of {self.topic}-{partition}", "the writer retries it")
+
+
+def _version_key(dt: DeltaTable) -> tuple[str, int]:
+    """A snapshot's table id and version: a topic deleted and created again restarts at 0."""
+    return str(dt.metadata().id), dt.version()

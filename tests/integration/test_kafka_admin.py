@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -318,6 +318,39 @@ def test_confluent_delete_records(cluster: sparklog.Cluster, admin: AdminClient)
     (compacted,) = admin.delete_records([TopicPartition("compacted", 0, 2)]).values()
     assert failure(compacted)[0] == ErrorCode.policy_violation.value
     assert cluster.list_offsets("compacted", "earliest") == {0: 0}
+
+
+def test_a_fetch_right_after_delete_records_starts_at_the_new_log_start(
+    cluster: sparklog.Cluster, admin: AdminClient, agents: BrokerAgents
+) -> None:
+    cluster.create_topic("trimmed", partitions=1, replication_factor=1)
+    producer = Producer({"bootstrap.servers": agents.bootstrap_servers, "linger.ms": 0})
+    for i in range(10):
+        producer.produce("trimmed", b"v%d" % i, partition=0)
+        producer.flush(_TIMEOUT_S)  # one batch each, all in the leader's in-memory tail
+    assert first_offset_read(agents, 0) == 0  # the leader notes the log-start, 0
+    (done,) = admin.delete_records([TopicPartition("trimmed", 0, 6)]).values()
+    assert result(done).low_watermark == 6
+    # At once, not after the noted log-start goes stale: offset 2 is out of range now.
+    assert first_offset_read(agents, 2) == 6
+
+
+def first_offset_read(agents: BrokerAgents, offset: int) -> int:
+    """The offset of the first record a consumer assigned at ``offset`` of trimmed-0 reads
+    (``auto.offset.reset=earliest`` when that offset is out of range)."""
+    consumer = Consumer(
+        {"bootstrap.servers": agents.bootstrap_servers, "group.id": "trim-check", "auto.offset.reset": "earliest"}
+    )
+    try:
+        consumer.assign([TopicPartition("trimmed", 0, offset)])
+        while True:
+            message = consumer.poll(_TIMEOUT_S)
+            assert message is not None, f"nothing read from trimmed-0 at {offset} within {_TIMEOUT_S} s"
+            read = message.offset()
+            if message.error() is None and read is not None:
+                return read
+    finally:
+        consumer.close()
 
 
 def test_confluent_describe_cluster(cluster: sparklog.Cluster, admin: AdminClient, agents: BrokerAgents) -> None:

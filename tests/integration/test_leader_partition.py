@@ -16,6 +16,7 @@ from sparklog.broker.pending_append import PendingAppend
 from sparklog.broker.producer_state import ProducerStates
 from sparklog.errors import NotLeaderError, OffsetOutOfRangeError, RecordTooLargeError, UnknownPartitionError
 from sparklog.model.kafka_batches import CorruptBatchError
+from tests.helpers import wait_until
 from tests.integration.conftest import LEADER_TOPIC as TOPIC
 
 WAIT_S = 60.0
@@ -123,3 +124,40 @@ def test_offsets_outside_the_log_are_out_of_range(leader: LeaderPartitions) -> N
     appended(leader, 1, batch([b"a"]))
     with pytest.raises(OffsetOutOfRangeError, match=rf"offset 5 of {TOPIC}-1 is outside 0\.\.1"):
         leader.get(TOPIC, 1).read(5, 1 << 20, first=True, read_committed=False)
+
+
+def test_a_reader_at_the_tail_end_waits_while_a_commit_is_put_in_the_tail(
+    cluster: sparklog.Cluster, leader: LeaderPartitions
+) -> None:
+    appended(leader, 0, batch([b"mine"]))
+    tails = leader.appender.tails
+    assert leader.get(TOPIC, 0).read(0, 1 << 20, first=True, read_committed=False).records  # notes the log-start
+    # Another writer commits offset 1: the table has it, this leader's tail (ending at 1) not.
+    with cluster.producer() as producer:
+        producer.send(TOPIC, b"theirs", partition=0).result(WAIT_S)
+    with tails.publishing(TOPIC, [0]):
+        assert tails.is_publishing(TOPIC, 0) and not tails.is_publishing(TOPIC, 1)
+        waiting = leader.get(TOPIC, 0).read(1, 1 << 20, first=True, read_committed=False)
+        assert (waiting.records, waiting.high_watermark) == (b"", 2), "nothing yet: the tail is being filled"
+    assert not tails.is_publishing(TOPIC, 0)
+    read = leader.get(TOPIC, 0).read(1, 1 << 20, first=True, read_committed=False)
+    assert values_of(read.records) == [(1, b"theirs")], "the table answers what no commit of this leader put"
+
+
+def test_a_stale_log_start_is_refreshed_off_the_fetch_path(cluster: sparklog.Cluster, leader: LeaderPartitions) -> None:
+    appended(leader, 1, batch([b"a", b"b", b"c"]))
+    tails = leader.appender.tails
+    leader.get(TOPIC, 1).read(0, 1 << 20, first=True, read_committed=False)
+    assert tails.log_start_hint(TOPIC, 1) == (0, True)
+    cluster.delete_records(TOPIC, {1: 2})  # another client moves the log-start: this leader is not told
+    # Until the hint is stale the tail answers with the log-start it noted; then the reader
+    # still answers from the tail at once, asks for a refresh in the background, and a later
+    # read has the new one.
+    wait_until(lambda: tails.log_start_hint(TOPIC, 1) == (0, False), "the noted log-start going stale")
+    at_once = leader.get(TOPIC, 1).read(2, 1 << 20, first=True, read_committed=False)
+    assert (at_once.log_start, values_of(at_once.records)[-1]) == (0, (2, b"c")), "answered from the tail"
+    wait_until(
+        lambda: leader.get(TOPIC, 1).read(2, 1 << 20, first=True, read_committed=False).log_start == 2,
+        "the log-start refreshed after the hint went stale",
+    )
+    assert tails.log_start_hint(TOPIC, 1) == (2, True)

@@ -4,6 +4,7 @@ row groups, and the file listing follows every commit and a re-created topic."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -107,3 +108,27 @@ def test_the_file_listing_follows_commits_and_a_recreated_topic(cluster: sparklo
     assert [e.base_offset for e in table.files(table.snapshot())] == [0, 1, 2, 3]
     again = leader_table(cluster, "relisted")
     assert [e.base_offset for e in again.files(again.snapshot())] == [0, 1, 2, 3]
+
+
+def test_the_log_end_is_current_on_threads_with_an_old_snapshot_or_none(cluster: sparklog.Cluster) -> None:
+    cluster.create_topic("ends", partitions=1)
+    produce_files(cluster, "ends", files=1, records_per_file=2)
+    table = leader_table(cluster, "ends")
+    ends: dict[str, int] = {}
+
+    def on_a_new_thread(name: str, take_snapshot: bool) -> None:
+        if take_snapshot:
+            table.snapshot()  # this thread's snapshot, left behind by the commits below
+        ends[name] = table.current_log_end(0)
+
+    old = threading.Thread(target=on_a_new_thread, args=("warm", True))
+    old.start()
+    old.join()
+    assert table.current_log_end(0) == 2  # this thread's snapshot is at the first produce
+    produce_files(cluster, "ends", files=3, records_per_file=1)
+    for name, take_snapshot in (("none", False), ("fresh", True)):
+        thread = threading.Thread(target=on_a_new_thread, args=(name, take_snapshot))
+        thread.start()
+        thread.join()
+    assert table.current_log_end(0) == 5, "this thread's snapshot is three commits behind"
+    assert ends == {"warm": 2, "none": 5, "fresh": 5}

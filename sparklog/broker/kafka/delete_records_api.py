@@ -75,7 +75,10 @@ def _delete(broker: BrokerContext, topic: str, partition: int, offset: int) -> i
         offset = replicas.high_watermarks(topic, [partition])[partition]
     elif offset < 0:
         raise OffsetOutOfRangeError(f"Cannot delete records of {topic}-{partition} below offset {offset}")
-    return delete_records_below(replicas, topic, {partition: offset})[partition]
+    low = delete_records_below(replicas, topic, {partition: offset})[partition]
+    if broker.partitions is not None:  # the tail's readers check the new log-start at once
+        broker.partitions.appender.tails.note_log_start(topic, partition, low)
+    return low
 
 
 APIS = (Api(DELETE_RECORDS_KEY, 0, 2, delete_records),)
