@@ -99,9 +99,11 @@ class LogTails:
         ``LOG_START_HINT_MS``; None when unknown."""
         with self._lock:
             noted = self._log_starts.get((topic, partition))
-        age_s = None if noted is None else time.monotonic() - noted[1]
-        if noted is None or age_s is None or age_s > LOG_START_HINT_MAX_MS / 1000:
-            return None  # never noted, or every background refresh since failed
+        if noted is None:
+            return None
+        age_s = time.monotonic() - noted[1]
+        if age_s > LOG_START_HINT_MAX_MS / 1000:
+            return None  # every background refresh since has failed
         return noted[0], age_s <= LOG_START_HINT_MS / 1000
 
     def note_log_start(self, topic: str, partition: int, log_start: int) -> None:

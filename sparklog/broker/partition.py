@@ -46,7 +46,7 @@ from sparklog.errors import NotLeaderError, OffsetOutOfRangeError, RecordTooLarg
 from sparklog.log.reader import read_ranges
 from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.sizes import record_sizes
-from sparklog.runtime.replica_manager import METADATA_MAX_AGE_MS, ReplicaManager
+from sparklog.runtime.replica_manager import METADATA_MAX_AGE_MS, LeaderSnapshot, ReplicaManager
 
 __all__ = ["FetchedData", "LeaderPartition", "LeaderPartitions", "LogStartRefresher", "check_leader"]
 
@@ -198,8 +198,7 @@ class LeaderPartition:
         leader, topic, partition = self._leader, self.topic, self.partition
         at = leader.replicas.fetch_positions(topic, [partition])[partition]
         high_watermark = at.high_watermark
-        log_start = min(at.table.log_start(at.snapshot, partition), high_watermark)
-        leader.appender.tails.note_log_start(topic, partition, log_start)
+        log_start = leader.log_starts.note(topic, partition, at)
         stable = at.last_stable_offset
         if offset < log_start or offset > high_watermark:
             raise OffsetOutOfRangeError(
@@ -290,11 +289,15 @@ class LogStartRefresher:
             stage = self._stage
         stage.submit(functools.partial(self._refresh, topic, partition))
 
+    def note(self, topic: str, partition: int, at: LeaderSnapshot) -> int:
+        """``at``'s log-start (at most its high watermark), noted for the tail's readers."""
+        log_start = min(at.table.log_start(at.snapshot, partition), at.high_watermark)
+        self._tails.note_log_start(topic, partition, log_start)
+        return log_start
+
     def _refresh(self, topic: str, partition: int) -> None:
         try:
-            at = self._replicas.fetch_positions(topic, [partition])[partition]
-            log_start = min(at.table.log_start(at.snapshot, partition), at.high_watermark)
-            self._tails.note_log_start(topic, partition, log_start)
+            self.note(topic, partition, self._replicas.fetch_positions(topic, [partition])[partition])
         except Exception as exc:  # noqa: BLE001 - the next fetch's table path reports it
             log.debug("refreshing the log-start of %s-%d failed: %s", topic, partition, exc)
         finally:

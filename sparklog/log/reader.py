@@ -97,11 +97,13 @@ def _read_offsets(path: str, columns: list[str], start: int, end: int) -> pa.Tab
     stats overlap the range are decoded (a compacted file holds many), then the rows are
     filtered; columns come back in :data:`FILE_SCHEMA`'s types (files rewritten by delta-rs,
     DeleteRecords, store binary_view/string_view)."""
-    small = os.path.getsize(path) <= _WHOLE_FILE_BYTES
     # A small file is read with one system call and parsed from memory, on this thread:
     # opening it by path (a filesystem resolved, a read per column chunk, a thread pool)
     # costs a 1,000-record segment about a third more.
-    with pq.ParquetFile(pa.BufferReader(_read_whole(path)) if small else pa.OSFile(path)) as file:
+    with open(path, "rb", buffering=0) as raw:
+        small = os.fstat(raw.fileno()).st_size <= _WHOLE_FILE_BYTES
+        contents = raw.read() if small else None
+    with pq.ParquetFile(pa.OSFile(path) if contents is None else pa.BufferReader(contents)) as file:
         metadata = file.metadata
         groups = []
         index = metadata.schema.names.index("offset")  # files delta-rs rewrote may order columns otherwise
@@ -133,11 +135,6 @@ def _payload_bytes(rows: pa.Table) -> int:
     for name in ("key", "value"):
         total += pc.sum(pc.binary_length(rows.column(name))).as_py() or 0
     return total
-
-
-def _read_whole(path: str) -> bytes:
-    with open(path, "rb", buffering=0) as file:
-        return file.read()
 
 
 def read_ranges(
