@@ -64,8 +64,7 @@ def _go(job: FloodJob | PacedJob, client: FloodProducer | PacedProducer, start_n
     cpu = time.process_time()
     if isinstance(job, FloodJob) and isinstance(client, FloodProducer):
         flood = client.run(job.first, job.records)
-        end_ns = time.monotonic_ns()
-        return {"end_ns": end_ns, "cpu_s": time.process_time() - cpu, **flood.counters()}
+        return {"end_ns": flood.end_ns, "cpu_s": time.process_time() - cpu, **flood.counters()}
     assert isinstance(job, PacedJob) and isinstance(client, PacedProducer)
     undelivered = client.run(start_ns + int(job.offset_ns), job.interval_ns, job.count, job.flush_s)
     return {

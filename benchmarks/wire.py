@@ -512,9 +512,12 @@ def _produce(producer: Any, topic: str, value: bytes, key: bytes | None = None) 
 class Flood:
     """What :func:`produce_flood` measured: the time, and what librdkafka's statistics say about
     its requests (cumulative over the flood: produce requests sent, retried, timed out; the
-    largest round-trip time of any 500 ms window, in ms)."""
+    largest round-trip time of any 500 ms window, in ms). ``end_ns``: ``time.monotonic_ns()``
+    when ``flush()`` returned — not after the wait for the last statistics window, which ends
+    on librdkafka's 500 ms statistics tick and would round every flood up to it."""
 
     seconds: float
+    end_ns: int = 0
     requests: int = 0
     retries: int = 0
     request_timeouts: int = 0
@@ -583,12 +586,13 @@ class FloodProducer:
                 _produce(producer, topic, values[i % POOL], keys[i % KEY_POOL])
         left = producer.flush(600)
         seconds = time.perf_counter() - started
+        end_ns = time.monotonic_ns()
         producer.poll(0.6)  # one more statistics window, so the counters include the end of the flood
         if left or self.errors.errors:
             errors = self.errors.errors
             raise AssertionError(f"{left} records undelivered, {len(errors)} failed: {errors[:3]}")
         stats = self.statistics
-        return Flood(seconds, stats.requests, stats.retries, stats.timeouts, stats.max_rtt_ms)
+        return Flood(seconds, end_ns, stats.requests, stats.retries, stats.timeouts, stats.max_rtt_ms)
 
 
 def produce_flood(
