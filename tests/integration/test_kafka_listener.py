@@ -197,3 +197,19 @@ def test_bad_input_closes_only_that_connection(cluster: sparklog.Cluster, agents
             assert header.correlation_id == correlation_id
     assert agents.running(3)
     assert [t.name for t in raw_metadata(port).topics] == [TOPIC]
+
+
+def test_requests_before_a_bad_one_are_answered_before_the_close(
+    cluster: sparklog.Cluster, agents: BrokerAgents
+) -> None:
+    """Answers and the failure of one connection reach its network thread together; the
+    answers of the requests before the bad one still go out, in order, then the close."""
+    cluster.create_topic(TOPIC, partitions=1, replication_factor=3)
+    metadata = MetadataRequest(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    with socket.create_connection(("127.0.0.1", agents.port(3)), timeout=_TIMEOUT_S) as sock:
+        frames = [request_bytes(3, 12, correlation_id, metadata) for correlation_id in (21, 22, 23)]
+        frames.append(struct.pack(">hhi", 3, 12, 24) + b"\xff" * 40)  # an unreadable Metadata request
+        sock.sendall(b"".join(struct.pack(">i", len(frame)) + frame for frame in frames))
+        answered = [entity_reader(ResponseHeaderV1)(recv_frame(sock), 0)[0].correlation_id for _ in range(3)]
+        assert answered == [21, 22, 23]
+        assert_closed_by_broker(sock)

@@ -28,11 +28,13 @@ class _Client:
         self.queue_s = 0.0
         self.cpu_s = 0.0
         self._answers = answers
+        self.answered_on: list[str] = []  # the threads that answered it
 
     def started(self, pipelined: bool) -> None:
         pass
 
     def respond(self, frame: bytes | None) -> None:
+        self.answered_on.append(threading.current_thread().name)
         self._answers.append(frame)
 
     def fail(self, reason: str) -> None:
@@ -49,6 +51,7 @@ class _AnsweredWhenWoken:
         self.deadline_s = time.monotonic() + 60.0
         self.recheck_s: float | None = 30.0
         self.pipelined = False
+        self.completes_on_wake = False
         self.woken = threading.Event()
         self.wake: Callable[[], None] | None = None
 
@@ -86,3 +89,26 @@ def test_an_answered_request_is_freed_before_its_timers_fire(channel: RequestCha
     wait_until(lambda: answers == [b"done"], "the answer after the wake-up")
     gc.collect()
     assert gone() is None, "the answered request is still held (by its expiry and recheck timers)"
+
+
+def test_a_cheap_delayed_response_is_answered_on_the_thread_that_wakes_it(channel: RequestChannel) -> None:
+    """A produce's answer is its batches' outcomes: the committer that wakes it answers it,
+    no handler thread is woken for it; any other delayed response goes back to a handler."""
+    for completes_on_wake, expected in ((True, "committer"), (False, "kafka-request-handler")):
+        client = _Client(b"p", [])
+        delayed = _AnsweredWhenWoken()
+        delayed.completes_on_wake = completes_on_wake
+        started = StartedRequest(api_key=0, api_version=9, correlation_id=1, delayed=delayed)
+        channel._try(_Waiting(client, started, delayed))
+        assert delayed.wake is not None
+
+        def commit(wake: Callable[[], None] = delayed.wake, woken: threading.Event = delayed.woken) -> None:
+            woken.set()
+            wake()
+
+        committer = threading.Thread(target=commit, name="committer")
+        committer.start()
+        committer.join()
+        answered_on = client.answered_on
+        wait_until(lambda: len(answered_on) == 1, "the answer after the wake-up")
+        assert answered_on[0].startswith(expected), answered_on

@@ -9,6 +9,7 @@ client library sends a corrupt CRC or a wrong magic on purpose.
 from __future__ import annotations
 
 import datetime
+import socket
 import struct
 from collections.abc import Callable
 
@@ -17,14 +18,16 @@ from confluent_kafka import Producer
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.schema.types import TopicName
+from kio.serial import entity_reader
 from kio.static.primitive import i16, i32, i32Timedelta
 
 import sparklog
 from sparklog.model.kafka_batches import crc32c
 from sparklog.testing import BrokerAgents
 from tests.wire.conftest import create_led_topic
-from tests.wire.raw import call
+from tests.wire.raw import call, recv_frame, request_bytes
 
 TOPIC = "wire-bad"
 
@@ -142,3 +145,30 @@ def test_a_batch_with_a_bad_length_field_is_refused(cluster: sparklog.Cluster, o
     response = call(one_broker.port(1), produce_request({0: bytes(data)}))
     assert response.responses[0].partition_responses[0].error_code == ErrorCode.corrupt_message
     assert cluster.read(TOPIC).num_rows == 0
+
+
+def test_pipelined_produces_before_an_unreadable_request_are_answered_before_the_close(
+    cluster: sparklog.Cluster, one_broker: BrokerAgents
+) -> None:
+    """Produce requests may be pipelined, so an unreadable request behind them fails while
+    they are still committing: their answers go out first, then the connection closes."""
+    create_led_topic(cluster, one_broker, TOPIC, partitions=1)
+    frames = [
+        request_bytes(0, 9, correlation_id, produce_request({0: bytes(batch([b"v%d" % correlation_id]))}, acks=-1))
+        for correlation_id in (31, 32, 33)
+    ]
+    frames.append(struct.pack(">hhi", 0, 9, 34) + b"\xff" * 40)  # an unreadable Produce request
+    with socket.create_connection(("127.0.0.1", one_broker.port(1)), timeout=30) as sock:
+        sock.sendall(b"".join(struct.pack(">i", len(frame)) + frame for frame in frames))
+        answered = [entity_reader(ResponseHeaderV1)(recv_frame(sock), 0)[0].correlation_id for _ in range(3)]
+        assert answered == [31, 32, 33]
+        assert recv_eof(sock), "the connection stays open after the unreadable request"
+    assert [r["value"] for r in cluster.read(TOPIC).to_pylist()] == [b"v31", b"v32", b"v33"]
+
+
+def recv_eof(sock: socket.socket) -> bool:
+    """The broker closed the connection (EOF or reset) rather than answering or waiting."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True

@@ -131,11 +131,14 @@ class DelayedResponse(Protocol):
     response entity; between tries it waits for the wake-up :meth:`on_progress` arranges,
     for ``recheck_s`` (when not None), or for ``deadline_s`` (monotonic), when it calls
     :meth:`expire` instead, once. None of these block. ``pipelined``: the connection's
-    next request may be started meanwhile (requests that can share a commit round)."""
+    next request may be started meanwhile (requests that can share a commit round).
+    ``completes_on_wake``: :meth:`try_complete` is cheap (no reads of storage), so the
+    thread that wakes it may run it, instead of handing it to a handler thread."""
 
     deadline_s: float
     recheck_s: float | None
     pipelined: bool
+    completes_on_wake: bool
 
     def try_complete(self) -> Any | None: ...
 

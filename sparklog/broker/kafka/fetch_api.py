@@ -109,6 +109,7 @@ class DelayedFetch:
         self.broker = broker
         self.deadline_s = time.monotonic() + max(0.0, body.max_wait.total_seconds())
         self.recheck_s: float | None = None
+        self.completes_on_wake = False  # a try reads the log
         self._min_bytes = max(1, int(body.min_bytes))
         self._max_bytes = int(body.max_bytes)
         self._read_committed = int(body.isolation_level) == 1

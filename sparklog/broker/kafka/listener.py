@@ -17,7 +17,12 @@ in Kafka:
   holds the next request back: memory per connection stays one request and one response;
 * whatever goes wrong with one connection — an oversized or truncated frame, an unknown
   api key or version, an unreadable request, a handler failure — closes that connection
-  only (after the responses already written); the broker and other clients carry on.
+  only; a request that fails is closed on only once the requests before it (pipelined
+  produces still committing) are answered and written. The broker and other clients carry
+  on;
+* what the handler threads report of a connection's requests (started, answered, failed) is
+  applied on the network thread in their order, one wake-up of the loop for all that
+  queued meanwhile, and the answers of one wake-up leave in one write.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from sparklog.broker.kafka.context import BrokerContext
@@ -159,17 +165,17 @@ class _Slot:
         self.frame: bytes | None = None
 
     def started(self, pipelined: bool) -> None:
-        self.connection.loop.call_soon_threadsafe(self.connection._started, self, pipelined)
+        self.connection.post(self.connection._started, self, pipelined)
 
     def respond(self, frame: bytes | None) -> None:
-        self.connection.loop.call_soon_threadsafe(self.connection._answered, self, frame)
+        self.connection.post(self.connection._answered, self, frame)
 
     def fail(self, reason: str) -> None:
-        self.connection.loop.call_soon_threadsafe(self.connection._fail, reason)
+        self.connection.post(self.connection._failed, self, reason)
 
     def give_back(self) -> None:
         """Not started after all, nor the later ones (an earlier one is not pipelined)."""
-        self.connection.loop.call_soon_threadsafe(self.connection._given_back, self)
+        self.connection.post(self.connection._given_back, self)
 
 
 class _KafkaConnection(asyncio.Protocol):
@@ -186,6 +192,15 @@ class _KafkaConnection(asyncio.Protocol):
         self._write_paused = False
         self._eof = False
         self._closing = False
+        self._failure: str | None = None  # a request failed: closing once the earlier are answered
+        # What the handlers report (started, answered, failed), in their order, applied on
+        # the network thread by one wake-up for all that queued meanwhile: a commit round
+        # answers its requests together, and one wake-up of the loop per answer (a write to
+        # its self-pipe, a read on the other side) cost more than the answers' encoding.
+        self._events: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        self._events_lock = threading.Lock()
+        self._drain_scheduled = False
+        self._outbox: list[bytes] = []  # response frames in order, written at the end of a drain
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -222,6 +237,33 @@ class _KafkaConnection(asyncio.Protocol):
         self._write_paused = False
         self._next()
 
+    # -- from handler threads ------------------------------------------------------------------
+    def post(self, event: Callable[..., None], *args: Any) -> None:
+        """Run ``event(*args)`` on the network thread after the events posted before it."""
+        self._events.append((event, args))
+        with self._events_lock:
+            if self._drain_scheduled:
+                return
+            self._drain_scheduled = True
+        self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._events_lock:
+            self._drain_scheduled = False  # an event posted from now on schedules a drain
+        events = self._events
+        while events:
+            event, args = events.popleft()
+            event(*args)
+        self._write_answers()
+        self._next()
+
+    def _write_answers(self) -> None:
+        """The answers of the drain in one write (one send), not a send each."""
+        if self._outbox:
+            if not self._closing and self._transport is not None:
+                self._transport.write(b"".join(self._outbox))
+            self._outbox.clear()
+
     # -- requests in, responses out ------------------------------------------------------------
     def _next(self) -> None:
         """Read the buffered complete frames (up to the bound) and hand the ones that may
@@ -230,6 +272,10 @@ class _KafkaConnection(asyncio.Protocol):
         if transport is None or self._closing:
             return
         slots = self._slots
+        if self._failure is not None:
+            if not slots:  # the requests before the failed one are answered and written
+                self._fail(self._failure)
+            return
         buffer = self._buffer
         while len(slots) < MAX_PIPELINED_REQUESTS and len(buffer) >= _SIZE.size:
             (size,) = _SIZE.unpack_from(buffer)
@@ -245,11 +291,15 @@ class _KafkaConnection(asyncio.Protocol):
             del buffer[: _SIZE.size + size]
         batch = []
         waiting = False  # a request read but held back until an earlier one is answered
+        starting = False  # ... or until an earlier one is started (pipelined or not: unknown yet)
         for slot in slots:
             if not slot.submitted:
                 slot.submitted = True
                 batch.append(slot)
-            elif not (slot.answered or (slot.is_started and slot.pipelined)):
+            elif not slot.is_started:
+                starting = True
+                break
+            elif not (slot.answered or slot.pipelined):
                 waiting = True  # the next request waits for this one's answer
                 break
         if batch:
@@ -264,7 +314,10 @@ class _KafkaConnection(asyncio.Protocol):
             self.close()
         elif self._write_paused or waiting or len(slots) >= MAX_PIPELINED_REQUESTS:
             transport.pause_reading()  # the socket holds the rest: the client batches meanwhile
-        else:
+        elif not starting:
+            # While a request is being started, reading stays as it was (the slots are
+            # bounded anyway): pausing and resuming for each would cost two epoll_ctl calls
+            # per request.
             transport.resume_reading()
 
     def close(self) -> None:
@@ -272,10 +325,9 @@ class _KafkaConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    # The events below run by :meth:`_drain`, which reads on (:meth:`_next`) after them.
     def _started(self, slot: _Slot, pipelined: bool) -> None:
         slot.is_started, slot.pipelined = True, pipelined
-        if pipelined:
-            self._next()
 
     def _given_back(self, slot: _Slot) -> None:
         later = False
@@ -283,18 +335,30 @@ class _KafkaConnection(asyncio.Protocol):
             later = later or each is slot
             if later and not each.is_started:
                 each.submitted = False
-        self._next()
 
     def _answered(self, slot: _Slot, frame: bytes | None) -> None:
         slot.answered, slot.frame = True, frame
         slots = self._slots
         while slots and slots[0].answered:
             done = slots.popleft()
-            if done.frame is not None and not self._closing and self._transport is not None:
-                self._transport.write(_SIZE.pack(len(done.frame)) + done.frame)
-        self._next()
+            if done.frame is not None:
+                self._outbox += (_SIZE.pack(len(done.frame)), done.frame)
+
+    def _failed(self, slot: _Slot, reason: str) -> None:
+        """``slot``'s request cannot be answered: it and the requests read after it are
+        dropped, reading stops, and the connection closes once the earlier ones (pipelined
+        produces still committing) are answered."""
+        if self._failure is None:
+            self._failure = reason
+        slots = self._slots
+        if slot in slots:
+            while slots.pop() is not slot:
+                pass
+        if self._transport is not None:
+            self._transport.pause_reading()
 
     def _fail(self, reason: str) -> None:
+        self._write_answers()  # the earlier requests' answers go out before the close
         if not self._closing:
             log.warning("closing the connection from %s: %s", self.peer, reason)
         self.close()

@@ -82,6 +82,9 @@ class DelayedProduce:
     passed (then the unanswered partitions get REQUEST_TIMED_OUT)."""
 
     recheck_s: float | None = None
+    # Its answer is its batches' outcomes, encoded: the committer answering a round runs it
+    # at once rather than waking a handler thread for each request of the round.
+    completes_on_wake = True
 
     def __init__(
         self,

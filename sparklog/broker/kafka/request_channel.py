@@ -7,7 +7,9 @@ response frame to the connection. What waits does not hold a handler:
 
 * a :class:`~sparklog.broker.kafka.context.DelayedResponse` (a produce waiting for its
   commit, a fetch waiting for data) is tried again on a handler when it is woken, when its
-  re-check interval passes, and answered by ``expire`` at its deadline — exactly once;
+  re-check interval passes, and answered by ``expire`` at its deadline — exactly once. One
+  whose try is cheap (``completes_on_wake``: a produce, whose answer is its batches'
+  outcomes) is tried on the thread that wakes it, the committer answering its round;
 * a :class:`~sparklog.broker.kafka.context.Deferred` (a JoinGroup waiting for the group's
   other members) blocks a thread of a separate, growing pool.
 
@@ -222,7 +224,10 @@ class RequestChannel:
                 waiting.recheck_armed = True
                 recheck_at = min(delayed.deadline_s, time.monotonic() + delayed.recheck_s)
                 self._timers.at(recheck_at, lambda: self._recheck(handle))
-            delayed.on_progress(lambda: self._tasks.put(lambda: self._try_handle(handle)))
+            if delayed.completes_on_wake:
+                delayed.on_progress(lambda: self._try_handle(handle))
+            else:
+                delayed.on_progress(lambda: self._tasks.put(lambda: self._try_handle(handle)))
             return None, None
         except Exception as exc:
             log.exception("closing the connection from %s after a failed request", waiting.connection.peer)
