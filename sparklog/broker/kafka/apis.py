@@ -19,7 +19,7 @@ import io
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kio.index import load_payload_module, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -180,7 +180,12 @@ def _api_versions_body(version: int, error_code: ErrorCode) -> Any:
     )
 
 
-def _api_versions(request: ApiRequest, _cluster: BrokerContext) -> Any:
+class ApiVersionsBody(Protocol):
+    """What :func:`_api_versions` reads of an ApiVersions request (kio's v0..v3 request
+    classes): nothing, the answer depends on the header's version alone."""
+
+
+def _api_versions(request: ApiRequest[ApiVersionsBody], _cluster: BrokerContext) -> Any:
     return _api_versions_body(request.api_version, ErrorCode.none)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
@@ -49,8 +49,67 @@ RESOURCE_BROKER = 4
 _OPERATIONS: dict[int, str] = {0: "set", 1: "delete", 2: "append", 3: "subtract"}
 
 
+class DescribeConfigsResource(Protocol):
+    @property
+    def resource_type(self) -> int: ...
+    @property
+    def resource_name(self) -> str: ...
+    @property
+    def configuration_keys(self) -> tuple[str, ...] | None: ...
+
+
+class DescribeConfigsBody(Protocol):
+    """What the handler reads of a DescribeConfigs request (kio's v1..v4 request classes)."""
+
+    @property
+    def resources(self) -> tuple[DescribeConfigsResource, ...]: ...
+
+
+class AlterableConfig(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> str | None: ...
+
+
+class AlterConfigsResource(Protocol):
+    @property
+    def resource_type(self) -> int: ...
+    @property
+    def resource_name(self) -> str: ...
+    @property
+    def configs(self) -> tuple[AlterableConfig, ...]: ...
+
+
+class AlterConfigsBody(Protocol):
+    """What the handlers read of an AlterConfigs request (kio's v0..v2 request classes); an
+    IncrementalAlterConfigs request has the same shape, with an operation per config."""
+
+    @property
+    def resources(self) -> tuple[AlterConfigsResource, ...]: ...
+    @property
+    def validate_only(self) -> bool: ...
+
+
+class IncrementalAlterableConfig(AlterableConfig, Protocol):
+    @property
+    def config_operation(self) -> int: ...
+
+
+class IncrementalAlterConfigsResource(AlterConfigsResource, Protocol):
+    @property
+    def configs(self) -> tuple[IncrementalAlterableConfig, ...]: ...
+
+
+class IncrementalAlterConfigsBody(AlterConfigsBody, Protocol):
+    """What the handler reads of an IncrementalAlterConfigs request (kio's v0..v1 request classes)."""
+
+    @property
+    def resources(self) -> tuple[IncrementalAlterConfigsResource, ...]: ...
+
+
 # -- DescribeConfigs ----------------------------------------------------------------------
-def describe_configs(request: ApiRequest, broker: BrokerContext) -> Any:
+def describe_configs(request: ApiRequest[DescribeConfigsBody], broker: BrokerContext) -> Any:
     body = request.body
     module = response_module(DESCRIBE_CONFIGS_KEY, request.api_version)
     synonyms = bool(getattr(body, "include_synonyms", False))
@@ -122,8 +181,8 @@ def _check_broker_name(broker: BrokerContext, name: str) -> None:
 
 
 # -- AlterConfigs and IncrementalAlterConfigs ----------------------------------------------
-def alter_configs(request: ApiRequest, broker: BrokerContext) -> Any:
-    def alter(name: str, configs: Any, validate_only: bool) -> None:
+def alter_configs(request: ApiRequest[AlterConfigsBody], broker: BrokerContext) -> Any:
+    def alter(name: str, configs: tuple[AlterableConfig, ...], validate_only: bool) -> None:
         given = {}
         for config in configs:
             _check_name(config.name)
@@ -135,8 +194,8 @@ def alter_configs(request: ApiRequest, broker: BrokerContext) -> Any:
     return _alter(request, broker, ALTER_CONFIGS_KEY, alter)
 
 
-def incremental_alter_configs(request: ApiRequest, broker: BrokerContext) -> Any:
-    def alter(name: str, configs: Any, validate_only: bool) -> None:
+def incremental_alter_configs(request: ApiRequest[IncrementalAlterConfigsBody], broker: BrokerContext) -> Any:
+    def alter(name: str, configs: tuple[IncrementalAlterableConfig, ...], validate_only: bool) -> None:
         duplicates = sorted(k for k, n in Counter(c.name for c in configs).items() if n > 1)
         if duplicates:
             raise InvalidRequestError(f"Error due to duplicate config keys: {', '.join(duplicates)}")
@@ -161,7 +220,9 @@ def _check_name(name: str) -> None:
         raise ConfigError(f"Unknown topic config name: {name}. Allowed keys: {', '.join(sorted(TOPIC_CONFIGS))}")
 
 
-def _alter(request: ApiRequest, broker: BrokerContext, api_key: int, alter_topic: Callable[..., None]) -> Any:
+def _alter(
+    request: ApiRequest[AlterConfigsBody], broker: BrokerContext, api_key: int, alter_topic: Callable[..., None]
+) -> Any:
     body = request.body
     module = response_module(api_key, request.api_version)
     seen = Counter((int(r.resource_type), r.resource_name) for r in body.resources)

@@ -13,7 +13,7 @@ COORDINATOR_NOT_AVAILABLE (retriable). v4+ batches keys (``coordinator_keys``).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -31,6 +31,18 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1
 log = logging.getLogger(__name__)
 
 
+class FindCoordinatorBody(Protocol):
+    """What the handler reads of a FindCoordinator request (kio's v0..v6 request classes).
+
+    ``key`` exists up to v3 and ``coordinator_keys`` from v4 (the batched form): each is read
+    only in the versions that have it."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def coordinator_keys(self) -> tuple[str, ...]: ...
+
+
 def coordinator_partition(broker: BrokerContext, key: str) -> int:
     """The ``__consumer_offsets`` partition whose leader coordinates group or transactional id
     ``key`` (the topic is created when missing)."""
@@ -39,7 +51,7 @@ def coordinator_partition(broker: BrokerContext, key: str) -> int:
     return broker.groups.partition_of(key)
 
 
-def find_coordinator(request: ApiRequest, broker: BrokerContext) -> Any:
+def find_coordinator(request: ApiRequest[FindCoordinatorBody], broker: BrokerContext) -> Any:
     module = response_module(FIND_COORDINATOR_KEY, request.api_version)
     body = request.body
     key_type = int(getattr(body, "key_type", GROUP_KEY))

@@ -19,7 +19,7 @@ timeout is not waited on.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -43,7 +43,28 @@ DELETE_RECORDS_KEY = 21
 HIGH_WATERMARK = -1  # Kafka's DeleteRecordsRequest.HIGH_WATERMARK
 
 
-def delete_records(request: ApiRequest, broker: BrokerContext) -> Any:
+class DeleteRecordsPartition(Protocol):
+    @property
+    def partition_index(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+
+
+class DeleteRecordsTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> tuple[DeleteRecordsPartition, ...]: ...
+
+
+class DeleteRecordsBody(Protocol):
+    """What the handler reads of a DeleteRecords request (kio's v0..v2 request classes)."""
+
+    @property
+    def topics(self) -> tuple[DeleteRecordsTopic, ...]: ...
+
+
+def delete_records(request: ApiRequest[DeleteRecordsBody], broker: BrokerContext) -> Any:
     module = response_module(DELETE_RECORDS_KEY, request.api_version)
     topics = []
     for topic in request.body.topics:

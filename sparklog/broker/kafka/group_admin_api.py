@@ -12,7 +12,7 @@ GROUP_ID_NOT_FOUND (v6); DeleteGroups refuses groups with members (NON_EMPTY_GRO
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -30,6 +30,25 @@ __all__ = ["APIS"]
 DESCRIBE_GROUPS_KEY, LIST_GROUPS_KEY, DELETE_GROUPS_KEY = 15, 16, 42
 _NOT_REQUESTED = -(2**31)  # Kafka's "authorized operations not requested"
 _CLASSIC = "classic"
+
+
+class DescribeGroupsBody(Protocol):
+    """What the handler reads of a DescribeGroups request (kio's v0..v6 request classes)."""
+
+    @property
+    def groups(self) -> tuple[str, ...]: ...
+
+
+class ListGroupsBody(Protocol):
+    """What the handler reads of a ListGroups request (kio's v0..v5 request classes): only
+    the filters of v4+ (``states_filter``) and v5 (``types_filter``), where they exist."""
+
+
+class DeleteGroupsBody(Protocol):
+    """What the handler reads of a DeleteGroups request (kio's v0..v2 request classes)."""
+
+    @property
+    def groups_names(self) -> tuple[str, ...]: ...
 
 
 def _view(broker: BrokerContext, group_id: str) -> GroupView | None:
@@ -59,7 +78,7 @@ def _view(broker: BrokerContext, group_id: str) -> GroupView | None:
     return GroupView(group_id, snap.state, CONSUMER if snap.active else "", protocol, members)
 
 
-def describe_groups(request: ApiRequest, broker: BrokerContext) -> Any:
+def describe_groups(request: ApiRequest[DescribeGroupsBody], broker: BrokerContext) -> Any:
     module = response_module(DESCRIBE_GROUPS_KEY, request.api_version)
     described = []
     for group_id in request.body.groups:
@@ -97,7 +116,7 @@ def describe_groups(request: ApiRequest, broker: BrokerContext) -> Any:
     return build(module.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(described))
 
 
-def list_groups(request: ApiRequest, broker: BrokerContext) -> Any:
+def list_groups(request: ApiRequest[ListGroupsBody], broker: BrokerContext) -> Any:
     module = response_module(LIST_GROUPS_KEY, request.api_version)
     body = request.body
     states = {str(s) for s in getattr(body, "states_filter", ()) or ()}
@@ -137,7 +156,7 @@ def _coordinated_groups(broker: BrokerContext) -> list[tuple[str, str, str]]:
     return sorted(result.values())
 
 
-def delete_groups(request: ApiRequest, broker: BrokerContext) -> Any:
+def delete_groups(request: ApiRequest[DeleteGroupsBody], broker: BrokerContext) -> Any:
     module = response_module(DELETE_GROUPS_KEY, request.api_version)
     results = []
     for group_id in request.body.groups_names:

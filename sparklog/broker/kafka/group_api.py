@@ -11,7 +11,8 @@ connection's next requests meanwhile.
 
 from __future__ import annotations
 
-from typing import Any
+import datetime
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -34,21 +35,98 @@ __all__ = ["APIS", "groups_of"]
 JOIN_GROUP_KEY, HEARTBEAT_KEY, LEAVE_GROUP_KEY, SYNC_GROUP_KEY = 11, 12, 13, 14
 
 
+class JoinGroupProtocol(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def metadata(self) -> bytes: ...
+
+
+class JoinGroupBody(Protocol):
+    """What the handler reads of a JoinGroup request (kio's v0..v9 request classes);
+    ``rebalance_timeout`` is v1+'s, read only there."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def session_timeout(self) -> datetime.timedelta: ...
+    @property
+    def rebalance_timeout(self) -> datetime.timedelta: ...
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def protocol_type(self) -> str: ...
+    @property
+    def protocols(self) -> tuple[JoinGroupProtocol, ...]: ...
+
+
+class SyncGroupAssignment(Protocol):
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def assignment(self) -> bytes: ...
+
+
+class SyncGroupBody(Protocol):
+    """What the handler reads of a SyncGroup request (kio's v0..v5 request classes)."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def generation_id(self) -> int: ...
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def assignments(self) -> tuple[SyncGroupAssignment, ...]: ...
+
+
+class HeartbeatBody(Protocol):
+    """What the handler reads of a Heartbeat request (kio's v0..v4 request classes)."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def generation_id(self) -> int: ...
+    @property
+    def member_id(self) -> str: ...
+
+
+class MemberIdentity(Protocol):
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def group_instance_id(self) -> str | None: ...
+
+
+class LeaveGroupBody(Protocol):
+    """What the handler reads of a LeaveGroup request (kio's v0..v5 request classes).
+
+    ``member_id`` exists up to v2 and ``members`` from v3 (the batched form): each is read
+    only in the versions that have it."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def members(self) -> tuple[MemberIdentity, ...]: ...
+
+
 def groups_of(broker: BrokerContext) -> BrokerGroups:
     if broker.groups is None:
         raise SparklogError("this listener has no group coordinator")
     return broker.groups
 
 
-def _ms(value: Any) -> int:
+def _ms(value: datetime.timedelta) -> int:
     return int(value.total_seconds() * 1000)
 
 
-def start_join_group(request: ApiRequest, broker: BrokerContext) -> Deferred:
+def start_join_group(request: ApiRequest[JoinGroupBody], broker: BrokerContext) -> Deferred:
     return Deferred(lambda: join_group(request, broker))
 
 
-def join_group(request: ApiRequest, broker: BrokerContext) -> Any:
+def join_group(request: ApiRequest[JoinGroupBody], broker: BrokerContext) -> Any:
     module = response_module(JOIN_GROUP_KEY, request.api_version)
     body = request.body
     member_id = str(body.member_id)
@@ -85,11 +163,11 @@ def join_group(request: ApiRequest, broker: BrokerContext) -> Any:
     )
 
 
-def start_sync_group(request: ApiRequest, broker: BrokerContext) -> Deferred:
+def start_sync_group(request: ApiRequest[SyncGroupBody], broker: BrokerContext) -> Deferred:
     return Deferred(lambda: sync_group(request, broker))
 
 
-def sync_group(request: ApiRequest, broker: BrokerContext) -> Any:
+def sync_group(request: ApiRequest[SyncGroupBody], broker: BrokerContext) -> Any:
     module = response_module(SYNC_GROUP_KEY, request.api_version)
     body = request.body
     try:
@@ -114,7 +192,7 @@ def sync_group(request: ApiRequest, broker: BrokerContext) -> Any:
     )
 
 
-def heartbeat(request: ApiRequest, broker: BrokerContext) -> Any:
+def heartbeat(request: ApiRequest[HeartbeatBody], broker: BrokerContext) -> Any:
     module = response_module(HEARTBEAT_KEY, request.api_version)
     body = request.body
     try:
@@ -129,7 +207,7 @@ def heartbeat(request: ApiRequest, broker: BrokerContext) -> Any:
     return build(module.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)
 
 
-def leave_group(request: ApiRequest, broker: BrokerContext) -> Any:
+def leave_group(request: ApiRequest[LeaveGroupBody], broker: BrokerContext) -> Any:
     module = response_module(LEAVE_GROUP_KEY, request.api_version)
     body = request.body
     if request.api_version >= 3:

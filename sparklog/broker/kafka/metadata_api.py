@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -44,12 +44,31 @@ _OPERATIONS_NOT_ASKED = -(2**31)
 _CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
+class MetadataTopic(Protocol):
+    @property
+    def name(self) -> str | None: ...
+
+
+class MetadataBody(Protocol):
+    """What the handler reads of a Metadata request (kio's v0..v12 request classes)."""
+
+    @property
+    def topics(self) -> tuple[MetadataTopic, ...] | None: ...
+
+
+class DescribeClusterBody(Protocol):
+    """What the handler reads of a DescribeCluster request (kio's v0..v2 request classes)."""
+
+    @property
+    def include_cluster_authorized_operations(self) -> bool: ...
+
+
 def topic_uuid(topic_id: str) -> uuid.UUID:
     """sparklog's topic id (base64url of 16 bytes, unpadded, as Kafka prints them) as a UUID."""
     return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
 
 
-def metadata_response(request: ApiRequest, cluster: BrokerContext) -> Any:
+def metadata_response(request: ApiRequest[MetadataBody], cluster: BrokerContext) -> Any:
     version = request.api_version
     module = response_module(METADATA_KEY, version)
     response_type = module.MetadataResponse
@@ -92,7 +111,7 @@ def _brokers(cluster: BrokerContext) -> list[tuple[int, str, int, str | None]]:
     return result
 
 
-def describe_cluster(request: ApiRequest, cluster: BrokerContext) -> Any:
+def describe_cluster(request: ApiRequest[DescribeClusterBody], cluster: BrokerContext) -> Any:
     body = request.body
     module = response_module(DESCRIBE_CLUSTER_KEY, request.api_version)
     endpoint_type = int(getattr(body, "endpoint_type", _BROKER_ENDPOINTS))
@@ -127,7 +146,12 @@ def describe_cluster(request: ApiRequest, cluster: BrokerContext) -> Any:
 
 
 def _topic(
-    module: Any, replicas: ReplicaManager, existing: list[str], name: str | None, wanted_id: Any, auto_create: bool
+    module: Any,
+    replicas: ReplicaManager,
+    existing: list[str],
+    name: str | None,
+    wanted_id: uuid.UUID | None,
+    auto_create: bool,
 ) -> Any:
     topic_type = module.MetadataResponseTopic
     if not name and wanted_id is not None and wanted_id != uuid.UUID(int=0):

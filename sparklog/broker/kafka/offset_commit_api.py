@@ -46,7 +46,7 @@ ZooKeeper members' subscriptions (explicit topics and patterns) are checked as w
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -83,6 +83,84 @@ OFFSET_COMMIT_KEY, OFFSET_FETCH_KEY, OFFSET_DELETE_KEY = 8, 9, 47
 MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
 _NO_OFFSET = -1
 _NO_EPOCH = -1
+
+
+class OffsetCommitPartition(Protocol):
+    @property
+    def partition_index(self) -> int: ...
+    @property
+    def committed_offset(self) -> int: ...
+    @property
+    def committed_metadata(self) -> str | None: ...
+
+
+class OffsetCommitTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> tuple[OffsetCommitPartition, ...]: ...
+
+
+class OffsetCommitBody(Protocol):
+    """What the handler reads of an OffsetCommit request (kio's v2..v9 request classes)."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def generation_id_or_member_epoch(self) -> int: ...
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def topics(self) -> tuple[OffsetCommitTopic, ...]: ...
+
+
+class OffsetFetchTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def partition_indexes(self) -> tuple[int, ...]: ...
+
+
+class OffsetFetchGroup(Protocol):
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def topics(self) -> tuple[OffsetFetchTopic, ...] | None: ...
+
+
+class OffsetFetchBody(Protocol):
+    """What the handler reads of an OffsetFetch request (kio's v1..v9 request classes).
+
+    ``group_id`` and ``topics`` exist up to v7 and ``groups`` from v8 (several groups per
+    request): each is read only in the versions that have it."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def topics(self) -> tuple[OffsetFetchTopic, ...] | None: ...
+    @property
+    def groups(self) -> tuple[OffsetFetchGroup, ...]: ...
+
+
+class OffsetDeletePartition(Protocol):
+    @property
+    def partition_index(self) -> int: ...
+
+
+class OffsetDeleteTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> tuple[OffsetDeletePartition, ...]: ...
+
+
+class OffsetDeleteBody(Protocol):
+    """What the handler reads of an OffsetDelete request (kio's v0 request class)."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def topics(self) -> tuple[OffsetDeleteTopic, ...]: ...
 
 
 def _code(exc: BaseException) -> ErrorCode:
@@ -127,7 +205,7 @@ def _check_member(
 
 
 # -- OffsetCommit ------------------------------------------------------------------------------
-def offset_commit(request: ApiRequest, broker: BrokerContext) -> Any:
+def offset_commit(request: ApiRequest[OffsetCommitBody], broker: BrokerContext) -> Any:
     module = response_module(OFFSET_COMMIT_KEY, request.api_version)
     body = request.body
     group_id = str(body.group_id)
@@ -211,7 +289,9 @@ def _topic_codes(
     )
 
 
-def _check_partition(broker: BrokerContext, tp: TopicPartition, part: Any) -> tuple[ErrorCode, OffsetCommit | None]:
+def _check_partition(
+    broker: BrokerContext, tp: TopicPartition, part: OffsetCommitPartition
+) -> tuple[ErrorCode, OffsetCommit | None]:
     topic, partition = tp
     try:
         broker.replicas.check_partition(topic, partition, max_age_ms=METADATA_MAX_AGE_MS)
@@ -227,7 +307,7 @@ def _check_partition(broker: BrokerContext, tp: TopicPartition, part: Any) -> tu
 
 
 # -- OffsetFetch -------------------------------------------------------------------------------
-def offset_fetch(request: ApiRequest, broker: BrokerContext) -> Any:
+def offset_fetch(request: ApiRequest[OffsetFetchBody], broker: BrokerContext) -> Any:
     module = response_module(OFFSET_FETCH_KEY, request.api_version)
     body = request.body
     stable = bool(getattr(body, "require_stable", False))
@@ -262,7 +342,7 @@ def offset_fetch(request: ApiRequest, broker: BrokerContext) -> Any:
     return build(module.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
 
 
-def _wanted(topics: Any) -> list[tuple[str, list[int]]] | None:
+def _wanted(topics: tuple[OffsetFetchTopic, ...] | None) -> list[tuple[str, list[int]]] | None:
     if topics is None:
         return None
     return [(str(t.name), [int(p) for p in t.partition_indexes]) for t in topics]
@@ -334,7 +414,7 @@ def _metadata(commit: OffsetCommit | None) -> str:
 
 
 # -- OffsetDelete ------------------------------------------------------------------------------
-def offset_delete(request: ApiRequest, broker: BrokerContext) -> Any:
+def offset_delete(request: ApiRequest[OffsetDeleteBody], broker: BrokerContext) -> Any:
     module = response_module(OFFSET_DELETE_KEY, request.api_version)
     body = request.body
     group_id = str(body.group_id)

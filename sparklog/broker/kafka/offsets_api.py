@@ -14,7 +14,7 @@ same offsets every sparklog reader uses (:class:`~sparklog.runtime.replica_manag
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,7 +39,28 @@ LIST_OFFSETS_KEY = 2
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
-def list_offsets(request: ApiRequest, broker: BrokerContext) -> Any:
+class ListOffsetsPartition(Protocol):
+    @property
+    def partition_index(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+
+
+class ListOffsetsTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> tuple[ListOffsetsPartition, ...]: ...
+
+
+class ListOffsetsBody(Protocol):
+    """What the handler reads of a ListOffsets request (kio's v1..v7 request classes)."""
+
+    @property
+    def topics(self) -> tuple[ListOffsetsTopic, ...]: ...
+
+
+def list_offsets(request: ApiRequest[ListOffsetsBody], broker: BrokerContext) -> Any:
     module = response_module(LIST_OFFSETS_KEY, request.api_version)
     read_committed = int(getattr(request.body, "isolation_level", 0)) == 1
     topics = []

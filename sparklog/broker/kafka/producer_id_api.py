@@ -17,7 +17,8 @@ and refuses a ``transaction.timeout.ms`` above ``transaction.max.timeout.ms``
 
 from __future__ import annotations
 
-from typing import Any
+import datetime
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -31,7 +32,16 @@ INIT_PRODUCER_ID_KEY = 22
 _MAX_EPOCH = 2**15 - 1
 
 
-def init_producer_id(request: ApiRequest, broker: BrokerContext) -> Any:
+class InitProducerIdBody(Protocol):
+    """What the handler reads of an InitProducerId request (kio's v0..v4 request classes)."""
+
+    @property
+    def transactional_id(self) -> str | None: ...
+    @property
+    def transaction_timeout(self) -> datetime.timedelta: ...
+
+
+def init_producer_id(request: ApiRequest[InitProducerIdBody], broker: BrokerContext) -> Any:
     module = response_module(INIT_PRODUCER_ID_KEY, request.api_version)
     body = request.body
     if body.transactional_id is not None:
@@ -59,7 +69,7 @@ def init_producer_id(request: ApiRequest, broker: BrokerContext) -> Any:
     )
 
 
-def _transactional(request: ApiRequest, broker: BrokerContext, module: Any) -> Any:
+def _transactional(request: ApiRequest[InitProducerIdBody], broker: BrokerContext, module: Any) -> Any:
     body = request.body
     try:
         if broker.transactions is None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -53,6 +53,84 @@ CREATE_PARTITIONS_KEY = 37
 _ZERO = uuid.UUID(int=0)
 
 
+class CreatableReplicaAssignment(Protocol):
+    @property
+    def partition_index(self) -> int: ...
+    @property
+    def broker_ids(self) -> tuple[int, ...]: ...
+
+
+class CreatableTopicConfig(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> str | None: ...
+
+
+class CreatableTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def num_partitions(self) -> int: ...
+    @property
+    def replication_factor(self) -> int: ...
+    @property
+    def assignments(self) -> tuple[CreatableReplicaAssignment, ...]: ...
+    @property
+    def configs(self) -> tuple[CreatableTopicConfig, ...]: ...
+
+
+class CreateTopicsBody(Protocol):
+    """What the handler reads of a CreateTopics request (kio's v2..v7 request classes)."""
+
+    @property
+    def topics(self) -> tuple[CreatableTopic, ...]: ...
+    @property
+    def validate_only(self) -> bool: ...
+
+
+class DeleteTopicState(Protocol):
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def topic_id(self) -> uuid.UUID | None: ...
+
+
+class DeleteTopicsBody(Protocol):
+    """What the handler reads of a DeleteTopics request (kio's v1..v6 request classes).
+
+    ``topic_names`` exists up to v5 and ``topics`` (by name or id) from v6: each is read
+    only in the versions that have it."""
+
+    @property
+    def topic_names(self) -> tuple[str, ...]: ...
+    @property
+    def topics(self) -> tuple[DeleteTopicState, ...]: ...
+
+
+class CreatePartitionsAssignment(Protocol):
+    @property
+    def broker_ids(self) -> tuple[int, ...]: ...
+
+
+class CreatePartitionsTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def assignments(self) -> tuple[CreatePartitionsAssignment, ...] | None: ...
+
+
+class CreatePartitionsBody(Protocol):
+    """What the handler reads of a CreatePartitions request (kio's v0..v3 request classes)."""
+
+    @property
+    def topics(self) -> tuple[CreatePartitionsTopic, ...]: ...
+    @property
+    def validate_only(self) -> bool: ...
+
+
 def _check_not_internal(name: str, what: str) -> None:
     if is_internal(name):
         raise PolicyViolationError(
@@ -66,7 +144,7 @@ def _duplicates(names: list[str | None]) -> set[str | None]:
 
 
 # -- CreateTopics ---------------------------------------------------------------------------
-def create_topics(request: ApiRequest, broker: BrokerContext) -> Any:
+def create_topics(request: ApiRequest[CreateTopicsBody], broker: BrokerContext) -> Any:
     body = request.body
     module = response_module(CREATE_TOPICS_KEY, request.api_version)
     duplicates = _duplicates([t.name for t in body.topics])
@@ -92,7 +170,7 @@ def create_topics(request: ApiRequest, broker: BrokerContext) -> Any:
     return build(module.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-def _create(module: Any, broker: BrokerContext, topic: Any, validate_only: bool) -> Any:
+def _create(module: Any, broker: BrokerContext, topic: CreatableTopic, validate_only: bool) -> Any:
     name = topic.name
     replicas = broker.replicas
     validate_topic_name(name)
@@ -150,7 +228,7 @@ def _create(module: Any, broker: BrokerContext, topic: Any, validate_only: bool)
     )
 
 
-def _configs(configs: Any) -> dict[str, str]:
+def _configs(configs: tuple[CreatableTopicConfig, ...]) -> dict[str, str]:
     result: dict[str, str] = {}
     for config in configs:
         if config.name not in TOPIC_CONFIGS:
@@ -164,7 +242,7 @@ def _configs(configs: Any) -> dict[str, str]:
 
 
 # -- DeleteTopics ---------------------------------------------------------------------------
-def delete_topics(request: ApiRequest, broker: BrokerContext) -> Any:
+def delete_topics(request: ApiRequest[DeleteTopicsBody], broker: BrokerContext) -> Any:
     body = request.body
     module = response_module(DELETE_TOPICS_KEY, request.api_version)
     if hasattr(body, "topics"):
@@ -229,7 +307,7 @@ def _existing(broker: BrokerContext, name: str) -> TopicAssignment:
 
 
 # -- CreatePartitions ---------------------------------------------------------------------
-def create_partitions_handler(request: ApiRequest, broker: BrokerContext) -> Any:
+def create_partitions_handler(request: ApiRequest[CreatePartitionsBody], broker: BrokerContext) -> Any:
     body = request.body
     module = response_module(CREATE_PARTITIONS_KEY, request.api_version)
     duplicates = _duplicates([t.name for t in body.topics])

@@ -16,7 +16,7 @@ part 2: an epoch bump at every EndTxn) are not served.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -28,6 +28,70 @@ from sparklog.errors import CoordinatorNotAvailableError, ProducerFencedError
 __all__ = ["APIS", "txn_error_code"]
 
 ADD_PARTITIONS_KEY, ADD_OFFSETS_KEY, END_TXN_KEY = 24, 25, 26
+
+
+class AddPartitionsToTxnTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> tuple[int, ...]: ...
+
+
+class AddPartitionsToTxnTransaction(Protocol):
+    @property
+    def transactional_id(self) -> str: ...
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def verify_only(self) -> bool: ...
+    @property
+    def topics(self) -> tuple[AddPartitionsToTxnTopic, ...]: ...
+
+
+class AddPartitionsToTxnBody(Protocol):
+    """What the handler reads of an AddPartitionsToTxn request (kio's v0..v4 request classes).
+
+    The ``v3_and_below_*`` fields exist up to v3 and ``transactions`` from v4 (the batched
+    broker-to-broker form): each is read only in the versions that have it."""
+
+    @property
+    def v3_and_below_transactional_id(self) -> str: ...
+    @property
+    def v3_and_below_producer_id(self) -> int: ...
+    @property
+    def v3_and_below_producer_epoch(self) -> int: ...
+    @property
+    def v3_and_below_topics(self) -> tuple[AddPartitionsToTxnTopic, ...]: ...
+    @property
+    def transactions(self) -> tuple[AddPartitionsToTxnTransaction, ...]: ...
+
+
+class AddOffsetsToTxnBody(Protocol):
+    """What the handler reads of an AddOffsetsToTxn request (kio's v0..v4 request classes)."""
+
+    @property
+    def transactional_id(self) -> str: ...
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def group_id(self) -> str: ...
+
+
+class EndTxnBody(Protocol):
+    """What the handler reads of an EndTxn request (kio's v0..v4 request classes)."""
+
+    @property
+    def transactional_id(self) -> str: ...
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def committed(self) -> bool: ...
 
 
 def txn_error_code(exc: BaseException, fenced_code_from: int, version: int) -> ErrorCode:
@@ -46,7 +110,7 @@ def _coordinator(broker: BrokerContext) -> TransactionCoordinator:
     return broker.transactions
 
 
-def add_partitions_to_txn(request: ApiRequest, broker: BrokerContext) -> Any:
+def add_partitions_to_txn(request: ApiRequest[AddPartitionsToTxnBody], broker: BrokerContext) -> Any:
     module = response_module(ADD_PARTITIONS_KEY, request.api_version)
     body = request.body
     version = request.api_version
@@ -95,7 +159,7 @@ def _topic_results(
     transactional_id: str,
     producer_id: int,
     producer_epoch: int,
-    topics: Any,
+    topics: tuple[AddPartitionsToTxnTopic, ...],
     version: int,
     verify_only: bool,
 ) -> tuple[Any, ...]:
@@ -124,7 +188,7 @@ def _topic_results(
     )
 
 
-def add_offsets_to_txn(request: ApiRequest, broker: BrokerContext) -> Any:
+def add_offsets_to_txn(request: ApiRequest[AddOffsetsToTxnBody], broker: BrokerContext) -> Any:
     module = response_module(ADD_OFFSETS_KEY, request.api_version)
     body = request.body
     try:
@@ -137,7 +201,7 @@ def add_offsets_to_txn(request: ApiRequest, broker: BrokerContext) -> Any:
     return build(module.AddOffsetsToTxnResponse, throttle_time=NO_THROTTLE, error_code=code)
 
 
-def end_txn(request: ApiRequest, broker: BrokerContext) -> Any:
+def end_txn(request: ApiRequest[EndTxnBody], broker: BrokerContext) -> Any:
     module = response_module(END_TXN_KEY, request.api_version)
     body = request.body
     try:

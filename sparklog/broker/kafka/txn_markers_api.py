@@ -10,7 +10,7 @@ one already seen TRANSACTION_COORDINATOR_FENCED.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -25,7 +25,34 @@ __all__ = ["APIS"]
 _MARKER_TIMEOUT_MS = 10_000
 
 
-def write_txn_markers(request: ApiRequest, broker: BrokerContext) -> Any:
+class WritableTxnMarkerTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def partition_indexes(self) -> tuple[int, ...]: ...
+
+
+class WritableTxnMarker(Protocol):
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def transaction_result(self) -> bool: ...
+    @property
+    def topics(self) -> tuple[WritableTxnMarkerTopic, ...]: ...
+    @property
+    def coordinator_epoch(self) -> int: ...
+
+
+class WriteTxnMarkersBody(Protocol):
+    """What the handler reads of a WriteTxnMarkers request (kio's v1..v2 request classes)."""
+
+    @property
+    def markers(self) -> tuple[WritableTxnMarker, ...]: ...
+
+
+def write_txn_markers(request: ApiRequest[WriteTxnMarkersBody], broker: BrokerContext) -> Any:
     module = response_module(WRITE_TXN_MARKERS_KEY, request.api_version)
     results = []
     for marker in request.body.markers:

@@ -18,7 +18,7 @@ reach ``__consumer_offsets`` only when the transaction commits.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -37,7 +37,38 @@ TXN_OFFSET_COMMIT_KEY = 28
 _NO_GENERATION = -1
 
 
-def txn_offset_commit(request: ApiRequest, broker: BrokerContext) -> Any:
+class TxnOffsetCommitPartition(Protocol):
+    @property
+    def partition_index(self) -> int: ...
+    @property
+    def committed_offset(self) -> int: ...
+    @property
+    def committed_metadata(self) -> str | None: ...
+
+
+class TxnOffsetCommitTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> tuple[TxnOffsetCommitPartition, ...]: ...
+
+
+class TxnOffsetCommitBody(Protocol):
+    """What the handler reads of a TxnOffsetCommit request (kio's v0..v4 request classes)."""
+
+    @property
+    def transactional_id(self) -> str: ...
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def topics(self) -> tuple[TxnOffsetCommitTopic, ...]: ...
+
+
+def txn_offset_commit(request: ApiRequest[TxnOffsetCommitBody], broker: BrokerContext) -> Any:
     module = response_module(TXN_OFFSET_COMMIT_KEY, request.api_version)
     body = request.body
     wanted = [(str(t.name), p) for t in body.topics for p in t.partitions]
@@ -77,20 +108,20 @@ def txn_offset_commit(request: ApiRequest, broker: BrokerContext) -> Any:
         code = txn_error_code(exc, 3, request.api_version)
         codes = {(t, int(p.partition_index)): code for t, p in wanted}
     topics = []
-    for topic in body.topics:
+    for t in body.topics:
         partitions = tuple(
             build(
                 module.TxnOffsetCommitResponsePartition,
                 partition_index=p.partition_index,
-                error_code=codes.get((str(topic.name), int(p.partition_index)), ErrorCode.none),
+                error_code=codes.get((str(t.name), int(p.partition_index)), ErrorCode.none),
             )
-            for p in topic.partitions
+            for p in t.partitions
         )
-        topics.append(build(module.TxnOffsetCommitResponseTopic, name=topic.name, partitions=partitions))
+        topics.append(build(module.TxnOffsetCommitResponseTopic, name=t.name, partitions=partitions))
     return build(module.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-def _check(request: ApiRequest, broker: BrokerContext) -> None:
+def _check(request: ApiRequest[TxnOffsetCommitBody], broker: BrokerContext) -> None:
     body = request.body
     group_id = validate_group_id(str(body.group_id))
     if broker.groups is None or broker.transactions is None:
