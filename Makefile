@@ -1,6 +1,6 @@
 # sparklog — the two commands: `make demo` and `make test`.
-# Everything comes from PyPI (into .venv) or Debian packages (kcat, a C compiler and the Python
-# headers); nothing downloads at run time.
+# Everything comes from PyPI (into .venv), Debian packages (kcat, a C compiler and the Python
+# headers, Node.js) or the npm registry (s3rver, a test server); nothing downloads at run time.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -8,6 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.sparklog-installed
 SPARK_ENV_STAMP := $(VENV)/.sparklog-spark-env
 KCAT_STAMP := $(VENV)/.sparklog-kcat
+NODE_STAMP := $(VENV)/.sparklog-node-tools
 # The C extension (the Kafka record-batch codec) is compiled by the install below.
 NATIVE_SOURCES := setup.py $(wildcard sparklog/model/kafka_batches_c/*.c sparklog/model/kafka_batches_c/*.h)
 # Apache Kafka's broker jars, the baseline of the Kafka-wire benchmarks (benchmarks/kafka/pom.xml).
@@ -19,7 +20,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .PHONY: venv demo lint test bench kafka-jars clean zookeeper-stop
 
-venv: $(STAMP) $(SPARK_ENV_STAMP) $(KCAT_STAMP)
+venv: $(STAMP) $(SPARK_ENV_STAMP) $(KCAT_STAMP) $(NODE_STAMP)
 
 # `compat` editable mode puts the repo on sys.path, so Spark's data-source lookup
 # (pkgutil over sys.path) finds pyspark_sparklog in its Python workers. The install compiles
@@ -45,6 +46,12 @@ $(SPARK_ENV_STAMP): $(STAMP) sparklog/spark/spark_env.py conf/log4j2.properties
 $(KCAT_STAMP): scripts/ensure-kcat.sh | $(STAMP)
 	@bash scripts/ensure-kcat.sh
 	@touch $(KCAT_STAMP)
+
+# s3rver (npm, package.json): an S3 server that ignores conditional writes, the store the
+# tests prove sparklog refuses. Node.js and npm come from apt-get when missing.
+$(NODE_STAMP): package.json scripts/ensure-node-tools.sh | $(STAMP)
+	@bash scripts/ensure-node-tools.sh
+	@touch $(NODE_STAMP)
 
 demo: venv
 	$(BIN)/python -m jobs.demo

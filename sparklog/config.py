@@ -24,6 +24,7 @@ from typing import Any, Literal
 from sparklog.discovery import discover
 from sparklog.errors import ConfigError
 from sparklog.model.endpoints import Endpoint, parse_bootstrap_servers, parse_listeners
+from sparklog.model.storage_location import STORAGE_SETTINGS, StorageSettings, parse_location
 
 __all__ = [
     "CONSUMER_CONFIGS",
@@ -233,7 +234,10 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "zookeeper.session.timeout.ms": "18000",
     "zookeeper.connection.timeout.ms": "30000",
     "sparklog.home": None,  # default: found by sparklog.discovery
-    "log.dirs": None,  # default: <sparklog.home>/data
+    "log.dirs": None,  # default: <sparklog.home>/data; a local path or a store URI (s3://bucket/prefix)
+    # How to reach an object store (sparklog/model/storage_location.py): each stands for the
+    # AWS_* variable delta-rs and pyarrow read, and wins over it.
+    **dict.fromkeys(STORAGE_SETTINGS),
     "broker.id": "0",
     "broker.rack": None,
     "writer.lease.ms": "10000",
@@ -345,6 +349,7 @@ class ClusterConfig:
     group_max_session_timeout_ms: int = 1_800_000
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 604_800_000
+    storage: tuple[tuple[str, str], ...] = ()  # the storage.* settings given (StorageSettings.values)
 
     def to_options(self) -> dict[str, str]:
         """The settings as string options, e.g. to ship to Spark tasks or data-source options."""
@@ -382,6 +387,7 @@ class ClusterConfig:
             options["broker.rack"] = self.broker_rack
         if self.metrics_host is not None:
             options["metrics.host"] = self.metrics_host
+        options.update(self.storage)
         return options
 
 
@@ -424,11 +430,11 @@ def resolve_cluster_config(
                 )
             if value != "":
                 # Relative to the file, so a project's file means the same from any directory.
-                from_file[key] = str(conf_path.parent / Path(value).expanduser()) if key in _PATH_KEYS else value
+                local = key in _PATH_KEYS and "://" not in value
+                from_file[key] = str(conf_path.parent / Path(value).expanduser()) if local else value
     merged: dict[str, Any] = {**CLUSTER_DEFAULTS, **from_file, **from_env, **explicit}
     home = Path(str(merged["sparklog.home"] or found.default_home)).expanduser().resolve()
-    log_dir = merged["log.dirs"]
-    log_dir_path = Path(str(log_dir)).expanduser().resolve() if log_dir else home / "data"
+    log_dir = parse_location(str(merged["log.dirs"])).uri if merged["log.dirs"] else str(home / "data")
 
     def as_int(key: str, minimum: int) -> int:
         return _long(key, 0, minimum).coerce(str(merged[key]))
@@ -442,7 +448,7 @@ def resolve_cluster_config(
     return ClusterConfig(
         home=str(home),
         zookeeper_connect=str(merged["zookeeper.connect"]) if merged["zookeeper.connect"] else None,
-        log_dir=str(log_dir_path),
+        log_dir=log_dir,
         broker_id=as_int("broker.id", 0),
         broker_rack=str(merged["broker.rack"]) if merged["broker.rack"] else None,
         zookeeper_session_timeout_ms=as_int("zookeeper.session.timeout.ms", 500),
@@ -468,4 +474,5 @@ def resolve_cluster_config(
         group_max_session_timeout_ms=as_int("group.max.session.timeout.ms", 1),
         transaction_max_timeout_ms=as_int("transaction.max.timeout.ms", 1),
         transactional_id_expiration_ms=as_int("transactional.id.expiration.ms", 1),
+        storage=StorageSettings.from_config(merged).values,
     )

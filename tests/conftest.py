@@ -22,6 +22,7 @@ import pytest
 import sparklog
 from sparklog.metadata import embedded
 from sparklog.testing import ZooKeeperEnsemble
+from sparklog.testing.object_stores import MotoS3
 
 for _var in ("SPARKLOG_HOME", "SPARKLOG_ZOOKEEPER", "SPARKLOG_CONF"):
     os.environ.pop(_var, None)
@@ -61,6 +62,22 @@ def zk_ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperE
     with ZooKeeperEnsemble(tmp_path_factory.mktemp("zk-ensemble")) as ensemble:
         ensemble.start()
         yield ensemble
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[MotoS3]:
+    """moto's S3 server on loopback, started once per run (on first use); a test takes a
+    bucket of its own (``s3_bucket``)."""
+    with MotoS3() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(moto_s3: MotoS3) -> str:
+    """A fresh bucket on the shared moto server, unique to the test."""
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    moto_s3.create_bucket(bucket)
+    return bucket
 
 
 @pytest.fixture

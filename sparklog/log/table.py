@@ -50,6 +50,7 @@ from sparklog.errors import FencedError, StorageError
 from sparklog.log.files import FileEntry, LiveFiles
 from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile, fsync_path
+from sparklog.log.storage import local_log_dir
 from sparklog.log.transactions import (
     cleaned_app_id,
     end_app_id,
@@ -106,7 +107,7 @@ class TopicTable:
 
     def __init__(self, log_dir: str, topic: str) -> None:
         self.topic = topic
-        self.root = str(Path(log_dir) / "topics" / topic)
+        self.root = str(Path(local_log_dir(log_dir)) / "topics" / topic)
         self._local = threading.local()
         self._live = LiveFiles()
         self._newest_seen: tuple[str, int] | None = None  # (table id, version): current_log_end's

@@ -291,3 +291,28 @@ def test_bad_listeners_name_the_key(value: str) -> None:
 
     with pytest.raises(ConfigError, match=r"advertised\.listeners"):
         resolve_cluster_config({"advertised.listeners": value}, environ={})
+
+
+def test_a_store_uri_log_dir_and_storage_settings_are_kept_as_given(tmp_path: Path) -> None:
+    """An object-store log dir is not a path relative to the properties file (DESIGN §16),
+    and the storage.* settings travel with the cluster's options (to Spark tasks, agents)."""
+    props = write_props(
+        tmp_path / "sparklog.properties",
+        log_dirs="s3://lake/sparklog/",
+        storage_endpoint="http://127.0.0.1:9000",
+        storage_allow_http="true",
+    )
+    config = resolve_cluster_config(environ={"SPARKLOG_CONF": str(props), "HOME": str(tmp_path)})
+    assert config.log_dir == "s3://lake/sparklog"
+    assert dict(config.storage) == {"storage.endpoint": "http://127.0.0.1:9000", "storage.allow.http": "true"}
+    options = config.to_options()
+    assert options["log.dirs"] == "s3://lake/sparklog" and options["storage.endpoint"] == "http://127.0.0.1:9000"
+    assert resolve_cluster_config(options, environ={"HOME": str(tmp_path)}) == config
+
+
+def test_bad_store_uris_and_storage_keys_are_refused(tmp_path: Path) -> None:
+    environ = {"HOME": str(tmp_path)}
+    with pytest.raises(ConfigError, match="scheme 'hdfs' is not supported"):
+        resolve_cluster_config({"log.dirs": "hdfs://namenode/dir"}, environ=environ)
+    with pytest.raises(ConfigError, match=r"Unknown sparklog configuration 'storage\.endpoint\.url'"):
+        resolve_cluster_config({"storage.endpoint.url": "http://x"}, environ=environ)

@@ -291,16 +291,12 @@ class _KafkaConnection(asyncio.Protocol):
             del buffer[: _SIZE.size + size]
         batch = []
         waiting = False  # a request read but held back until an earlier one is answered
-        starting = False  # ... or until an earlier one is started (pipelined or not: unknown yet)
         for slot in slots:
             if not slot.submitted:
                 slot.submitted = True
                 batch.append(slot)
-            elif not slot.is_started:
-                starting = True
-                break
-            elif not (slot.answered or slot.pipelined):
-                waiting = True  # the next request waits for this one's answer
+            elif not (slot.answered or (slot.is_started and slot.pipelined)):
+                waiting = True  # the next request waits for this one's answer (or its start)
                 break
         if batch:
             self.listener._channel.submit(batch, self.listener.cluster)
@@ -314,10 +310,7 @@ class _KafkaConnection(asyncio.Protocol):
             self.close()
         elif self._write_paused or waiting or len(slots) >= MAX_PIPELINED_REQUESTS:
             transport.pause_reading()  # the socket holds the rest: the client batches meanwhile
-        elif not starting:
-            # While a request is being started, reading stays as it was (the slots are
-            # bounded anyway): pausing and resuming for each would cost two epoll_ctl calls
-            # per request.
+        else:
             transport.resume_reading()
 
     def close(self) -> None:
