@@ -49,7 +49,7 @@ $(KCAT_STAMP): scripts/ensure-kcat.sh | $(STAMP)
 
 # s3rver (npm, package.json): an S3 server that ignores conditional writes, the store the
 # tests prove sparklog refuses. Node.js and npm come from apt-get when missing.
-$(NODE_STAMP): package.json scripts/ensure-node-tools.sh | $(STAMP)
+$(NODE_STAMP): package.json package-lock.json scripts/ensure-node-tools.sh scripts/apt-install.sh | $(STAMP)
 	@bash scripts/ensure-node-tools.sh
 	@touch $(NODE_STAMP)
 

@@ -67,28 +67,23 @@ class SyncGroupAssignment(Protocol):
     def assignment(self) -> bytes: ...
 
 
-class SyncGroupBody(Protocol):
+class HeartbeatBody(Protocol):
+    """What the handler reads of a Heartbeat request (kio's v0..v4 request classes): a
+    member of a generation of a group."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def generation_id(self) -> int: ...
+    @property
+    def member_id(self) -> str: ...
+
+
+class SyncGroupBody(HeartbeatBody, Protocol):
     """What the handler reads of a SyncGroup request (kio's v0..v5 request classes)."""
 
     @property
-    def group_id(self) -> str: ...
-    @property
-    def generation_id(self) -> int: ...
-    @property
-    def member_id(self) -> str: ...
-    @property
     def assignments(self) -> tuple[SyncGroupAssignment, ...]: ...
-
-
-class HeartbeatBody(Protocol):
-    """What the handler reads of a Heartbeat request (kio's v0..v4 request classes)."""
-
-    @property
-    def group_id(self) -> str: ...
-    @property
-    def generation_id(self) -> int: ...
-    @property
-    def member_id(self) -> str: ...
 
 
 class MemberIdentity(Protocol):

@@ -37,13 +37,18 @@ class AddPartitionsToTxnTopic(Protocol):
     def partitions(self) -> tuple[int, ...]: ...
 
 
-class AddPartitionsToTxnTransaction(Protocol):
+class TxnProducerFields(Protocol):
+    """The transactional producer a transaction request comes from (every version)."""
+
     @property
     def transactional_id(self) -> str: ...
     @property
     def producer_id(self) -> int: ...
     @property
     def producer_epoch(self) -> int: ...
+
+
+class AddPartitionsToTxnTransaction(TxnProducerFields, Protocol):
     @property
     def verify_only(self) -> bool: ...
     @property
@@ -68,28 +73,16 @@ class AddPartitionsToTxnBody(Protocol):
     def transactions(self) -> tuple[AddPartitionsToTxnTransaction, ...]: ...
 
 
-class AddOffsetsToTxnBody(Protocol):
+class AddOffsetsToTxnBody(TxnProducerFields, Protocol):
     """What the handler reads of an AddOffsetsToTxn request (kio's v0..v4 request classes)."""
 
-    @property
-    def transactional_id(self) -> str: ...
-    @property
-    def producer_id(self) -> int: ...
-    @property
-    def producer_epoch(self) -> int: ...
     @property
     def group_id(self) -> str: ...
 
 
-class EndTxnBody(Protocol):
+class EndTxnBody(TxnProducerFields, Protocol):
     """What the handler reads of an EndTxn request (kio's v0..v4 request classes)."""
 
-    @property
-    def transactional_id(self) -> str: ...
-    @property
-    def producer_id(self) -> int: ...
-    @property
-    def producer_epoch(self) -> int: ...
     @property
     def committed(self) -> bool: ...
 

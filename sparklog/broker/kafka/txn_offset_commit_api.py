@@ -24,7 +24,8 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.broker.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, build, response_module
 from sparklog.broker.kafka.error_codes import error_code
-from sparklog.broker.kafka.txn_api import txn_error_code
+from sparklog.broker.kafka.offset_commit_api import OffsetCommitTopic
+from sparklog.broker.kafka.txn_api import TxnProducerFields, txn_error_code
 from sparklog.broker.transactions.txn_offsets import store_pending_offsets
 from sparklog.errors import CoordinatorNotAvailableError, InvalidTxnStateError, SparklogError, TopicNotFoundError
 from sparklog.metadata.transactions import ONGOING
@@ -37,35 +38,13 @@ TXN_OFFSET_COMMIT_KEY = 28
 _NO_GENERATION = -1
 
 
-class TxnOffsetCommitPartition(Protocol):
-    @property
-    def partition_index(self) -> int: ...
-    @property
-    def committed_offset(self) -> int: ...
-    @property
-    def committed_metadata(self) -> str | None: ...
-
-
-class TxnOffsetCommitTopic(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def partitions(self) -> tuple[TxnOffsetCommitPartition, ...]: ...
-
-
-class TxnOffsetCommitBody(Protocol):
+class TxnOffsetCommitBody(TxnProducerFields, Protocol):
     """What the handler reads of a TxnOffsetCommit request (kio's v0..v4 request classes)."""
 
     @property
-    def transactional_id(self) -> str: ...
-    @property
     def group_id(self) -> str: ...
     @property
-    def producer_id(self) -> int: ...
-    @property
-    def producer_epoch(self) -> int: ...
-    @property
-    def topics(self) -> tuple[TxnOffsetCommitTopic, ...]: ...
+    def topics(self) -> tuple[OffsetCommitTopic, ...]: ...
 
 
 def txn_offset_commit(request: ApiRequest[TxnOffsetCommitBody], broker: BrokerContext) -> Any:
