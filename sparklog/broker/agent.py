@@ -50,7 +50,7 @@ from sparklog.broker.transactions.coordinator import TransactionCoordinator
 from sparklog.broker.transactions.markers import MarkerWriter
 from sparklog.config import ClusterConfig, Endpoint
 from sparklog.errors import ConfigError, SparklogError
-from sparklog.log.segment import fsync_path
+from sparklog.log.storage import fsync_path
 from sparklog.metadata.broker_registration import BrokerRegistration
 from sparklog.metadata.controller_election import ControllerElection
 from sparklog.metadata.foreign_writes import ForeignWrites

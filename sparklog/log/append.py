@@ -38,10 +38,10 @@ from sparklog.log.segment import (
     PRODUCER_KEY,
     SEQUENCE_KEY,
     SegmentFile,
-    fsync_path,
     split_for_size,
     write_segment,
 )
+from sparklog.log.storage import fsync_path
 from sparklog.log.table import (
     CommitConflict,
     TopicTable,

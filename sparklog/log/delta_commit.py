@@ -1,9 +1,11 @@
 """Committing to a topic table by the Delta protocol's own rule, for a leader's hot path.
 
 A Delta commit is the atomic creation of the next ``_delta_log/<version>.json``: whoever
-creates it first wins. Here the file is written under a temporary name and linked to its
-final name (``link(2)`` fails when the name exists, and readers never see a half-written
-commit); delta-rs keeps doing checkpoints, optimize, vacuum and every read.
+creates it first wins. The table's storage creates it
+(:meth:`~sparklog.log.storage.TableStorage.create`: on a local disk a temporary file linked to
+its final name, ``link(2)`` failing when the name exists; on a store one conditional PUT), so
+readers never see a half-written commit; delta-rs keeps doing checkpoints, optimize, vacuum
+and every read.
 
 Invariants (the same delta-rs gives sparklog with ``max_commit_retries=0``, see DESIGN §6):
 
@@ -24,17 +26,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
-import uuid
 from collections.abc import Mapping, Sequence
 
 from deltalake import DeltaTable
 
 from sparklog.log.plans import SegmentLike
-from sparklog.log.segment import SegmentFile, fsync_path
+from sparklog.log.segment import SegmentFile
+from sparklog.log.storage import TableStorage
 
-__all__ = ["CHECKPOINT_INTERVAL", "commit_actions", "commit_file", "put_commit", "touched_app_ids"]
+__all__ = ["CHECKPOINT_INTERVAL", "commit_actions", "commit_name", "put_commit", "touched_app_ids"]
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,9 @@ CHECKPOINT_INTERVAL = 100  # the tables' delta.checkpointInterval
 _LOG = "_delta_log"
 
 
-def commit_file(root: str, version: int) -> str:
-    return os.path.join(root, _LOG, f"{version:020d}.json")
+def commit_name(version: int) -> str:
+    """Commit ``version``'s path relative to the table root."""
+    return f"{_LOG}/{version:020d}.json"
 
 
 def commit_actions(
@@ -104,37 +106,23 @@ def commit_actions(
     return ("\n".join(lines) + "\n").encode()
 
 
-def put_commit(root: str, version: int, data: bytes, fsync: bool) -> bool:
+def put_commit(storage: TableStorage, version: int, data: bytes, fsync: bool) -> bool:
     """Create commit ``version`` with ``data`` if nobody did; False when it exists."""
-    log_dir = os.path.join(root, _LOG)
-    temporary = os.path.join(log_dir, f".{version:020d}.json.{uuid.uuid4().hex}.tmp")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        if fsync:
-            handle.flush()
-            os.fsync(handle.fileno())
-    try:
-        os.link(temporary, commit_file(root, version))
-    except FileExistsError:
+    if not storage.create(commit_name(version), data, durable=fsync):
         return False
-    finally:
-        os.unlink(temporary)
-    if fsync:
-        fsync_path(log_dir)
     if version % CHECKPOINT_INTERVAL == 0:
-        threading.Thread(target=_checkpoint, args=(root, version), name="delta-checkpoint", daemon=True).start()
+        threading.Thread(target=_checkpoint, args=(storage.root, version), name="delta-checkpoint", daemon=True).start()
     return True
 
 
-def touched_app_ids(root: str, version: int) -> set[str]:
+def touched_app_ids(storage: TableStorage, version: int) -> set[str]:
     """The application transaction ids commit ``version`` set."""
     touched = set()
-    with open(commit_file(root, version), encoding="utf-8") as handle:
-        for line in handle:
-            if '"txn"' in line:
-                action = json.loads(line).get("txn")
-                if action is not None:
-                    touched.add(str(action["appId"]))
+    for line in storage.read(commit_name(version)).decode("utf-8").splitlines():
+        if '"txn"' in line:
+            action = json.loads(line).get("txn")
+            if action is not None:
+                touched.add(str(action["appId"]))
     return touched
 
 

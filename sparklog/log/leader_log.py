@@ -59,9 +59,10 @@ class StateView:
         data = commit_actions(segments, transactions, metadata, self.version, clock.now_ms(), removes)
         version = self.version + 1
         ours = set(transactions)
-        while not put_commit(self.root, version, data, fsync):
+        storage = self.owner.storage
+        while not put_commit(storage, version, data, fsync):
             # Taken: a commit that touched one of our app ids invalidates what we read.
-            clash = touched_app_ids(self.root, version) & ours
+            clash = touched_app_ids(storage, version) & ours
             if clash:
                 self.owner.saw(version)
                 raise CommitConflict(f"commit {version} of {self.root} touched {sorted(clash)} first")
@@ -75,8 +76,9 @@ class LeaderLog:
     def __init__(self, table: TopicTable) -> None:
         self.table = table
         self.root = local_root(table.root)
+        self.storage = table.storage
         self.known_version: int | None = None
-        self._known_stamp: tuple[int, int] | None = None  # TopicTable.commit_stamp of known_version
+        self._known_stamp: tuple[object, ...] | None = None  # TopicTable.commit_stamp of known_version
         self._table_id: str | None = None
 
     def view(self) -> LogView | None:

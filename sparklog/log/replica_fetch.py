@@ -48,11 +48,11 @@ from sparklog.log.segment import (
     discard_segments,
     discarded_unless_committed,
     file_compression,
-    fsync_path,
     place_copy,
     write_placeholder,
     write_segment,
 )
+from sparklog.log.storage import fsync_path
 from sparklog.log.table import (
     CommitConflict,
     FileEntry,

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from sparklog import clock
 from sparklog.errors import ConfigError, PolicyError
+from sparklog.log.storage import fsync_path
 from sparklog.model.schema import FILE_SCHEMA
 
 __all__ = [
@@ -36,7 +37,6 @@ __all__ = [
     "SegmentFile",
     "discard_segments",
     "file_compression",
-    "fsync_path",
     "parquet_compression",
     "place_copy",
     "resolve_compression",
@@ -157,15 +157,6 @@ def _iso_ms(micros: int, ceil: bool) -> str:
     millis = -(-micros // 1000) if ceil else micros // 1000
     moment = datetime.fromtimestamp(millis / 1000.0, tz=UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}Z"
-
-
-def fsync_path(path: str) -> None:
-    """fsync a file or directory (delta-rs does not fsync on local disks)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def split_for_size(records: pa.Table, segment_bytes: int) -> Iterator[pa.Table]:

@@ -11,17 +11,21 @@ Invariants:
   process: a store that lets two writers create the same object would lose commits silently
   (delta-rs's commit is a create of ``_delta_log/<N>.json`` that must fail when it exists);
 * every failure to reach a store is a :class:`~sparklog.errors.StorageError` that names the
-  store (URI and endpoint) and says what to do.
+  store (URI and endpoint) and says what to do;
+* a table's objects are written whole or not at all (:class:`TableStorage`): a reader never
+  sees part of a segment or of a commit, and :meth:`TableStorage.create` lands for exactly
+  one of several writers creating one name (the Delta commit rule).
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+import shutil
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sparklog.errors import StorageError
 from sparklog.model.storage_location import StorageLocation, StorageSettings, parse_location
@@ -29,7 +33,15 @@ from sparklog.model.storage_location import StorageLocation, StorageSettings, pa
 if TYPE_CHECKING:
     from obstore.store import ObjectStore
 
-__all__ = ["local_log_dir", "open_store", "prove_conditional_create"]
+__all__ = [
+    "LocalTableStorage",
+    "ObjectTableStorage",
+    "TableStorage",
+    "fsync_path",
+    "local_log_dir",
+    "open_store",
+    "prove_conditional_create",
+]
 
 _PROBE_PREFIX = "_sparklog/probes"
 # A store that cannot be reached should fail a command in seconds, not after object_store's
@@ -180,3 +192,155 @@ def _unreachable(location: StorageLocation, settings: StorageSettings, exc: Base
         f"Cannot write to {where}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}; "
         "check storage.endpoint (AWS_ENDPOINT_URL), the network and storage.allow.http for a plain-HTTP server"
     )
+
+
+class TableStorage(Protocol):
+    """The objects of one table, by path relative to its root (``_delta_log/…``,
+    ``partition=3/….parquet``): what the log writes and reads besides delta-rs."""
+
+    @property
+    def root(self) -> str:
+        """What delta-rs opens: a local directory or the store URI."""
+
+    def create(self, relative: str, data: bytes, durable: bool) -> bool:
+        """Create ``relative`` with ``data`` unless it exists (False then), atomically;
+        ``durable``: on the disk (fsynced with its directory) when this returns."""
+
+    def read(self, relative: str) -> bytes:
+        """The whole object (``FileNotFoundError`` when there is none)."""
+
+    def exists(self, relative: str) -> bool: ...
+
+    def stamp(self, relative: str) -> tuple[object, ...] | None:
+        """Which object ``relative`` is (None: there is none): an object deleted and written
+        again under the same name (a topic re-created up to the same commit version) has
+        another stamp."""
+
+    def delete_all(self) -> None:
+        """Delete the table's every object (a deleted topic); what is already gone is fine."""
+
+
+@dataclass(frozen=True)
+class LocalTableStorage:
+    """A table in a local directory: a commit is written under a temporary name and linked to
+    its final one (``link(2)`` fails when the name exists, and no reader sees a half-written
+    file)."""
+
+    root: str
+
+    def create(self, relative: str, data: bytes, durable: bool) -> bool:
+        final = os.path.join(self.root, relative)
+        directory = os.path.dirname(final)
+        temporary = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        try:
+            os.link(temporary, final)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(temporary)
+        if durable:
+            fsync_path(directory)
+        return True
+
+    def read(self, relative: str) -> bytes:
+        with open(os.path.join(self.root, relative), "rb") as handle:
+            return handle.read()
+
+    def exists(self, relative: str) -> bool:
+        return os.path.exists(os.path.join(self.root, relative))
+
+    def stamp(self, relative: str) -> tuple[object, ...] | None:
+        try:
+            stat = os.stat(os.path.join(self.root, relative))
+        except OSError:
+            return None
+        # The size too: a file deleted and written again within the clock's granularity
+        # may get the same inode and modification time.
+        return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+    def delete_all(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class ObjectTableStorage:
+    """A table under a store location: a create is one conditional PUT (``If-None-Match: *``,
+    proven honoured by :func:`prove_conditional_create` before the first), single-part, so no
+    reader sees a partial object; a PUT the store acknowledged is durable."""
+
+    def __init__(self, location: StorageLocation, settings: StorageSettings = _FROM_ENVIRONMENT) -> None:
+        self.location = location
+        self.settings = settings
+        self._store = open_store(location, settings)
+
+    @property
+    def root(self) -> str:
+        return self.location.uri
+
+    def create(self, relative: str, data: bytes, durable: bool) -> bool:
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        prove_conditional_create(self.location, self.settings)
+        try:
+            obstore.put(self._store, relative, data, mode="create", use_multipart=False)
+        except (AlreadyExistsError, PreconditionError):
+            return False
+        except Exception as exc:
+            raise self._failed("create", relative, exc) from exc
+        return True
+
+    def read(self, relative: str) -> bytes:
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        try:
+            return bytes(obstore.get(self._store, relative).bytes())
+        except (NotFoundError, FileNotFoundError) as exc:
+            raise FileNotFoundError(f"{self.root}/{relative}") from exc
+        except Exception as exc:
+            raise self._failed("read", relative, exc) from exc
+
+    def exists(self, relative: str) -> bool:
+        return self.stamp(relative) is not None
+
+    def stamp(self, relative: str) -> tuple[object, ...] | None:
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        try:
+            meta = obstore.head(self._store, relative)
+        except (NotFoundError, FileNotFoundError):
+            return None
+        except Exception as exc:
+            raise self._failed("look up", relative, exc) from exc
+        return meta["e_tag"], meta["last_modified"]
+
+    def delete_all(self) -> None:
+        import obstore
+
+        try:
+            for batch in obstore.list(self._store, chunk_size=1000):
+                paths = [meta["path"] for meta in batch]
+                if paths:
+                    obstore.delete(self._store, paths)
+        except Exception as exc:
+            raise self._failed("delete", "*", exc) from exc
+
+    def _failed(self, verb: str, relative: str, exc: BaseException) -> StorageError:
+        return StorageError(
+            f"Cannot {verb} {self.root}/{relative} (endpoint {self.settings.endpoint()}): {type(exc).__name__}: {exc}"
+        )
+
+
+def fsync_path(path: str) -> None:
+    """fsync a file or directory (delta-rs does not fsync on local disks)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

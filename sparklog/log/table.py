@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -47,10 +46,11 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from sparklog import clock
 from sparklog.errors import FencedError, StorageError
+from sparklog.log.delta_commit import commit_name
 from sparklog.log.files import FileEntry, LiveFiles
 from sparklog.log.plans import SegmentLike
-from sparklog.log.segment import SegmentFile, fsync_path
-from sparklog.log.storage import local_log_dir
+from sparklog.log.segment import SegmentFile
+from sparklog.log.storage import LocalTableStorage, fsync_path, local_log_dir
 from sparklog.log.transactions import (
     cleaned_app_id,
     end_app_id,
@@ -108,6 +108,7 @@ class TopicTable:
     def __init__(self, log_dir: str, topic: str) -> None:
         self.topic = topic
         self.root = str(Path(local_log_dir(log_dir)) / "topics" / topic)
+        self.storage = LocalTableStorage(self.root)
         self._local = threading.local()
         self._live = LiveFiles()
         self._newest_seen: tuple[str, int] | None = None  # (table id, version): current_log_end's
@@ -173,7 +174,7 @@ class TopicTable:
             return None
 
     def delete(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        self.storage.delete_all()
         self.forget()
 
     # -- snapshots -----------------------------------------------------------------------
@@ -209,29 +210,23 @@ class TopicTable:
         except (DeltaError, OSError) as exc:
             raise StorageError(f"Cannot read the table of topic {self.topic} at {self.root}: {exc}") from exc
 
-    def commit_stamp(self, version: int) -> tuple[int, int] | None:
-        """Which file commit ``version`` is (inode, modification time in ns; None: there is
-        none, or the table is not on a local disk): a table re-created up to the same version
-        has other files."""
-        try:
-            stat = os.stat(os.path.join(self.root, "_delta_log", f"{version:020d}.json"))
-        except OSError:
-            return None
-        return stat.st_ino, stat.st_mtime_ns
+    def commit_stamp(self, version: int) -> tuple[object, ...] | None:
+        """Which object commit ``version`` is (:meth:`TableStorage.stamp`; None: there is
+        none): a table re-created up to the same version has other commit objects."""
+        return self.storage.stamp(commit_name(version))
 
-    def newest_version(self, known: int, stamp: tuple[int, int] | None = None) -> int | None:
+    def newest_version(self, known: int, stamp: tuple[object, ...] | None = None) -> int | None:
         """The newest commit version, probing commit files forward from ``known`` instead of
         delta-rs's listing of the whole ``_delta_log`` (two stats when nothing is new):
         commits are numbered without gaps, and log cleanup deletes the oldest first. None:
         ``known`` itself is missing (cleaned up, or a re-created table), or (with ``stamp``,
         :meth:`commit_stamp`) is another file than the one read: refresh instead."""
-        log_dir = os.path.join(self.root, "_delta_log")
         if stamp is not None:
             if self.commit_stamp(known) != stamp:
                 return None
-        elif not os.path.exists(os.path.join(log_dir, f"{known:020d}.json")):
+        elif not self.storage.exists(commit_name(known)):
             return None
-        while os.path.exists(os.path.join(log_dir, f"{known + 1:020d}.json")):
+        while self.storage.exists(commit_name(known + 1)):
             known += 1
         return known
 

@@ -7,7 +7,9 @@ a test fails the ways real servers fail.
 * :class:`ZooKeeperEnsemble` — a 3-server ZooKeeper quorum from the jars the ``pyspark``
   wheel ships (kill -9, hang, restart; leader and sessions via four-letter words);
 * :class:`ChildProcesses` — what both share: processes by id, their logs, signals, reaping;
-* :mod:`sparklog.testing.metrics` — a broker's Prometheus endpoint scraped and parsed.
+* :mod:`sparklog.testing.metrics` — a broker's Prometheus endpoint scraped and parsed;
+* :mod:`sparklog.testing.object_stores` — S3 servers on loopback: moto's (honours conditional
+  writes) and s3rver (ignores them: the store sparklog must refuse).
 """
 
 from sparklog.testing.brokers import BrokerAgents
