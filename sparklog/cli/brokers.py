@@ -148,13 +148,24 @@ def _start(args: argparse.Namespace) -> int:
     )
     _log_warnings()
     agent = BrokerAgent(config, settings)
+    # A signal during start() only asks for the stop: stopping a half-started agent from the
+    # handler (which runs on this thread, inside start) would find its threads not started
+    # yet, fail, and leave the broker registered until its ZooKeeper session expires.
+    starting, stop_asked = [True], [False]
 
     def on_signal(_signum: int, _frame: Any) -> None:
-        agent.stop()
+        if starting[0]:
+            stop_asked[0] = True
+        else:
+            agent.stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     agent.start()
+    starting[0] = False
+    if stop_asked[0]:
+        agent.stop()
+        return 0
     metrics = f", metrics at {agent.metrics_url}" if agent.metrics_url else ""
     print_stderr(f"broker {config.broker_id} started (log dir {config.log_dir}{metrics}); SIGTERM or Ctrl-C stops it")
     agent.wait()

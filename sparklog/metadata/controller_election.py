@@ -70,7 +70,8 @@ class ControllerElection:
         """Stop competing; give the role up if held (another candidate takes over)."""
         self._stop.set()
         self._wake.set()
-        self._thread.join(10)
+        if self._thread.ident is not None:  # resigning before start() is only not competing
+            self._thread.join(10)
         self.zk.client.remove_listener(self._on_state)
         with self._lock:
             held, self._epoch = self._epoch, None

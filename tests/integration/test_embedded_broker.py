@@ -123,6 +123,19 @@ def test_stop_is_a_clean_shutdown(config: ClusterConfig, home: Path) -> None:
     assert embedded_broker.stop(home.parent / "never-started") is False
 
 
+def test_a_stop_right_after_start_deregisters_every_time(config: ClusterConfig, home: Path) -> None:
+    """``start`` returns once the agent is registered, while it may still be starting its
+    controller election: a SIGTERM then must still shut it down cleanly (it once raised in
+    the signal handler, died registered, and the registration outlived it for the session
+    timeout)."""
+    for attempt in range(3):
+        assert embedded_broker.start(config).pid is not None
+        assert embedded_broker.stop(home) is True
+        assert _live_ids(config) == [], f"attempt {attempt}: still registered after a clean stop"
+    log_text = (home / "broker" / "broker.log").read_text(errors="replace")
+    assert "Traceback" not in log_text, log_text[-2000:]
+
+
 def test_killed_agent_is_replaced_once_its_registration_expires(config: ClusterConfig, home: Path) -> None:
     first = embedded_broker.start(config).pid
     assert first is not None
