@@ -60,12 +60,12 @@ _OBSTORE_KEYS = {
 
 
 def open_store(location: StorageLocation, settings: StorageSettings = _FROM_ENVIRONMENT) -> ObjectStore:
-    """An object-store client rooted at ``location`` (its prefix is the client's root)."""
-    from obstore.store import LocalStore, from_url
+    """An object-store client rooted at ``location`` (its prefix is the client's root); local
+    directories are written with the filesystem's own calls (:class:`LocalTableStorage`)."""
+    from obstore.store import from_url
 
     if not location.is_object_store:
-        os.makedirs(location.path, exist_ok=True)
-        return LocalStore(location.path)
+        raise StorageError(f"{location.uri} is a local directory, not an object store")
     variables = settings.variables()
     client: dict[str, Any] = dict(_CLIENT)
     if variables.get("AWS_ALLOW_HTTP", "").lower() in ("1", "true", "yes"):
