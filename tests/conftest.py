@@ -65,10 +65,10 @@ def zk_ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperE
 
 
 @pytest.fixture(scope="session")
-def moto_s3() -> Iterator[MotoS3]:
-    """moto's S3 server on loopback, started once per run (on first use); a test takes a
-    bucket of its own (``s3_bucket``)."""
-    with MotoS3() as server:
+def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
+    """moto's S3 server on loopback (a child process), started once per run (on first use); a
+    test takes a bucket of its own (``s3_bucket``, ``log_store``)."""
+    with MotoS3(tmp_path_factory.mktemp("moto")) as server:
         yield server
 
 
@@ -94,9 +94,36 @@ def sparklog_home(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def cluster_options(zk_connect: str, sparklog_home: Path) -> dict[str, str]:
-    """Settings that point any client (API, CLI, Spark, child process) at this test's cluster."""
-    return {"zookeeper.connect": zk_connect, "sparklog.home": str(sparklog_home)}
+def log_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """Where this test's topic tables live: None for the local default (``<home>/data``), or
+    an ``s3://`` log dir in a bucket of its own on moto, for tests parametrised with
+    :data:`tests.helpers.BOTH_STORES`. The store is reached through the ``AWS_*`` variables,
+    as a user's processes would (child processes inherit them)."""
+    kind = getattr(request, "param", "local")
+    if kind == "local":
+        return None
+    if kind != "s3":
+        raise pytest.UsageError(f"log_store is 'local' or 's3', not {kind!r}")
+    server: MotoS3 = request.getfixturevalue("moto_s3")
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    server.create_bucket(bucket)
+    for name, value in server.environ().items():
+        monkeypatch.setenv(name, value)
+    return f"s3://{bucket}/cluster"
+
+
+@pytest.fixture
+def cluster_options(
+    request: pytest.FixtureRequest, zk_connect: str, sparklog_home: Path, log_store: str | None
+) -> dict[str, str]:
+    """Settings that point any client (API, CLI, Spark, child process) at this test's cluster;
+    on a store, its ``storage.*`` settings too (Spark's Python workers do not see variables
+    set after the session started)."""
+    options = {"zookeeper.connect": zk_connect, "sparklog.home": str(sparklog_home)}
+    if log_store is not None:
+        server: MotoS3 = request.getfixturevalue("moto_s3")
+        options.update({"log.dirs": log_store, **server.settings()})
+    return options
 
 
 @pytest.fixture

@@ -20,11 +20,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import pytest
 from confluent_kafka import Message
 
 from sparklog.cluster import Cluster
 from sparklog.metadata.zkdata import GroupStateRecord
 from sparklog.model.batches import normalise_input
+
+# A test (or module, as ``pytestmark``) that runs twice: topic tables on a local log dir and
+# on an s3:// log dir on moto (the ``log_store`` fixture of tests/conftest.py).
+BOTH_STORES = pytest.mark.parametrize("log_store", ["local", "s3"], indirect=True)
 
 
 def spawn_context() -> SpawnContext:

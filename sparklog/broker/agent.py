@@ -50,6 +50,7 @@ from sparklog.broker.transactions.coordinator import TransactionCoordinator
 from sparklog.broker.transactions.markers import MarkerWriter
 from sparklog.config import ClusterConfig, Endpoint
 from sparklog.errors import ConfigError, SparklogError
+from sparklog.log.object_store import prove_conditional_create
 from sparklog.log.storage import fsync_path
 from sparklog.metadata.broker_registration import BrokerRegistration
 from sparklog.metadata.controller_election import ControllerElection
@@ -57,6 +58,7 @@ from sparklog.metadata.foreign_writes import ForeignWrites
 from sparklog.metadata.lease import broker_lease_owner
 from sparklog.metadata.producer_ids import ProducerIdBlocks
 from sparklog.metadata.zkdata import BrokerRecord
+from sparklog.model.storage_location import StorageSettings, parse_location
 from sparklog.runtime.replica_fetcher import ReplicaFetcher
 from sparklog.runtime.replica_manager import ReplicaManager
 
@@ -79,9 +81,16 @@ class BrokerSettings:
     controller: ControllerSettings = field(default_factory=ControllerSettings)
 
 
-def probe_storage(log_dir: str, broker_id: int) -> None:
+def probe_storage(log_dir: str, broker_id: int, settings: StorageSettings) -> None:
     """Write, fsync and read back a heartbeat file under ``log_dir``; raises OSError when any
-    step fails or the content read differs."""
+    step fails or the content read differs. A store is proven once (conditional create,
+    :func:`~sparklog.log.object_store.prove_conditional_create`) and then judged by the
+    requests the broker makes anyway: a heartbeat object a second would cost requests while
+    the broker idles (DESIGN §16)."""
+    location = parse_location(log_dir)
+    if location.is_object_store:
+        prove_conditional_create(location, settings)
+        return
     os.makedirs(log_dir, exist_ok=True)
     path = os.path.join(log_dir, f".sparklog-broker-{broker_id}.heartbeat")
     nonce = uuid.uuid4().hex.encode()
@@ -263,7 +272,10 @@ class BrokerAgent:
     def _probe_once(self) -> None:
         outcome: list[BaseException | None] = []
         worker = threading.Thread(
-            target=lambda: outcome.append(_try(probe_storage, self.config.log_dir, self.broker_id)), daemon=True
+            target=lambda: outcome.append(
+                _try(probe_storage, self.config.log_dir, self.broker_id, StorageSettings(self.config.storage))
+            ),
+            daemon=True,
         )
         worker.start()
         worker.join(self.settings.probe_timeout_ms / 1000)

@@ -38,6 +38,7 @@ from sparklog.log.segment import (
     PRODUCER_KEY,
     SEQUENCE_KEY,
     SegmentFile,
+    discard_segments,
     split_for_size,
     write_segment,
 )
@@ -284,8 +285,9 @@ class PreparedAppend:
         return {p: self.transactions[end_app_id(p)] for p in self.base_offsets}
 
     def make_durable(self) -> None:
-        """fsync the segment files and their directories (before a commit that names them)."""
-        paths = [self.table.full_path(seg.path) for seg in self.segments]
+        """fsync the segment files and their directories (before a commit that names them;
+        a store's acknowledged PUT is durable already)."""
+        paths = [path for seg in self.segments if (path := self.table.storage.local_path(seg.path)) is not None]
         for path in paths:
             fsync_path(path)
         for directory in sorted({os.path.dirname(path) for path in paths}):
@@ -371,7 +373,7 @@ def prepare_append(
             for piece in split_for_size(records, options.segment_bytes):
                 segments.append(
                     write_segment(
-                        table.root,
+                        table.storage,
                         partition,
                         next_offset,
                         piece,
@@ -420,11 +422,7 @@ def with_append_time(records: pa.Table, append_ms: int) -> pa.Table:
 
 
 def _discard(table: TopicTable, segments: list[SegmentFile]) -> None:
-    for seg in segments:
-        try:
-            os.remove(table.full_path(seg.path))
-        except FileNotFoundError:
-            pass
+    discard_segments(table.storage, segments)
 
 
 def at_least(stored: int | None, version: int) -> bool:

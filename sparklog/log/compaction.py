@@ -226,14 +226,14 @@ def plan_partition(
 def compact_task(task: CompactionTask) -> TaskOutput:
     """Rewrite the planned files of one partition; returns the new (uncommitted) files."""
     table = TopicTable(task.log_dir, task.topic)
-    missing = next((f.path for f in task.files if not os.path.exists(table.full_path(f.path))), None)
+    missing = next((f.path for f in task.files if not table.storage.exists(f.path)), None)
     if missing is not None:
         return TaskOutput(task.partition, missing=missing)
     try:
         records = read_files(table, list(task.files))
         if task.write:
-            sources = [table.full_path(f.path) for f in task.files]
-            task = replace(task, compression=resolve_compression(task.compression, sources))
+            sources = [f.path for f in task.files]
+            task = replace(task, compression=resolve_compression(task.compression, table.storage, sources))
     except FileNotFoundError as exc:  # removed (and vacuumed) since planning: the plan is stale
         return TaskOutput(task.partition, missing=str(exc))
     except (OSError, pa.ArrowInvalid) as exc:
@@ -276,9 +276,9 @@ def _write_tiling(table: TopicTable, task: CompactionTask, survivors: pa.Table) 
     try:
         for piece in split_for_size(survivors, task.segment_bytes):
             offsets = piece.column("offset").combine_chunks()
-            written.append(write_segment(table.root, task.partition, 0, piece, task.compression, offsets=offsets))
+            written.append(write_segment(table.storage, task.partition, 0, piece, task.compression, offsets=offsets))
     except BaseException:
-        discard_segments(table.root, written)
+        discard_segments(table.storage, written)
         raise
     starts = [task.range_start] + [s.base_offset for s in written[1:]]
     ends = [s.base_offset - 1 for s in written[1:]] + [task.range_end]
@@ -287,7 +287,7 @@ def _write_tiling(table: TopicTable, task: CompactionTask, survivors: pa.Table) 
 
 def _write_placeholder(table: TopicTable, task: CompactionTask) -> SegmentFile:
     stamps = [t for f in task.files for t in (f.min_timestamp_us, f.max_timestamp_us) if t is not None]
-    return write_placeholder(table.root, task.partition, task.range_start, task.range_end, stamps, task.compression)
+    return write_placeholder(table.storage, task.partition, task.range_start, task.range_end, stamps, task.compression)
 
 
 # -- 3. commit -----------------------------------------------------------------------------
@@ -330,7 +330,7 @@ def commit_partition(table: TopicTable, planned: PartitionPlan, output: TaskOutp
             return True
         except CommitConflict:
             time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
-    discard_segments(table.root, segments)
+    discard_segments(table.storage, segments)
     return False
 
 

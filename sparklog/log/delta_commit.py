@@ -111,7 +111,7 @@ def put_commit(storage: TableStorage, version: int, data: bytes, fsync: bool) ->
     if not storage.create(commit_name(version), data, durable=fsync):
         return False
     if version % CHECKPOINT_INTERVAL == 0:
-        threading.Thread(target=_checkpoint, args=(storage.root, version), name="delta-checkpoint", daemon=True).start()
+        threading.Thread(target=_checkpoint, args=(storage, version), name="delta-checkpoint", daemon=True).start()
     return True
 
 
@@ -126,8 +126,8 @@ def touched_app_ids(storage: TableStorage, version: int) -> set[str]:
     return touched
 
 
-def _checkpoint(root: str, version: int) -> None:
+def _checkpoint(storage: TableStorage, version: int) -> None:
     try:
-        DeltaTable(root, version=version).create_checkpoint()
+        DeltaTable(storage.root, version=version, storage_options=storage.delta_options or None).create_checkpoint()
     except Exception as exc:  # noqa: BLE001 - a missed checkpoint only makes reads slower; maintenance writes the next
-        log.warning("checkpoint of %s at version %d failed: %s", root, version, exc)
+        log.warning("checkpoint of %s at version %d failed: %s", storage.root, version, exc)

@@ -202,9 +202,9 @@ def commit_offsets(
         positions = pa.array([row["offset"] for row in kept] + list(range(base, base + len(ordered))), pa.int64())
         segments: list[SegmentFile] = []
         try:
-            with discarded_unless_committed(table.root, segments):
+            with discarded_unless_committed(table.storage, segments):
                 if records.num_rows:
-                    segments.append(write_segment(table.root, log_partition, base, records, offsets=positions))
+                    segments.append(write_segment(table.storage, log_partition, base, records, offsets=positions))
                 transactions[end_app_id(log_partition)] = base + len(ordered)
                 operation = "OFFSET RESET" if reset else "OFFSET COMMIT"
                 metadata = {"sparklog.operation": operation, "sparklog.group": group_id}
@@ -238,7 +238,7 @@ def delete_topic_offsets(
         tombstoned: list[tuple[str, int]] = []
         segments: list[SegmentFile] = []
         try:
-            with discarded_unless_committed(table.root, segments):
+            with discarded_unless_committed(table.storage, segments):
                 for partition, files in sorted(by_partition.items()):
                     doomed = sorted(
                         key
@@ -252,7 +252,7 @@ def delete_topic_offsets(
                     base = table.log_end(dt, partition)
                     if doomed:
                         tombstones = records_to_arrow(doomed, [None] * len(doomed), [now_ms] * len(doomed))
-                        segments.append(write_segment(table.root, partition, base, tombstones))
+                        segments.append(write_segment(table.storage, partition, base, tombstones))
                     transactions[end_app_id(partition)] = base + len(doomed)
                 table.commit(
                     dt, segments, transactions, {"sparklog.operation": "DELETE TOPIC OFFSETS", "sparklog.topic": topic}

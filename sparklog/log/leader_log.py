@@ -14,7 +14,7 @@ the leader instead:
 So the append protocol of :func:`sparklog.log.append.append` is unchanged (fences checked,
 log end read, one commit whose app transactions make racing writers conflict); only where
 it reads and how it commits differ. Whenever the map cannot be read from ``_delta_log``
-(not a local filesystem, a log cleaned up under it, a re-created table), :meth:`view`
+(a log cleaned up under it, a re-created table), :meth:`view`
 returns None and the append takes a delta-rs snapshot as every other writer does.
 One :class:`LeaderLog` per table and thread (the topic's committer).
 """
@@ -30,7 +30,7 @@ from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile
 from sparklog.log.table import CommitConflict, TopicTable
 from sparklog.log.transactions import end_app_id, fence_app_id, leader_app_id, leader_fence_app_id
-from sparklog.log.txn_state import app_transactions, local_root
+from sparklog.log.txn_state import app_transactions
 
 __all__ = ["LeaderLog", "StateView"]
 
@@ -75,7 +75,7 @@ class LeaderLog:
 
     def __init__(self, table: TopicTable) -> None:
         self.table = table
-        self.root = local_root(table.root)
+        self.root = table.root
         self.storage = table.storage
         self.known_version: int | None = None
         self._known_stamp: tuple[object, ...] | None = None  # TopicTable.commit_stamp of known_version
@@ -87,15 +87,13 @@ class LeaderLog:
 
     def state_view(self) -> StateView | None:
         """:meth:`view` with its version and whole app-transaction map exposed."""
-        if self.root is None:
-            return None
         newest = None
         if self.known_version is not None:
             newest = self.table.newest_version(self.known_version, self._known_stamp)
         if newest is None or self._table_id is None:
             dt = self.table.snapshot()
             newest, self._table_id = dt.version(), str(dt.metadata().id)
-        state = app_transactions(self.root, self._table_id, newest)
+        state = app_transactions(self.storage, self._table_id, newest)
         if state is None:
             self.known_version = None
             return None

@@ -192,7 +192,7 @@ class OffsetsPartitionLog:
                     return RoundResult(errors, base)
                 records = records_to_arrow(keys, values, [now_ms] * len(keys))
                 segment = write_segment(
-                    self.table.root,
+                    self.table.storage,
                     self.partition,
                     base,
                     records,
@@ -263,7 +263,7 @@ class OffsetsPartitionLog:
                     positions = pa.array([row["offset"] for row in kept], pa.int64())
                     segments.append(
                         write_segment(
-                            self.table.root,
+                            self.table.storage,
                             self.partition,
                             int(kept[0]["offset"]),
                             rows_to_arrow(kept),
@@ -312,11 +312,11 @@ class OffsetsPartitionLog:
         try:
             view.commit(segments, transactions, metadata, fsync, removes=removes)
         except CommitConflict:
-            discard_segments(self.table.root, segments)
+            discard_segments(self.table.storage, segments)
             self._version = None
             return False
         except BaseException:
-            discard_segments(self.table.root, segments)
+            discard_segments(self.table.storage, segments)
             self._version = None
             raise
         landed = self._leader_log.known_version

@@ -39,7 +39,6 @@ Invariants:
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -52,6 +51,7 @@ from sparklog.log.plans import SegmentLike, optimize_plan
 from sparklog.log.reader import read_files
 from sparklog.log.segment import SegmentFile, discard_segments, resolve_compression, write_placeholder, write_segment
 from sparklog.log.table import CommitConflict, TopicTable, rewrite_app_id, start_app_id
+from sparklog.log.table_properties import set_history_retention
 from sparklog.log.txn_log import last_stable_offset
 from sparklog.retries import MAINTENANCE_PLAN
 
@@ -161,12 +161,12 @@ def optimize_partition(
         except _Replan:
             committed = False
         except BaseException:
-            discard_segments(table.root, written)
+            discard_segments(table.storage, written)
             raise
         if committed:
             version = _committed_version(table, run_id)
             return _result(table, partition, groups, written, len(live), version, attempt, False)
-        discard_segments(table.root, written)
+        discard_segments(table.storage, written)
     raise MAINTENANCE_PLAN.exhausted(
         f"Optimize of {table.topic}-{partition}",
         "other maintenance (retention, DeleteRecords, compaction, another optimize) kept removing the files it "
@@ -183,7 +183,7 @@ def _merge(table: TopicTable, partition: int, group: Sequence[SegmentLike], comp
     ordered = sorted(group, key=lambda e: e.base_offset)
     try:
         records = read_files(table, ordered)
-        compression = resolve_compression(compression, [table.full_path(e.path) for e in ordered])
+        compression = resolve_compression(compression, table.storage, [e.path for e in ordered])
     except (OSError, pa.ArrowInvalid) as exc:
         live = {f.path for f in table.files(table.snapshot(), {partition})}
         if any(entry.path not in live for entry in group):
@@ -196,9 +196,9 @@ def _merge(table: TopicTable, partition: int, group: Sequence[SegmentLike], comp
     try:
         if records.num_rows == 0:  # only compaction placeholders: one placeholder for all
             stamps = [t for e in group for t in (e.min_timestamp_us, e.max_timestamp_us) if t is not None]
-            return write_placeholder(table.root, partition, first, last, stamps, compression)
+            return write_placeholder(table.storage, partition, first, last, stamps, compression)
         merged = write_segment(
-            table.root,
+            table.storage,
             partition,
             first,
             records.drop_columns(["offset"]),
@@ -283,8 +283,8 @@ def _result(
 # -- the Delta log ---------------------------------------------------------------------------
 def _log_file_count(table: TopicTable) -> int:
     try:
-        return len(os.listdir(os.path.join(table.root, "_delta_log")))
-    except OSError:
+        return len(table.storage.listing("_delta_log/"))
+    except (OSError, StorageError):
         return 0
 
 
@@ -293,7 +293,7 @@ def log_step(table: TopicTable, history_retention_ms: int) -> LogCheckpoint:
     broker agents run it: make the table's ``delta.logRetentionDuration`` the topic's
     ``history.retention.ms`` (one metadata commit, only when it differs), then
     :func:`checkpoint_log`."""
-    table.set_history_retention(history_retention_ms)
+    set_history_retention(table.snapshot, history_retention_ms, f"topic {table.topic} at {table.root}")
     return checkpoint_log(table)
 
 
@@ -304,7 +304,7 @@ def checkpoint_log(table: TopicTable) -> LogCheckpoint:
     replaying every commit; ``cleanup_metadata`` then deletes commit files (and older
     checkpoints) that are older than ``delta.logRetentionDuration`` (the topic's
     ``history.retention.ms``) and covered by a checkpoint. This is the only place sparklog
-    deletes log files (see :func:`sparklog.log.table.log_properties`). Time travel (``TopicTable.snapshot(version=...)``) to versions
+    deletes log files (see :func:`sparklog.log.table_properties.log_properties`). Time travel (``TopicTable.snapshot(version=...)``) to versions
     whose log files were deleted is no longer possible. Safe concurrently with commits.
     """
     before = _log_file_count(table)

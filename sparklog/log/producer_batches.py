@@ -30,7 +30,7 @@ def recent_kafka_batches(
     found: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     for entry in reversed(table.files(dt, {partition})[-FILES_SCANNED:]):
         try:
-            metadata = pq.read_metadata(table.full_path(entry.path)).metadata or {}
+            metadata = pq.read_metadata(table.storage.source(entry.path)).metadata or {}
         except OSError:
             continue  # removed by retention meanwhile: older batches are not needed
         raw = metadata.get(KAFKA_BATCHES_KEY.encode())

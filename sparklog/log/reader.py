@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 from sparklog.errors import StorageError
 from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import NO_HEADERS
+from sparklog.log.storage import TableStorage
 from sparklog.log.table import FileEntry, TopicTable, start_app_id
 from sparklog.log.txn_log import aborted_ranges, visible
 from sparklog.model.schema import FILE_SCHEMA, read_schema
@@ -56,7 +57,8 @@ _HEADERS_TYPE = FILE_SCHEMA.field("headers").type
 
 
 def read_segment_range(
-    path: str,
+    storage: TableStorage,
+    relative: str,
     partition: int,
     topic: str,
     start: int,
@@ -69,10 +71,10 @@ def read_segment_range(
     control rows (unless ``keep_control``) and without the records of the ``aborted`` runs."""
     columns = [f.name for f in FILE_SCHEMA if include_headers or keep_control or f.name != "headers"]
     try:
-        data = _read_offsets(path, columns, start, end)
+        data = _read_offsets(storage, relative, columns, start, end)
     except (OSError, pa.ArrowInvalid) as exc:
         raise StorageError(
-            f"Cannot read segment {path} of topic {topic} partition {partition} (offsets {start}..{end - 1}): {exc}. "
+            f"Cannot read segment {storage.root}/{relative} of topic {topic} partition {partition} (offsets {start}..{end - 1}): {exc}. "
             "If the file was removed by retention, restart the read from the current log-start offset."
         ) from exc
     data = visible(data, {partition: aborted}, keep_control)
@@ -92,18 +94,23 @@ def read_segment_range(
     return pa.Table.from_pydict(arrays, schema=read_schema(headers))
 
 
-def _read_offsets(path: str, columns: list[str], start: int, end: int) -> pa.Table:
+def _read_offsets(storage: TableStorage, relative: str, columns: list[str], start: int, end: int) -> pa.Table:
     """The rows of one file with ``start <= offset < end``: only the row groups whose offset
     stats overlap the range are decoded (a compacted file holds many), then the rows are
     filtered; columns come back in :data:`FILE_SCHEMA`'s types (files rewritten by delta-rs,
     DeleteRecords, store binary_view/string_view)."""
     # A small file is read with one system call and parsed from memory, on this thread:
     # opening it by path (a filesystem resolved, a read per column chunk, a thread pool)
-    # costs a 1,000-record segment about a third more.
-    with open(path, "rb", buffering=0) as raw:
-        small = os.fstat(raw.fileno()).st_size <= _WHOLE_FILE_BYTES
-        contents = raw.read() if small else None
-    with pq.ParquetFile(pa.OSFile(path) if contents is None else pa.BufferReader(contents)) as file:
+    # costs a 1,000-record segment about a third more. A store's object comes whole.
+    path = storage.local_path(relative)
+    source: pa.NativeFile
+    if path is None:
+        small, source = True, pa.BufferReader(storage.read(relative))
+    else:
+        with open(path, "rb", buffering=0) as raw:
+            small = os.fstat(raw.fileno()).st_size <= _WHOLE_FILE_BYTES
+            source = pa.BufferReader(raw.read()) if small else pa.OSFile(path)
+    with pq.ParquetFile(source) as file:
         metadata = file.metadata
         groups = []
         index = metadata.schema.names.index("offset")  # files delta-rs rewrote may order columns otherwise
@@ -166,7 +173,8 @@ def read_ranges(
         if max_bytes is not None and read_bytes.get(e.partition, 0) >= max_bytes:
             continue
         piece = read_segment_range(
-            table.full_path(e.path),
+            table.storage,
+            e.path,
             e.partition,
             table.topic,
             *ranges[e.partition],
@@ -184,7 +192,7 @@ def read_ranges(
 
 def read_files(table: TopicTable, entries: Sequence[SegmentLike]) -> pa.Table:
     """Whole files in the file layout (with ``offset``, without ``partition``), in order."""
-    pieces = [pq.read_table(table.full_path(e.path), schema=FILE_SCHEMA) for e in entries]
+    pieces = [pq.read_table(table.storage.source(e.path), schema=FILE_SCHEMA) for e in entries]
     return pa.concat_tables(pieces) if pieces else FILE_SCHEMA.empty_table()
 
 
@@ -200,7 +208,7 @@ def offset_for_timestamp(table: TopicTable, dt: DeltaTable, partition: int, time
             continue
         if best is not None and entry.base_offset >= best:
             break  # files are in offset order; nothing later can be earlier
-        data = pq.read_table(table.full_path(entry.path), columns=["offset", "timestamp"])
+        data = pq.read_table(table.storage.source(entry.path), columns=["offset", "timestamp"])
         mask = pc.and_(
             pc.greater_equal(data.column("timestamp").cast(pa.int64()), target_us),
             pc.greater_equal(data.column("offset"), log_start),

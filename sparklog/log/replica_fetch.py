@@ -32,6 +32,7 @@ import json
 import os
 from dataclasses import dataclass, replace
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
@@ -113,7 +114,7 @@ def truncate(follower: TopicTable, partition: int, offset: int, leader_epoch: in
         doomed = [f for f in follower.files(dt, {partition}) if f.last_offset >= target]
         written: list[SegmentFile] = []
         try:
-            with discarded_unless_committed(follower.root, written):
+            with discarded_unless_committed(follower.storage, written):
                 for entry in doomed:
                     if entry.base_offset < target:
                         written.append(_prefix(follower, entry, target))
@@ -149,12 +150,12 @@ def _prefix(table: TopicTable, entry: FileEntry, offset: int) -> SegmentFile:
     """``entry``'s records below ``offset``, as a new file spanning ``[base, offset)``."""
     records = read_files(table, [entry])
     kept = records.filter(pc.less(records.column("offset"), offset))
-    codec = file_compression(table.full_path(entry.path))  # a replica keeps the leader's codec
+    codec = file_compression(table.storage, entry.path)  # a replica keeps the leader's codec
     if kept.num_rows == 0:
         stamps = [t for t in (entry.min_timestamp_us, entry.max_timestamp_us) if t is not None]
-        return write_placeholder(table.root, entry.partition, entry.base_offset, offset - 1, stamps, codec)
+        return write_placeholder(table.storage, entry.partition, entry.base_offset, offset - 1, stamps, codec)
     segment = write_segment(
-        table.root,
+        table.storage,
         entry.partition,
         entry.base_offset,
         kept.drop_columns(["offset"]),
@@ -236,11 +237,11 @@ def copy_from_leader(
                 max(leader_start if below else start_now, 0),
             )
         except CommitConflict:
-            discard_segments(follower.root, _own_names(copied))
+            discard_segments(follower.storage, _own_names(copied))
         except FileNotFoundError:
-            discard_segments(follower.root, _own_names(copied))  # a leader file was removed and vacuumed meanwhile
+            discard_segments(follower.storage, _own_names(copied))  # a leader file was removed and vacuumed meanwhile
         except BaseException:
-            discard_segments(follower.root, _own_names(copied))
+            discard_segments(follower.storage, _own_names(copied))
             raise
     raise StorageError(
         f"Copying {leader.topic}-{partition} from {leader.root} to {follower.root} kept conflicting with other "
@@ -283,52 +284,61 @@ def _copy_file(
     leader: TopicTable, follower: TopicTable, entry: FileEntry, have: int, fsync: bool, hard_links: bool
 ) -> tuple[SegmentFile, tuple[str, int] | None]:
     """One leader file into the follower: byte for byte when wholly new, else its new part."""
-    source = leader.full_path(entry.path)
-    producer = _producer_of(source)
+    producer = _producer_of(leader.storage.source(entry.path))
     if entry.base_offset >= have:
         # Same relative path as the leader's: an acks=all producer may have staged the bytes
         # here already (write_segment's stage_roots); a partial staged file is replaced.
-        relative = entry.path
-        target = follower.full_path(relative)
-        if not _fresh_copy(target, entry.size_bytes):
-            place_copy(source, target, hard_links)
-        if fsync:
-            fsync_path(target)
+        size_bytes, modified_ms = _copy_whole(leader, follower, entry, fsync, hard_links)
         segment = SegmentFile(
-            path=relative,
+            path=entry.path,
             partition=entry.partition,
             base_offset=entry.base_offset,
             last_offset=entry.last_offset,
-            size_bytes=os.path.getsize(target),
+            size_bytes=size_bytes,
             min_timestamp_us=entry.min_timestamp_us or 0,
             max_timestamp_us=entry.max_timestamp_us or 0,
-            modification_time_ms=_mtime_ms(target),
+            modification_time_ms=modified_ms,
             record_count=entry.num_records,
         )
         return segment, producer
     records = read_files(leader, [entry])
     tail = records.filter(pc.greater_equal(records.column("offset"), have))
-    codec = file_compression(source)  # a slice keeps the leader file's codec, as a whole copy does
+    codec = file_compression(leader.storage, entry.path)  # a slice keeps the leader file's codec, as a whole copy does
     if tail.num_rows == 0:
         stamps = [t for t in (entry.min_timestamp_us, entry.max_timestamp_us) if t is not None]
-        segment = write_placeholder(follower.root, entry.partition, have, entry.last_offset, stamps, codec)
+        segment = write_placeholder(follower.storage, entry.partition, have, entry.last_offset, stamps, codec)
     else:
         segment = write_segment(
-            follower.root,
+            follower.storage,
             entry.partition,
             have,
             tail.drop_columns(["offset"]),
             codec,
             fsync=fsync,
             offsets=tail.column("offset").combine_chunks(),
+            suffix=_SLICE_SUFFIX,
         )
-    sliced = segment.path[: -len(".parquet")] + _SLICE_SUFFIX
-    os.replace(follower.full_path(segment.path), follower.full_path(sliced))
-    return replace(segment, path=sliced, base_offset=have, last_offset=entry.last_offset), producer
+    return replace(segment, base_offset=have, last_offset=entry.last_offset), producer
 
 
-def _producer_of(path: str) -> tuple[str, int] | None:
-    metadata = pq.read_schema(path).metadata or {}
+def _copy_whole(
+    leader: TopicTable, follower: TopicTable, entry: FileEntry, fsync: bool, hard_links: bool
+) -> tuple[int, int]:
+    """``entry``'s bytes under its own name in the follower: (size, modification ms)."""
+    source, target = leader.storage.local_path(entry.path), follower.storage.local_path(entry.path)
+    if source is None or target is None:  # a store on either side: the bytes travel through here
+        data = leader.storage.read(entry.path)
+        follower.storage.write(entry.path, data, fsync)
+        return len(data), clock.now_ms()
+    if not _fresh_copy(target, entry.size_bytes):
+        place_copy(source, target, hard_links)
+    if fsync:
+        fsync_path(target)
+    return os.path.getsize(target), _mtime_ms(target)
+
+
+def _producer_of(source: str | pa.NativeFile) -> tuple[str, int] | None:
+    metadata = pq.read_schema(source).metadata or {}
     producer = metadata.get(PRODUCER_KEY.encode())
     sequence = metadata.get(SEQUENCE_KEY.encode())
     if producer is None or sequence is None:

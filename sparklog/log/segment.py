@@ -3,7 +3,8 @@
 A segment holds rows of exactly one partition in offset order, offsets contiguous inside
 the file. Its Delta stats carry ``numRecords`` and min/max of ``offset`` and ``timestamp``
 so readers skip files outside an offset or time range. Writing a segment is pure file I/O
-(pyarrow), safe in any process: Spark tasks call it on executors.
+(pyarrow, through the table's :class:`~sparklog.log.storage.TableStorage`), safe in any
+process: Spark tasks call it on executors.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import pyarrow.parquet as pq
 
 from sparklog import clock
 from sparklog.errors import ConfigError, PolicyError
-from sparklog.log.storage import fsync_path
+from sparklog.log.plans import SegmentLike
+from sparklog.log.storage import TableStorage, fsync_path
 from sparklog.model.schema import FILE_SCHEMA
 
 __all__ = [
@@ -96,24 +98,24 @@ def rewrite_compression(topic_codec: str) -> str:
     return KEEP_CODEC if topic_codec == "producer" else parquet_compression(topic_codec)
 
 
-def file_compression(path: str) -> str:
+def file_compression(storage: TableStorage, relative: str) -> str:
     """The codec a Parquet file's data was written with, as ``pq.write_table`` names it."""
-    metadata = pq.ParquetFile(path).metadata
+    metadata = pq.ParquetFile(storage.source(relative)).metadata
     if metadata.num_row_groups == 0 or metadata.num_columns == 0:
         return "none"
     codec = str(metadata.row_group(0).column(0).compression).lower()
     return {"uncompressed": "none", "lz4_raw": "lz4"}.get(codec, codec)
 
 
-def resolve_compression(compression: str, sources: Sequence[str]) -> str:
+def resolve_compression(compression: str, storage: TableStorage, sources: Sequence[str]) -> str:
     """``compression``, unless it is :data:`KEEP_CODEC`: then the codec of the first of the
-    rewritten files (full paths, in offset order) that holds records."""
+    rewritten files (relative paths, in offset order) that holds records."""
     if compression != KEEP_CODEC:
         return compression
-    for path in sources:
-        if pq.ParquetFile(path).metadata.num_rows > 0:
-            return file_compression(path)
-    return file_compression(sources[0]) if sources else "none"
+    for relative in sources:
+        if pq.ParquetFile(storage.source(relative)).metadata.num_rows > 0:
+            return file_compression(storage, relative)
+    return file_compression(storage, sources[0]) if sources else "none"
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,7 @@ def split_for_size(records: pa.Table, segment_bytes: int) -> Iterator[pa.Table]:
 
 
 def write_segment(
-    table_root: str,
+    storage: TableStorage,
     partition: int,
     base_offset: int,
     records: pa.Table,
@@ -181,6 +183,7 @@ def write_segment(
     metadata: dict[str, str] | None = None,
     stage_roots: Sequence[str] = (),
     hard_links: bool = True,
+    suffix: str = ".parquet",
 ) -> SegmentFile:
     """Write ``records`` (FILE_SCHEMA minus ``offset``) with offsets from ``base_offset``.
 
@@ -192,7 +195,8 @@ def write_segment(
     relative path (:func:`place_copy`; not fsynced, never committed here): a follower's
     fetch finds the file in place instead of copying it (``acks=all`` latency). A staged
     file whose batch never commits is an orphan for vacuum. ``hard_links``: see
-    :func:`place_copy`.
+    :func:`place_copy`. Staging needs a table on a local disk. ``suffix`` ends the new
+    file's name (a follower's slice of a leader file is told by it).
     """
     n = records.num_rows
     if n == 0:
@@ -205,29 +209,22 @@ def write_segment(
     table = pa.Table.from_arrays(
         [offsets if f.name == "offset" else records.column(f.name) for f in FILE_SCHEMA], schema=schema
     )
-    relative = f"partition={partition}/{base_offset:020d}-{uuid.uuid4().hex}.parquet"
-    directory = os.path.join(table_root, f"partition={partition}")
-    full = os.path.join(table_root, relative)
-    try:
-        _write_parquet(table, full, compression)
-    except FileNotFoundError:  # the partition's first file
-        os.makedirs(directory, exist_ok=True)
-        _write_parquet(table, full, compression)
-    for root in stage_roots:
-        try:
-            place_copy(full, os.path.join(root, relative), hard_links)
-        except OSError as exc:  # the follower's fetch copies it itself
-            log.debug("staging %s in %s failed: %s", relative, root, exc)
-    if fsync:
-        fsync_path(full)
-        fsync_path(directory)
+    relative = f"partition={partition}/{base_offset:020d}-{uuid.uuid4().hex}{suffix}"
+    size_bytes = _write_parquet(table, storage, relative, compression, fsync)
+    full = storage.local_path(relative)
+    if full is not None:
+        for root in stage_roots:
+            try:
+                place_copy(full, os.path.join(root, relative), hard_links)
+            except OSError as exc:  # the follower's fetch copies it itself
+                log.debug("staging %s in %s failed: %s", relative, root, exc)
     bounds = pc.min_max(table.column("timestamp"))  # timestamp[us] scalars: .value is µs
     return SegmentFile(
         path=relative,
         partition=partition,
         base_offset=base_offset,
         last_offset=offsets[-1].as_py() if n else base_offset,
-        size_bytes=os.path.getsize(full),
+        size_bytes=size_bytes,
         min_timestamp_us=bounds["min"].value,
         max_timestamp_us=bounds["max"].value,
         modification_time_ms=clock.now_ms(),
@@ -235,7 +232,8 @@ def write_segment(
     )
 
 
-def _write_parquet(table: pa.Table, path: str, compression: str) -> None:
+def _write_parquet(table: pa.Table, storage: TableStorage, relative: str, compression: str, durable: bool) -> int:
+    """Write ``table`` as ``relative``; its size in bytes."""
     # No dictionary encoding: payloads rarely repeat, and trying costs more than the write.
     # Row groups of 128k records let a small read skip most of a large segment.
     if table.num_rows and table.column("headers").null_count == table.num_rows:
@@ -246,25 +244,24 @@ def _write_parquet(table: pa.Table, path: str, compression: str) -> None:
         "write_statistics": ["offset", "timestamp"],
         "row_group_size": ROW_GROUP_RECORDS,
     }
-    if table.nbytes > _BUFFERED_WRITE_BYTES:
-        # An open file, not a path: pyarrow resolving a path to a filesystem costs a small
-        # segment more than writing it.
+    path = storage.local_path(relative)
+    if path is not None and table.nbytes > _BUFFERED_WRITE_BYTES:
+        # A large segment on a disk streams to an open file (not a path: pyarrow resolving a
+        # path to a filesystem costs a small segment more than writing it).
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with pa.OSFile(path, "wb") as sink:
             pq.write_table(table, sink, **options)
-        return
-    # A small segment is encoded in memory and written with one system call: pyarrow writes
-    # a file piece by piece (about 18 writes and 11 seeks for a 3-record file), each letting
-    # go of the GIL and taking it back with the broker's other threads runnable.
+        if durable:
+            fsync_path(path)
+            fsync_path(os.path.dirname(path))
+        return os.path.getsize(path)
+    # Otherwise encoded in memory and written whole: one system call on a disk, one
+    # single-part PUT on a store.
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, **options)
     data = sink.getvalue()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
+    storage.write(relative, data, durable)
+    return data.size
 
 
 def place_copy(source: str, target: str, hard_links: bool = True) -> None:
@@ -298,7 +295,12 @@ def place_copy(source: str, target: str, hard_links: bool = True) -> None:
 
 
 def write_placeholder(
-    table_root: str, partition: int, first_offset: int, last_offset: int, timestamps_us: list[int], compression: str
+    storage: TableStorage,
+    partition: int,
+    first_offset: int,
+    last_offset: int,
+    timestamps_us: list[int],
+    compression: str,
 ) -> SegmentFile:
     """A file with no records that holds ``[first_offset, last_offset]`` in its stats.
 
@@ -308,15 +310,16 @@ def write_placeholder(
     the replaced files' stats, so time retention drops the placeholder when it would have
     dropped them."""
     relative = f"partition={partition}/{first_offset:020d}-{uuid.uuid4().hex}.parquet"
-    full = os.path.join(table_root, relative)
-    os.makedirs(os.path.dirname(full), exist_ok=True)
-    pq.write_table(FILE_SCHEMA.empty_table(), full, compression=compression)
+    sink = pa.BufferOutputStream()
+    pq.write_table(FILE_SCHEMA.empty_table(), sink, compression=compression)
+    data = sink.getvalue()
+    storage.write(relative, data, durable=False)
     return SegmentFile(
         path=relative,
         partition=partition,
         base_offset=first_offset,
         last_offset=last_offset,
-        size_bytes=os.path.getsize(full),
+        size_bytes=data.size,
         min_timestamp_us=min(timestamps_us, default=0),
         max_timestamp_us=max(timestamps_us, default=0),
         modification_time_ms=clock.now_ms(),
@@ -324,35 +327,30 @@ def write_placeholder(
     )
 
 
-def shift_segment(table_root: str, segment: SegmentFile, shift: int) -> SegmentFile:
+def shift_segment(storage: TableStorage, segment: SegmentFile, shift: int) -> SegmentFile:
     """An uncommitted ``segment`` with every offset moved by ``shift``: rewritten under a new
     name with the same codec, the old file deleted. The commit of a Spark produce moves the
     files of tasks that wrote at provisional offsets into task order with it."""
-    full = os.path.join(table_root, segment.path)
-    data = pq.read_table(full, schema=FILE_SCHEMA)
+    data = pq.read_table(storage.source(segment.path), schema=FILE_SCHEMA)
+    codec = file_compression(storage, segment.path)
     offsets = pc.add(data.column("offset"), pa.scalar(shift, pa.int64())).combine_chunks()
-    moved = write_segment(
-        table_root, segment.partition, 0, data.drop_columns(["offset"]), file_compression(full), offsets=offsets
-    )
-    os.remove(full)
+    moved = write_segment(storage, segment.partition, 0, data.drop_columns(["offset"]), codec, offsets=offsets)
+    storage.delete(segment.path)
     return moved
 
 
-def discard_segments(table_root: str, segments: list[SegmentFile]) -> None:
+def discard_segments(storage: TableStorage, segments: Sequence[SegmentLike]) -> None:
     """Delete files written for a commit that did not land (conflict, error, duplicate)."""
     for seg in segments:
-        try:
-            os.remove(os.path.join(table_root, seg.path))
-        except FileNotFoundError:
-            pass
+        storage.delete(seg.path)
 
 
 @contextmanager
-def discarded_unless_committed(table_root: str, segments: list[SegmentFile]) -> Iterator[None]:
+def discarded_unless_committed(storage: TableStorage, segments: list[SegmentFile]) -> Iterator[None]:
     """Delete what ``segments`` holds (filled inside the block) when the block fails: a commit
     that conflicted or raised took none of them, and nothing else refers to them."""
     try:
         yield
     except BaseException:
-        discard_segments(table_root, segments)
+        discard_segments(storage, segments)
         raise

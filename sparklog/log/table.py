@@ -22,12 +22,8 @@ This module (with the rest of ``log/``) is the only code that touches deltalake.
   fails concurrent commits that touch the same app id, so two writers can never both
   commit on one snapshot of ``p`` (invariant 1 and 4 of DESIGN §5);
 * the single commit of a produce (all partitions of one topic in one Delta commit);
-* the table properties that bound the Delta log (:func:`log_properties`): delta-rs writes a
-  checkpoint every ``delta.checkpointInterval`` commits; commit files older than
-  ``delta.logRetentionDuration`` (the topic's ``history.retention.ms``) are deleted by the
-  maintenance job only (``delta.enableExpiredLogCleanup=false``): measured with deltalake
-  1.6.6, a writer's post-commit cleanup racing another cleanup fails *after* its commit
-  landed, which would report a produced batch as failed.
+* the table's creation with the properties that bound its Delta log
+  (:mod:`sparklog.log.table_properties`).
 """
 
 from __future__ import annotations
@@ -50,7 +46,8 @@ from sparklog.log.delta_commit import commit_name
 from sparklog.log.files import FileEntry, LiveFiles
 from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile
-from sparklog.log.storage import LocalTableStorage, fsync_path, local_log_dir
+from sparklog.log.storage import fsync_path, table_storage
+from sparklog.log.table_properties import log_properties
 from sparklog.log.transactions import (
     cleaned_app_id,
     end_app_id,
@@ -64,12 +61,12 @@ from sparklog.log.transactions import (
 from sparklog.log.transactions import (
     transaction_version as _transaction_version,
 )
-from sparklog.log.txn_state import app_transactions, local_root
+from sparklog.log.txn_state import app_transactions
 from sparklog.model.schema import TABLE_SCHEMA
-from sparklog.retries import EPOCH_MARKER, TABLE_PROPERTIES
+from sparklog.model.storage_location import StorageSettings, parse_location
+from sparklog.retries import EPOCH_MARKER
 
 __all__ = [
-    "CHECKPOINT_INTERVAL",
     "CommitConflict",
     "FileEntry",
     "TopicTable",
@@ -78,24 +75,13 @@ __all__ = [
     "fence_app_id",
     "leader_app_id",
     "leader_fence_app_id",
-    "log_properties",
     "producer_app_id",
     "rewrite_app_id",
     "start_app_id",
 ]
 # The app ids are re-exported: callers name them through the table module.
 
-CHECKPOINT_INTERVAL = 100  # commits between the checkpoints delta-rs writes after a commit
-_LOG_RETENTION = "delta.logRetentionDuration"
-
-
-def log_properties(history_retention_ms: int) -> dict[str, str]:
-    """The Delta table properties of a topic table whose history is kept ``history_retention_ms``."""
-    return {
-        "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
-        _LOG_RETENTION: f"interval {history_retention_ms} milliseconds",
-        "delta.enableExpiredLogCleanup": "false",
-    }
+_FROM_ENVIRONMENT = StorageSettings()  # no storage.* settings: the AWS_* variables decide
 
 
 class CommitConflict(Exception):
@@ -105,19 +91,24 @@ class CommitConflict(Exception):
 class TopicTable:
     """The Delta table of one topic replica. Thread-safe: one snapshot per thread."""
 
-    def __init__(self, log_dir: str, topic: str) -> None:
+    def __init__(self, log_dir: str, topic: str, settings: StorageSettings = _FROM_ENVIRONMENT) -> None:
         self.topic = topic
-        self.root = str(Path(local_log_dir(log_dir)) / "topics" / topic)
-        self.storage = LocalTableStorage(self.root)
+        self.root = _table_root(log_dir, topic)
+        self.storage = table_storage(self.root, settings)
+        self._options = self.storage.delta_options or None
         self._local = threading.local()
         self._live = LiveFiles()
         self._newest_seen: tuple[str, int] | None = None  # (table id, version): current_log_end's
 
     # -- life cycle ----------------------------------------------------------------------
     def exists(self) -> bool:
-        return DeltaTable.is_deltatable(self.root)
+        # Its first commit, or the checkpoint that replaced it after log cleanup. Not
+        # delta-rs's is_deltatable: with deltalake 1.6.6 it never returns on S3 when the
+        # table has no checkpoint (it asks for _last_checkpoint again and again).
+        return self.storage.exists(commit_name(0)) or self.storage.exists("_delta_log/_last_checkpoint")
 
     def create(self, topic_id: str, history_retention_ms: int) -> None:
+        self.storage.prove()
         try:
             DeltaTable.create(
                 self.root,
@@ -125,6 +116,7 @@ class TopicTable:
                 mode="error",
                 partition_by=["partition"],
                 name=self.topic,
+                storage_options=self._options,
                 description=json.dumps({"topic_id": topic_id}),
                 configuration=log_properties(history_retention_ms),
             )
@@ -141,30 +133,6 @@ class TopicTable:
                     f"The {self.topic} topic exists in ZooKeeper but has no table at {self.root} after {timeout_s} s"
                 )
             time.sleep(0.05)
-
-    def set_history_retention(self, history_retention_ms: int) -> bool:
-        """Make the table's log properties match ``history_retention_ms`` (a topic config
-        change reaches the table at the next maintenance run). One metadata commit when
-        they differ, retried over concurrent commits (which retry in turn: a metadata change
-        fails them once). Returns whether a commit was made."""
-        wanted = log_properties(history_retention_ms)
-        for _attempt in TABLE_PROPERTIES:
-            dt = self.snapshot()
-            configuration = dt.metadata().configuration
-            if all(configuration.get(key) == value for key, value in wanted.items()):
-                return False
-            try:
-                dt.alter.set_table_properties(wanted, commit_properties=CommitProperties(max_commit_retries=0))
-                return True
-            except CommitFailedError:
-                continue
-            except (DeltaError, OSError) as exc:
-                raise StorageError(
-                    f"Cannot set the log properties of topic {self.topic} at {self.root}: {exc}"
-                ) from exc
-        raise TABLE_PROPERTIES.exhausted(
-            f"Setting the log properties of topic {self.topic} at {self.root}", "run the maintenance again"
-        )
 
     def topic_id(self) -> str | None:
         description = self.snapshot().metadata().description
@@ -186,20 +154,20 @@ class TopicTable:
         topic deleted and created again: a re-created table can reach the same versions)."""
         try:
             if version is not None:
-                return DeltaTable(self.root, version=version)
+                return DeltaTable(self.root, version=version, storage_options=self._options)
             dt: DeltaTable | None = getattr(self._local, "dt", None)
             stamp = getattr(self._local, "stamp", None)
             newest = None if dt is None else self.newest_version(dt.version(), stamp)
             if dt is None or (newest is None and stamp is not None):
                 # None cached, or the commit file it was read at is gone or replaced: start over.
-                dt = self._local.dt = DeltaTable(self.root)
+                dt = self._local.dt = DeltaTable(self.root, storage_options=self._options)
             elif newest != dt.version():
                 try:
                     dt.update_incremental()
                 except (DeltaError, OSError):
                     # Log cleanup deleted commit files this snapshot had not read yet: start
                     # over from the newest checkpoint.
-                    dt = self._local.dt = DeltaTable(self.root)
+                    dt = self._local.dt = DeltaTable(self.root, storage_options=self._options)
             self._local.stamp = self.commit_stamp(dt.version())
             return dt
         except TableNotFoundError as exc:
@@ -266,8 +234,7 @@ class TopicTable:
             newest = self.newest_version(known)
             if newest is not None:
                 self._newest_seen = (table_id, newest)
-            root = local_root(self.root)
-            state = None if newest is None or root is None else app_transactions(root, table_id, newest)
+            state = None if newest is None else app_transactions(self.storage, table_id, newest)
         except (DeltaError, OSError) as exc:
             raise StorageError(f"Cannot read the table of topic {self.topic} at {self.root}: {exc}") from exc
         if state is None:  # log cleaned up or table re-created under the snapshot, or not local
@@ -407,6 +374,7 @@ class TopicTable:
             for seg in segments
         ]
         read_version = dt.version()
+        self.storage.prove()
         properties = CommitProperties(
             custom_metadata=custom_metadata or None,
             max_commit_retries=max_commit_retries,
@@ -425,8 +393,11 @@ class TopicTable:
 
     def _fsync_log_after(self, read_version: int) -> None:
         # The commit landed at some version > read_version; fsync every newer commit file
-        # (cheap, and covers ours without needing to know its exact number).
-        log_dir = os.path.join(self.root, "_delta_log")
+        # (cheap, and covers ours without needing to know its exact number). A store's
+        # acknowledged PUT is durable already.
+        log_dir = self.storage.local_path("_delta_log")
+        if log_dir is None:
+            return
         for name in os.listdir(log_dir):
             if name.endswith(".json") and name[:20].isdigit() and int(name[:20]) > read_version:
                 fsync_path(os.path.join(log_dir, name))
@@ -484,6 +455,16 @@ class TopicTable:
             except CommitConflict:
                 continue
         raise EPOCH_MARKER.exhausted(f"The epoch marker {epoch} of {self.topic}-{partition}", "the writer retries it")
+
+
+def _table_root(log_dir: str, topic: str) -> str:
+    """A local log dir's path as given (callers resolved it); a store's URI normalised."""
+    if "://" not in log_dir:
+        return str(Path(log_dir) / "topics" / topic)
+    location = parse_location(log_dir)
+    return (
+        location.child("topics", topic).uri if location.is_object_store else str(Path(location.path) / "topics" / topic)
+    )
 
 
 def _version_key(dt: DeltaTable) -> tuple[str, int]:

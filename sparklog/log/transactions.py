@@ -15,7 +15,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from sparklog.errors import StorageError
-from sparklog.log.txn_state import app_transactions, local_root
+from sparklog.log.storage import storage_of
+from sparklog.log.txn_state import app_transactions
 
 __all__ = [
     "KAFKA_PRODUCERS_PREFIX",
@@ -109,13 +110,12 @@ _TXN_CACHE_ATTRIBUTE = "_sparklog_transactions"
 def transactions_at(dt: DeltaTable, version: int) -> Mapping[str, int] | None:
     """Every app transaction of ``dt``'s table as of ``version`` (which may be newer than
     ``dt``'s own) from :mod:`sparklog.log.txn_state`; None: ask delta-rs."""
-    root = local_root(dt.table_uri)
-    return None if root is None else app_transactions(root, str(dt.metadata().id), version)
+    return app_transactions(storage_of(dt.table_uri), str(dt.metadata().id), version)
 
 
 def transaction_versions(dt: DeltaTable, prefix: str, suffix: str = "") -> dict[str, int]:
     """Every app transaction of snapshot ``dt`` whose id starts with ``prefix`` and ends with
-    ``suffix``. Empty when the map cannot be read from ``_delta_log`` (non-local storage):
+    ``suffix``. Empty when the map cannot be read from ``_delta_log`` (cleaned up under it):
     delta-rs can only be asked id by id."""
     version = dt.version()
     every = transactions_at(dt, version)

@@ -183,7 +183,7 @@ def producer_runs(
     for entry in table.files(dt, {partition}):
         if entry.last_offset < start or entry.base_offset >= end:
             continue
-        metadata = pq.read_metadata(table.full_path(entry.path)).metadata or {}
+        metadata = pq.read_metadata(table.storage.source(entry.path)).metadata or {}
         raw = metadata.get(KAFKA_BATCHES_KEY.encode())
         for pid, _epoch, first, last, base in json.loads(raw) if raw else []:
             if int(pid) == producer_id and start <= int(base) < end:

@@ -12,24 +12,24 @@ Reading follows the Delta protocol: the newest checkpoint named by ``_last_check
 commits after it in order; a later ``txn`` action of an app id replaces an earlier one.
 sparklog never sets ``delta.setTransactionRetentionDuration``, so no ``txn`` expires.
 
-Falls back (returns None, the caller asks delta-rs) when the table is not on a local
-filesystem, for a version below the newest checkpoint and every version kept, or when
-log files needed were cleaned up under us. Maps are kept per table root and Delta table id
+The files are read through the table's storage (a local disk or an object store).
+Falls back (returns None, the caller asks delta-rs) for a version below the newest
+checkpoint and every version kept, or when log files needed were cleaned up under us. Maps are kept per table root and Delta table id
 (a re-created topic gets a new id), for the newest few versions. Thread-safe.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlparse
 
 import pyarrow.parquet as pq
 
-__all__ = ["app_transactions", "local_root"]
+from sparklog.log.storage import TableStorage
+
+__all__ = ["app_transactions"]
 
 _LOG = "_delta_log"
 _VERSIONS_KEPT = 16  # per table: snapshots a little behind the newest still find theirs
@@ -46,17 +46,10 @@ _states: dict[str, _State] = {}
 _lock = threading.Lock()
 
 
-def local_root(table_uri: str) -> str | None:
-    """The local directory of a table URI (``file://`` or a plain path); None for object stores."""
-    if "://" not in table_uri:
-        return table_uri
-    parsed = urlparse(table_uri)
-    return unquote(parsed.path) if parsed.scheme == "file" else None
-
-
-def app_transactions(root: str, table_id: str, version: int) -> Mapping[str, int] | None:
-    """``appId -> version`` of every application transaction of the table at ``root`` (Delta
-    table id ``table_id``) as of ``version``; None when this module can't tell (see above)."""
+def app_transactions(storage: TableStorage, table_id: str, version: int) -> Mapping[str, int] | None:
+    """``appId -> version`` of every application transaction of the table in ``storage``
+    (Delta table id ``table_id``) as of ``version``; None when this module can't tell (see above)."""
+    root = storage.root
     with _lock:
         state = _states.get(root)
         if state is None or state.table_id != table_id:
@@ -70,13 +63,13 @@ def app_transactions(root: str, table_id: str, version: int) -> Mapping[str, int
         else:  # first sight of this table, or older than every version kept (an old snapshot)
             start, versions = -1, {}
     if start < 0:
-        built = _from_checkpoint(root, version)
+        built = _from_checkpoint(storage, version)
         if built is None:
             return None
         start, versions = built
     try:
         for v in range(start, version + 1):
-            _apply_commit(os.path.join(root, _LOG, f"{v:020d}.json"), versions)
+            _apply_commit(storage.read(f"{_LOG}/{v:020d}.json"), versions)
     except FileNotFoundError:
         return None  # cleaned up meanwhile (or not a version of this table): delta-rs answers
     with _lock:
@@ -91,12 +84,10 @@ def app_transactions(root: str, table_id: str, version: int) -> Mapping[str, int
     return versions
 
 
-def _from_checkpoint(root: str, version: int) -> tuple[int, dict[str, int]] | None:
+def _from_checkpoint(storage: TableStorage, version: int) -> tuple[int, dict[str, int]] | None:
     """The state at the newest checkpoint (if at or below ``version``): (next version, map)."""
-    log_dir = os.path.join(root, _LOG)
     try:
-        with open(os.path.join(log_dir, "_last_checkpoint"), encoding="utf-8") as handle:
-            last = json.load(handle)
+        last = json.loads(storage.read(f"{_LOG}/_last_checkpoint"))
     except FileNotFoundError:
         return 0, {}  # no checkpoint: replay from the first commit
     except (OSError, ValueError):
@@ -106,19 +97,16 @@ def _from_checkpoint(root: str, version: int) -> tuple[int, dict[str, int]] | No
         return None
     parts = int(last.get("parts") or 0)
     if parts:
-        paths = [
-            os.path.join(log_dir, f"{checkpoint:020d}.checkpoint.{i:010d}.{parts:010d}.parquet")
-            for i in range(1, parts + 1)
-        ]
+        names = [f"{_LOG}/{checkpoint:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)]
     else:
-        paths = [os.path.join(log_dir, f"{checkpoint:020d}.checkpoint.parquet")]
+        names = [f"{_LOG}/{checkpoint:020d}.checkpoint.parquet"]
     versions: dict[str, int] = {}
     try:
-        for path in paths:
-            schema = pq.read_schema(path)
-            if "txn" not in schema.names:
+        for name in names:
+            file = pq.ParquetFile(storage.source(name))
+            if "txn" not in file.schema_arrow.names:
                 continue
-            for txn in pq.read_table(path, columns=["txn"]).column("txn").to_pylist():
+            for txn in file.read(columns=["txn"]).column("txn").to_pylist():
                 if txn is not None and txn.get("appId") is not None:
                     versions[txn["appId"]] = int(txn["version"])
     except (OSError, ValueError):
@@ -126,12 +114,11 @@ def _from_checkpoint(root: str, version: int) -> tuple[int, dict[str, int]] | No
     return checkpoint + 1, versions
 
 
-def _apply_commit(path: str, versions: dict[str, int]) -> None:
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if '"txn"' not in line:
-                continue  # add/remove/commitInfo lines: skip without parsing
-            action = json.loads(line)
-            txn = action.get("txn")
-            if isinstance(txn, dict) and "appId" in txn:
-                versions[txn["appId"]] = int(txn["version"])
+def _apply_commit(data: bytes, versions: dict[str, int]) -> None:
+    for line in data.decode("utf-8").splitlines():
+        if '"txn"' not in line:
+            continue  # add/remove/commitInfo lines: skip without parsing
+        action = json.loads(line)
+        txn = action.get("txn")
+        if isinstance(txn, dict) and "appId" in txn:
+            versions[txn["appId"]] = int(txn["version"])

@@ -38,10 +38,11 @@ import pyarrow.parquet as pq
 from sparklog import clock
 from sparklog.errors import ConfigError, StorageError
 from sparklog.log.plans import vacuum_candidates
+from sparklog.log.storage import TableStorage
 from sparklog.log.table import TopicTable
 from sparklog.retries import DELTA_LOG_READ
 
-__all__ = ["DEFAULT_DELETED_FILE_RETENTION_MS", "VacuumResult", "data_files_on_disk", "removed_files", "vacuum_topic"]
+__all__ = ["DEFAULT_DELETED_FILE_RETENTION_MS", "VacuumResult", "data_files", "removed_files", "vacuum_topic"]
 
 DEFAULT_DELETED_FILE_RETENTION_MS = 7 * 86_400_000  # Delta's "interval 1 week"
 _COMMIT = re.compile(r"^(\d{20})\.json$")
@@ -85,7 +86,7 @@ def vacuum_topic(
     """
     now = clock.now_ms() if now_ms is None else now_ms
     _check_delay(table, file_delete_delay_ms)
-    on_disk = data_files_on_disk(table.root)
+    on_disk = data_files(table.storage)
     live = {f.path for f in table.files(table.snapshot())}
     removed = removed_files(table)
     mtimes = {path: mtime for path, (mtime, _size) in on_disk.items()}
@@ -120,11 +121,8 @@ def vacuum_topic(
 
 def _delete(table: TopicTable, relative: str) -> bool:
     try:
-        os.remove(table.full_path(relative))
-        return True
-    except FileNotFoundError:
-        return False  # a concurrent vacuum got there first
-    except OSError as exc:
+        return table.storage.delete(relative)  # False: a concurrent vacuum got there first
+    except (OSError, StorageError) as exc:
         raise StorageError(
             f"Vacuum of topic {table.topic} cannot delete {table.full_path(relative)}: {exc}. Fix the permissions "
             "and run vacuum again (files deleted so far are gone; the table is consistent)."
@@ -132,39 +130,31 @@ def _delete(table: TopicTable, relative: str) -> bool:
 
 
 # -- inputs ----------------------------------------------------------------------------------
-def data_files_on_disk(root: str) -> dict[str, tuple[int, int]]:
-    """``relative path -> (mtime ms, size)`` of every data file under ``root``, skipping
+def data_files(storage: TableStorage) -> dict[str, tuple[int, int]]:
+    """``relative path -> (modified ms, size)`` of every data file of a table, skipping
     ``_delta_log`` and any file or directory whose name starts with ``_`` or ``.``."""
-    found: dict[str, tuple[int, int]] = {}
-    for directory, subdirs, names in os.walk(root):
-        subdirs[:] = [d for d in subdirs if not d.startswith(("_", "."))]
-        for name in names:
-            if name.startswith(("_", ".")):
-                continue
-            full = os.path.join(directory, name)
-            try:
-                stat = os.stat(full)
-            except FileNotFoundError:
-                continue  # deleted while listing
-            found[os.path.relpath(full, root).replace(os.sep, "/")] = (int(stat.st_mtime * 1000), stat.st_size)
-    return found
+    return {
+        path: stamp
+        for path, stamp in storage.listing().items()
+        if not any(part.startswith(("_", ".")) for part in path.split("/"))
+    }
 
 
 def removed_files(table: TopicTable) -> list[tuple[str, int]]:
     """``(path, deletionTimestamp ms)`` of every remove action the log still remembers."""
-    log_dir = os.path.join(table.root, "_delta_log")
+    storage, log_dir = table.storage, f"{table.root}/_delta_log"
     for _attempt in DELTA_LOG_READ:
         try:
-            names = os.listdir(log_dir)
+            names = [path.rpartition("/")[2] for path in storage.listing("_delta_log/")]
             checkpoint_version, parts = _newest_checkpoint(names)
             commits = sorted(
                 int(m.group(1)) for m in map(_COMMIT.match, names) if m and int(m.group(1)) > checkpoint_version
             )
             if commits and commits != list(range(checkpoint_version + 1, commits[-1] + 1)):
                 continue  # log cleanup or a checkpoint raced the listing: look again
-            removed = [r for part in parts for r in _checkpoint_removes(os.path.join(log_dir, part))]
+            removed = [r for part in parts for r in _checkpoint_removes(storage, f"_delta_log/{part}")]
             for version in commits:
-                removed += _commit_removes(os.path.join(log_dir, f"{version:020d}.json"))
+                removed += _commit_removes(storage.read(f"_delta_log/{version:020d}.json"))
             return removed
         except FileNotFoundError:
             continue  # a file listed was cleaned up meanwhile
@@ -193,20 +183,19 @@ def _newest_checkpoint(names: list[str]) -> tuple[int, list[str]]:
     return -1, []
 
 
-def _checkpoint_removes(path: str) -> list[tuple[str, int]]:
-    column = pq.read_table(path, columns=["remove"]).column("remove")
+def _checkpoint_removes(storage: TableStorage, relative: str) -> list[tuple[str, int]]:
+    column = pq.read_table(storage.source(relative), columns=["remove"]).column("remove")
     return [(unquote(r["path"]), int(r["deletionTimestamp"] or 0)) for r in column.to_pylist() if r]
 
 
-def _commit_removes(path: str) -> list[tuple[str, int]]:
+def _commit_removes(data: bytes) -> list[tuple[str, int]]:
     removed = []
-    with open(path, encoding="utf-8") as lines:
-        for line in lines:
-            if '"remove"' not in line:
-                continue
-            remove = json.loads(line).get("remove")
-            if remove:
-                removed.append((unquote(remove["path"]), int(remove.get("deletionTimestamp") or 0)))
+    for line in data.decode("utf-8").splitlines():
+        if '"remove"' not in line:
+            continue
+        remove = json.loads(line).get("remove")
+        if remove:
+            removed.append((unquote(remove["path"]), int(remove.get("deletionTimestamp") or 0)))
     return removed
 
 

@@ -92,6 +92,8 @@ class ReplicaFetcher:
                 [state] = self.replicas.states(topic, [partition]).values()
                 if state.leader < 0 or state.leader == self.broker_id:
                     continue
+                if self.replicas.shares_table(topic, self.broker_id, state.leader):
+                    continue  # one table on shared storage: nothing to copy, nothing to truncate
                 # Neither table changed since this partition was last in step: nothing to do
                 # (an idle round costs two file stats per table, however many partitions).
                 seen = (state.leader, state.leader_epoch, version(topic, state.leader), version(topic, self.broker_id))

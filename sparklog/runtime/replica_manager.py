@@ -35,6 +35,7 @@ from sparklog.metadata.partition_states import PartitionStateCache
 from sparklog.metadata.session import ZkSession
 from sparklog.metadata.store import MetadataStore
 from sparklog.metadata.zkdata import PartitionState
+from sparklog.model.storage_location import StorageSettings
 from sparklog.model.topic import validate_topic_name
 from sparklog.runtime.policy import high_watermark
 
@@ -212,8 +213,19 @@ class ReplicaManager:
             key = (log_dir, topic)
             table = self._tables.get(key)
             if table is None:
-                table = self._tables[key] = TopicTable(log_dir, topic)
+                table = self._tables[key] = self.table_at(log_dir, topic)
             return table
+
+    def shares_table(self, topic: str, broker_id: int, other_id: int) -> bool:
+        """Whether two brokers' replicas of ``topic`` are one table: their log dir is the same
+        (shared storage, DESIGN §16). Nothing is copied between such replicas, and removing
+        one of them must not empty the table the other serves."""
+        return self.replica_table(topic, broker_id).root == self.replica_table(topic, other_id).root
+
+    def table_at(self, log_dir: str, topic: str) -> TopicTable:
+        """A new (uncached) handle on ``topic``'s table in ``log_dir``, with this cluster's
+        storage settings."""
+        return TopicTable(log_dir, topic, StorageSettings(self.config.storage))
 
     def forget_tables(self, topic: str) -> None:
         """Drop cached snapshots of ``topic``'s tables (after a storage error or a re-creation)."""

@@ -26,7 +26,6 @@ from sparklog.errors import (
     InvalidReplicaAssignmentError,
     TopicExistsError,
 )
-from sparklog.log.table import TopicTable
 from sparklog.metadata.broker_registration import live_broker_ids
 from sparklog.model.topic import PartitionDescription, TopicDescription, is_internal, validate_topic_name
 from sparklog.runtime.deleted_topics import remove_topic_offsets
@@ -120,9 +119,9 @@ def create_topic(
     replicas.metadata.create_topic(name, topic_id, assignment, configs)
     try:
         history_retention_ms = int(with_defaults(configs, TOPIC_CONFIGS)["history.retention.ms"])
-        tables = [
-            TopicTable(replicas.log_dir_of(b), name) for b in sorted({b for bs in assignment.values() for b in bs})
-        ]
+        # One table per log dir: brokers sharing a log dir (shared storage) share the table.
+        log_dirs = sorted({replicas.log_dir_of(b) for bs in assignment.values() for b in bs})
+        tables = [replicas.table_at(log_dir, name) for log_dir in log_dirs]
         # Debris of an earlier topic of this name whose delete was cut short, maybe before it
         # removed the groups' offsets: every incarnation before this one is deleted.
         if any(table.exists() for table in tables) and not is_internal(name):
@@ -289,7 +288,7 @@ def create_partitions(
             return describe_topic(replicas, name)
         holders = {b for brokers in existing.values() for b in brokers}
         for broker_id in sorted({b for brokers in new.values() for b in brokers} - holders):
-            table = TopicTable(replicas.log_dir_of(broker_id), name)
+            table = replicas.table_at(replicas.log_dir_of(broker_id), name)
             if not table.exists():
                 table.create(current_assignment.topic_id, int(replicas.topic_config(name)["history.retention.ms"]))
         if replicas.metadata.add_partitions(name, current_assignment, version, new):
@@ -308,4 +307,4 @@ def delete_topic(replicas: ReplicaManager, name: str) -> None:
     replicas.drop_tables(name)
     remove_topic_offsets(replicas, name, incarnation)
     for log_dir in log_dirs:
-        TopicTable(log_dir, name).delete()
+        replicas.table_at(log_dir, name).delete()

@@ -51,7 +51,6 @@ from sparklog.log.delta_sink import (
     is_input_offset_app_id,
     write_task_files,
 )
-from sparklog.log.table import TopicTable
 from sparklog.spark.group_batch import (
     Ranges,
     TopicPartition,
@@ -112,7 +111,7 @@ class _Output(DataSourceArrowWriter):
             return {self.delta_root: DeltaSink(self.delta_root).app_versions(ids)}
         found: dict[str, dict[str, int | None]] = {}
         for log_dir in self.plan.log_dirs:
-            table = TopicTable(log_dir, self.plan.topic)
+            table = self.plan.table(log_dir)
             dt = table.snapshot()
             found[log_dir] = {app_id: table.app_version(dt, app_id) for app_id in ids}
         return found
@@ -440,7 +439,7 @@ def _outcome(output: _Output) -> tuple[dict[int, tuple[int, int]], int | None]:
     """What this run committed: a topic output's ranges (over its leader tables; when
     completing an interrupted run, only the tables behind), or the Delta table's version."""
     if output.plan is not None:
-        tables = [TopicTable(log_dir, output.plan.topic) for log_dir in output.plan.log_dirs]
+        tables = [output.plan.table(log_dir) for log_dir in output.plan.log_dirs]
         return committed_ranges(tables, output.run_id), None
     return {}, DeltaSink(output.delta_root).commit_version("sparklog.job", output.run_id)
 

@@ -38,16 +38,19 @@ log = logging.getLogger("sparklog.spark")
 
 @dataclass(frozen=True)
 class SegmentSlice(InputPartition):
-    path: str
+    root: str  # the table's (a local directory or a store URI)
+    path: str  # the segment's, relative to the table
     topic: str
     partition: int
     start: int
     end: int
     include_headers: bool
     aborted: tuple[tuple[int, int], ...]
+    storage: tuple[tuple[str, str], ...]  # the cluster's storage.* settings (StorageSettings.values)
 
     def __init__(
         self,
+        root: str,
         path: str,
         topic: str,
         partition: int,
@@ -55,7 +58,9 @@ class SegmentSlice(InputPartition):
         end: int,
         include_headers: bool,
         aborted: tuple[tuple[int, int], ...] = (),
+        storage: tuple[tuple[str, str], ...] = (),
     ) -> None:
+        object.__setattr__(self, "root", root)
         object.__setattr__(self, "path", path)
         object.__setattr__(self, "topic", topic)
         object.__setattr__(self, "partition", partition)
@@ -63,6 +68,7 @@ class SegmentSlice(InputPartition):
         object.__setattr__(self, "end", end)
         object.__setattr__(self, "include_headers", include_headers)
         object.__setattr__(self, "aborted", aborted)
+        object.__setattr__(self, "storage", storage)
         object.__setattr__(self, "value", None)
 
 
@@ -221,23 +227,28 @@ class SparklogBatchReader(DataSourceReader):
                         )
                         slices.append(
                             SegmentSlice(
-                                table.full_path(entry.path),
+                                table.root,
+                                entry.path,
                                 topic,
                                 entry.partition,
                                 lo,
                                 hi,
                                 self.include_headers,
                                 aborted[entry.partition],
+                                replicas.config.storage,
                             )
                         )
         return _split_for_min_partitions(slices, positive_int_option(self.options, "minPartitions") or 0)
 
     def read(self, partition: InputPartition) -> Iterator[object]:
         from sparklog.log.reader import read_segment_range
+        from sparklog.log.storage import table_storage
+        from sparklog.model.storage_location import StorageSettings
 
         if not isinstance(partition, SegmentSlice):
             return  # Spark plans one placeholder partition when partitions() is empty
         table = read_segment_range(
+            table_storage(partition.root, StorageSettings(partition.storage)),
             partition.path,
             partition.partition,
             partition.topic,
@@ -262,10 +273,26 @@ def _split_for_min_partitions(slices: list[SegmentSlice], min_partitions: int) -
         mid = (widest.start + widest.end) // 2
         result[-1:] = [
             SegmentSlice(
-                widest.path, widest.topic, widest.partition, widest.start, mid, widest.include_headers, widest.aborted
+                widest.root,
+                widest.path,
+                widest.topic,
+                widest.partition,
+                widest.start,
+                mid,
+                widest.include_headers,
+                widest.aborted,
+                widest.storage,
             ),
             SegmentSlice(
-                widest.path, widest.topic, widest.partition, mid, widest.end, widest.include_headers, widest.aborted
+                widest.root,
+                widest.path,
+                widest.topic,
+                widest.partition,
+                mid,
+                widest.end,
+                widest.include_headers,
+                widest.aborted,
+                widest.storage,
             ),
         ]
     result.sort(key=lambda s: (s.topic, s.partition, s.start))

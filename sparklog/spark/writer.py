@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 from sparklog import clock
 from sparklog.errors import ConfigError, SchemaMismatchError, SparklogError, StorageError
+from sparklog.model.storage_location import StorageSettings
 from sparklog.spark.options import cluster_config_from_options
 
 __all__ = [
@@ -128,10 +129,17 @@ class ProducePlan:
     segment_bytes: int
     grants: tuple[LeaseGrant, ...]
     start_offsets: dict[int, int]
+    storage: tuple[tuple[str, str], ...] = ()  # the cluster's storage.* settings (StorageSettings.values)
 
-    def table_root(self, partition: int) -> str:
+    def table(self, log_dir: str) -> TopicTable:
+        """The topic's table on ``log_dir`` (one of :attr:`log_dirs`)."""
+        from sparklog.log.table import TopicTable
+
+        return TopicTable(log_dir, self.topic, StorageSettings(self.storage))
+
+    def table_of(self, partition: int) -> TopicTable:
         """Where ``partition``'s segments go: the topic's table on its leader's log dir."""
-        return os.path.join(self.leaders[partition][0], "topics", self.topic)
+        return self.table(self.leaders[partition][0])
 
     @property
     def log_dirs(self) -> list[str]:
@@ -218,6 +226,7 @@ def plan_produce(options: Mapping[str, str], topic: str, owner: str, adopt: bool
             segment_bytes=int(configs["segment.bytes"]),
             grants=tuple(grants),
             start_offsets=start_offsets,
+            storage=config.storage,
         )
     finally:
         replicas.close()
@@ -269,7 +278,7 @@ def write_task_segments(
         base = placement.bases[partition]
         for piece in split_for_size(part, plan.segment_bytes):
             segments.append(
-                write_segment(plan.table_root(partition), partition, base, piece, plan.compression).to_dict()
+                write_segment(plan.table_of(partition).storage, partition, base, piece, plan.compression).to_dict()
             )
             base += piece.num_rows
     return segments
@@ -297,7 +306,6 @@ def commit_produce(
     """
     from sparklog.log.reserved_commit import commit_reserved
     from sparklog.log.segment import discard_segments, shift_segment
-    from sparklog.log.table import TopicTable
 
     by_dir = _in_task_order(plan, messages)
     epochs, leader_epochs = plan.epochs, plan.leader_epochs
@@ -306,14 +314,14 @@ def commit_produce(
     done: list[str] = []  # tables this call committed to
     skipped = 0  # tables that held the app transactions already
     for log_dir in targets:
-        table = TopicTable(log_dir, plan.topic)
+        table = plan.table(log_dir)
         partitions = plan.partitions_led_from(log_dir)
         segments: list[SegmentFile] = []
         moved: list[SegmentFile] = []
         try:
             for segment, shift in by_dir.get(log_dir, []):
                 if shift:
-                    segment = shift_segment(table.root, segment, shift)
+                    segment = shift_segment(table.storage, segment, shift)
                     moved.append(segment)
                 segments.append(segment)
             ranges = commit_reserved(
@@ -336,7 +344,7 @@ def commit_produce(
                 + ("; replaying it commits only the missing tables" if app_transactions else "")
             ) from exc
         if ranges is None:
-            discard_segments(table.root, segments)
+            discard_segments(table.storage, segments)
             skipped += 1
         else:
             committed.update(ranges)
@@ -349,10 +357,9 @@ def abort_produce(plan: ProducePlan, messages: Sequence[SegmentsWritten | None])
     """Delete the segments tasks wrote, except those a commit made live (Spark aborts also
     after a commit that failed past its first leader table, or after the commit landed and
     a later step failed: committed files must stay), and release the leases."""
-    from sparklog.log.table import TopicTable
 
     for log_dir, segments in _segments_by_table(plan, messages).items():
-        _discard_unless_live(TopicTable(log_dir, plan.topic), segments)
+        _discard_unless_live(plan.table(log_dir), segments)
     release_leases(plan)
 
 
@@ -365,7 +372,7 @@ def _discard_unless_live(table: TopicTable, segments: list[SegmentFile]) -> None
         live = {f.path for f in table.files(table.snapshot(), {s.partition for s in segments})}
     except StorageError:
         return  # cannot tell: keep them (an orphan file is harmless, a lost one is not)
-    discard_segments(table.root, [s for s in segments if s.path not in live])
+    discard_segments(table.storage, [s for s in segments if s.path not in live])
 
 
 def _in_task_order(

@@ -76,8 +76,12 @@ class BrokerAgents(ChildProcesses):
         properties: Mapping[str, str] | None = None,
         log_level: str = "INFO",
         start_timeout_s: float = 30.0,
+        log_store: str | None = None,
+        shared_log_dir: bool = False,
     ) -> None:
         self.zk_connect = zk_connect
+        self.log_store = log_store
+        self.shared_log_dir = shared_log_dir
         self.home = Path(home)
         self.base_dir = Path(base_dir)
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -114,7 +118,18 @@ class BrokerAgents(ChildProcesses):
 
     # -- where things are ------------------------------------------------------------------
     def log_dir(self, broker_id: int) -> Path:
+        """Where ``broker_id``'s topic tables are when they are on the local disk."""
         return self.base_dir / f"broker-{broker_id}"
+
+    def log_dir_uri(self, broker_id: int) -> str:
+        """``broker_id``'s log dir: :meth:`log_dir`, or its prefix under ``log_store``, or with
+        ``shared_log_dir`` ``log_store`` itself for every broker (shared storage: one table a
+        topic)."""
+        if self.log_store is None:
+            return str(self.log_dir(broker_id))
+        if self.shared_log_dir:
+            return self.log_store
+        return f"{self.log_store.rstrip('/')}/broker-{broker_id}"
 
     def log_path(self, broker_id: int) -> Path:
         return self.base_dir / f"broker-{broker_id}.log"
@@ -169,7 +184,7 @@ class BrokerAgents(ChildProcesses):
             "--id",
             str(broker_id),
             "--log-dir",
-            str(self.log_dir(broker_id)),
+            self.log_dir_uri(broker_id),
             "--zookeeper",
             self.zk_connect,
             "--home",

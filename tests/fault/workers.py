@@ -172,7 +172,7 @@ def zombie_writer(
         dt = segment = None
         if snapshot_before_pause:
             dt = table.snapshot()
-            segment = write_segment(table.root, 0, table.log_end(dt, 0), batch)
+            segment = write_segment(table.storage, 0, table.log_end(dt, 0), batch)
         ready.set()
         go.wait(60)  # the parent SIGSTOPs us while we wait here
         if dt is not None and segment is not None:

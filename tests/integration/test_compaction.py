@@ -27,7 +27,7 @@ from sparklog.log.compaction import (
 from sparklog.log.segment import write_segment
 from sparklog.log.table import CommitConflict, end_app_id
 from sparklog.maintenance.runner import run_compaction, run_maintenance
-from tests.helpers import assert_unchanged, segment_batch
+from tests.helpers import BOTH_STORES, assert_unchanged, segment_batch
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -385,6 +385,7 @@ def test_maintenance_job_prints_a_line_per_partition(
 
 
 # -- conflicts -----------------------------------------------------------------------------
+@BOTH_STORES
 def test_losing_compaction_deletes_its_files_and_does_nothing(cluster: sparklog.Cluster) -> None:
     """Two jobs plan and rewrite the same partition; the second commit finds the plan stale."""
     compact_topic(cluster)
@@ -408,6 +409,7 @@ def test_losing_compaction_deletes_its_files_and_does_nothing(cluster: sparklog.
     assert again.status == "compacted" and again.cleaned_up_to == 3, "a re-plan sees the new head only"
 
 
+@BOTH_STORES
 def test_an_append_between_check_and_commit_costs_a_retry_not_a_rewrite(
     cluster: sparklog.Cluster, cluster_options: dict[str, str]
 ) -> None:
@@ -459,7 +461,7 @@ def test_delta_rs_conflict_facts(cluster: sparklog.Cluster) -> None:
         pinned = table.snapshot(table.snapshot().version())
 
         def rewrite(data_change: bool, retries: int, dt: DeltaTable) -> None:
-            seg = write_segment(table.root, 0, 0, segment_batch([b"r"], [b"a"]))
+            seg = write_segment(table.storage, 0, 0, segment_batch([b"r"], [b"a"]))
             table.commit(
                 dt,
                 [seg],

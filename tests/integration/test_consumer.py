@@ -26,7 +26,7 @@ from sparklog.errors import (
     UnknownMemberError,
 )
 from sparklog.model.schema import READ_SCHEMA_WITH_HEADERS
-from tests.helpers import group_state
+from tests.helpers import BOTH_STORES, group_state
 
 FAST = {"session_timeout_ms": 2000, "auto_commit_interval_ms": 100}
 
@@ -82,6 +82,7 @@ def wait_assigned(consumers: list[Consumer], total: int, timeout_s: float = 20) 
 
 
 # -- manual assignment -------------------------------------------------------------------
+@BOTH_STORES
 def test_assign_polls_every_record_in_order_up_to_the_high_watermark(
     cluster: sparklog.Cluster, consumers: Callable[..., Consumer]
 ) -> None:
@@ -119,6 +120,7 @@ def test_poll_arrow_has_the_kafka_source_schema(cluster: sparklog.Cluster, consu
     assert table.column("value").to_pylist() == [f"v{i}".encode() for i in range(5)]
 
 
+@BOTH_STORES
 def test_seek_position_and_offsets_for_times(cluster: sparklog.Cluster, consumers: Callable[..., Consumer]) -> None:
     cluster.create_topic("t", 1)
     produce(cluster, "t", 10)
@@ -172,6 +174,7 @@ def test_out_of_range_positions_follow_auto_offset_reset(
 
 
 # -- groups --------------------------------------------------------------------------------
+@BOTH_STORES
 def test_members_split_the_partitions_and_commit(cluster: sparklog.Cluster, consumers: Callable[..., Consumer]) -> None:
     cluster.create_topic("t", 4)
     produce(cluster, "t", 100)

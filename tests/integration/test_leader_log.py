@@ -55,7 +55,7 @@ def test_a_racing_delta_rs_commit_on_the_same_partition_conflicts(cluster: spark
     before = view.version
     view.commit([], {end_app_id(0): 2}, {}, fsync=False)
     assert leader_log.known_version == before + 2
-    state = app_transactions(table.root, str(DeltaTable(table.root).metadata().id), before + 2)
+    state = app_transactions(table.storage, str(DeltaTable(table.root).metadata().id), before + 2)
     assert state is not None and state[end_app_id(0)] == 2
 
 

@@ -30,7 +30,7 @@ from sparklog.log.reader import read_files, read_ranges
 from sparklog.log.segment import SegmentFile, write_placeholder, write_segment
 from sparklog.log.table import CommitConflict, TopicTable
 from sparklog.log.vacuum import vacuum_topic
-from tests.helpers import assert_contiguous, assert_log_consistent, assert_unchanged, segment_batch
+from tests.helpers import BOTH_STORES, assert_contiguous, assert_log_consistent, assert_unchanged, segment_batch
 from tests.integration.test_retention import produce_batches
 
 HOUR_MS = 3_600_000
@@ -61,13 +61,17 @@ def live_files(table: TopicTable, partition: int | None = None) -> list:
 
 
 def files_on_disk(table: TopicTable) -> set[str]:
-    paths = glob.glob(os.path.join(table.root, "partition=*", "*.parquet"))
-    return {os.path.relpath(p, table.root) for p in paths if not os.path.basename(p).startswith("_")}
+    """The table's data files in its storage (a disk or a store), whatever the Delta log says."""
+    return {
+        path
+        for path in table.storage.listing()
+        if path.startswith("partition=") and path.endswith(".parquet") and not path.rpartition("/")[2].startswith("_")
+    }
 
 
 def commit_actions(table: TopicTable, version: int) -> list[dict]:
-    with open(os.path.join(table.root, "_delta_log", f"{version:020d}.json"), encoding="utf-8") as log:
-        return [json.loads(line) for line in log if line.strip()]
+    data = table.storage.read(f"_delta_log/{version:020d}.json").decode()
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
 
 
 def optimize(
@@ -79,6 +83,7 @@ def optimize(
 
 
 # -- optimize ------------------------------------------------------------------------------------
+@BOTH_STORES
 def test_optimize_merges_small_files_keeps_every_record_and_commits_data_change_false(
     cluster: sparklog.Cluster,
 ) -> None:
@@ -113,7 +118,7 @@ def test_optimize_merges_small_files_keeps_every_record_and_commits_data_change_
         assert all(a["dataChange"] is False for a in adds + removes)
         txns = [a["txn"]["appId"] for a in actions if "txn" in a]
         assert txns == [rewrite_app_id(result.partition)], "no offset-bearing app transaction touched"
-    last = json.loads(Path(table.root, "_delta_log", "_last_checkpoint").read_text())
+    last = json.loads(table.storage.read("_delta_log/_last_checkpoint"))
     assert last["version"] >= results[-1].version, "optimize checkpoints the log"
     assert [r.files_merged for r in optimize(cluster, "t")] == [0, 0], "nothing left to merge"
 
@@ -127,7 +132,7 @@ def test_optimize_bounds_live_files_and_keeps_compaction_gaps(cluster: sparklog.
     records = read_files(table, files[:4])
     kept = records.filter(pa.array([o % 2 == 0 for o in records.column("offset").to_pylist()]))
     gappy = write_segment(
-        table.root, 0, 0, kept.drop_columns(["offset"]), offsets=kept.column("offset").combine_chunks()
+        table.storage, 0, 0, kept.drop_columns(["offset"]), offsets=kept.column("offset").combine_chunks()
     )
     table.commit(table.snapshot(), [gappy], {}, {"sparklog.operation": "COMPACTION"}, removes=files[:4])
     before = cluster.read("t")
@@ -155,13 +160,13 @@ def test_optimize_keeps_files_tiling_the_partition_across_compaction_gaps_and_pl
     # As compaction leaves them: offsets 0..9 with no survivor (two placeholders), 10..14 without 10.
     stamps = [files[0].min_timestamp_us or 0]
     holes = [
-        write_placeholder(table.root, 0, 0, 4, stamps, "snappy"),
-        write_placeholder(table.root, 0, 5, 9, stamps, "snappy"),
+        write_placeholder(table.storage, 0, 0, 4, stamps, "snappy"),
+        write_placeholder(table.storage, 0, 5, 9, stamps, "snappy"),
     ]
     records = read_files(table, [files[2]]).slice(1)
     gappy = replace(
         write_segment(
-            table.root, 0, 0, records.drop_columns(["offset"]), offsets=records.column("offset").combine_chunks()
+            table.storage, 0, 0, records.drop_columns(["offset"]), offsets=records.column("offset").combine_chunks()
         ),
         base_offset=10,
     )
@@ -224,6 +229,7 @@ def test_history_retention_bounds_the_delta_log(cluster: sparklog.Cluster) -> No
     assert cluster.read("long").num_rows == 230
 
 
+@BOTH_STORES
 def test_optimize_concurrent_with_a_producer_loses_and_duplicates_nothing(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 10)
@@ -380,6 +386,7 @@ def test_vacuum_waits_the_grace_period_for_readers_of_older_snapshots(cluster: s
     assert all(os.path.exists(table.full_path(f.path)) for f in live_files(table))
 
 
+@BOTH_STORES
 def test_vacuum_after_optimize_reads_tombstones_from_the_checkpoint(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 8)
@@ -398,19 +405,20 @@ def test_vacuum_after_optimize_reads_tombstones_from_the_checkpoint(cluster: spa
     assert cluster.read("t").equals(before)
 
 
+@BOTH_STORES
 def test_vacuum_reclaims_orphans_after_the_grace_never_live_or_hidden_files(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 3)
     table = cluster.replicas.leader_table("t")
-    orphan = write_segment(table.root, 0, 15, segment_batch([b"never committed"]))  # a killed writer's file
-    hidden = [Path(table.root, "partition=0", "_tmp.parquet"), Path(table.root, "partition=0", ".x.parquet.crc")]
+    orphan = write_segment(table.storage, 0, 15, segment_batch([b"never committed"]))  # a killed writer's file
+    hidden = ["partition=0/_tmp.parquet", "partition=0/.x.parquet.crc"]
     for path in hidden:
-        path.write_bytes(b"not data")
+        table.storage.write(path, b"not data", durable=False)
     assert vacuum_topic(table, DELAY_MS).candidates == (), "a recent orphan may still be committed"
     done = vacuum_topic(table, DELAY_MS, now_ms=int(time.time() * 1000) + 10 * DELAY_MS)
     assert (done.candidates, done.deleted_files) == ((orphan.path,), 1)
     assert files_on_disk(table) == {f.path for f in live_files(table)}
-    assert all(path.exists() for path in hidden)
+    assert all(table.storage.exists(path) for path in hidden)
     assert vacuum_topic(table, 0, now_ms=int(time.time() * 1000) + 365 * 24 * HOUR_MS).deleted_files == 0
     assert_log_consistent(cluster, "t")
 
@@ -430,6 +438,7 @@ def test_vacuum_dry_run_deletes_nothing_and_long_delays_are_refused(
 
 
 # -- history -------------------------------------------------------------------------------------
+@BOTH_STORES
 def test_history_has_describe_history_columns_and_sparklog_operations(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1)
     produce_small_files(cluster, "t", 3)

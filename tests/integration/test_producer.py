@@ -14,6 +14,7 @@ from sparklog import clock
 from sparklog.errors import RecordTooLargeError
 from sparklog.model.records import RecordMetadata, partition_for_key
 from tests.helpers import (
+    BOTH_STORES,
     Ack,
     assert_acks_stored,
     assert_log_consistent,
@@ -30,6 +31,7 @@ def topic(cluster: sparklog.Cluster) -> str:
     return "events"
 
 
+@BOTH_STORES
 def test_keyed_records_land_where_kafka_puts_them(cluster: sparklog.Cluster, topic: str) -> None:
     rng = random.Random(7)
     keys = [rng.randbytes(rng.randrange(0, 20)) for _ in range(200)] + [b"", b"21", b"foobar"]
@@ -83,6 +85,7 @@ def test_order_within_partition_is_send_order(cluster: sparklog.Cluster, topic: 
     assert values_at(records, p) == [b"%05d" % i for i in range(400)]
 
 
+@BOTH_STORES
 def test_threads_share_one_producer(cluster: sparklog.Cluster, topic: str) -> None:
     producer = cluster.producer(linger_ms=1)
     acks: list[Ack] = []
@@ -116,6 +119,7 @@ def test_send_arrow_after_send_keeps_order(cluster: sparklog.Cluster, topic: str
     assert values_at(assert_log_consistent(cluster, topic), 1) == [b"first", b"second"]
 
 
+@BOTH_STORES
 def test_batches_become_few_commits(cluster: sparklog.Cluster, topic: str) -> None:
     with cluster.producer(linger_ms=10_000, batch_size=1 << 30) as producer:
         for i in range(500):

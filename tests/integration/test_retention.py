@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +13,7 @@ import pytest
 
 import sparklog
 from sparklog.errors import OffsetOutOfRangeError
-from tests.helpers import assert_unchanged
+from tests.helpers import BOTH_STORES, assert_unchanged
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,6 +41,7 @@ def live_paths(cluster: sparklog.Cluster, topic: str) -> list[str]:
     return [f.path for f in table.files(table.snapshot())]
 
 
+@BOTH_STORES
 def test_time_retention_removes_whole_old_files_metadata_only(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1, config={"retention.ms": str(2 * HOUR_MS + HOUR_MS // 2)})
     now = produce_batches(cluster, "t", [3 * HOUR_MS, 2 * HOUR_MS, 0])
@@ -50,14 +50,15 @@ def test_time_retention_removes_whole_old_files_metadata_only(cluster: sparklog.
     assert (result.removed_files, result.removed_records, result.old_log_start, result.new_log_start) == (1, 10, 0, 10)
     assert surviving_offsets(cluster, "t") == list(range(10, 30))
     assert cluster.partition_offsets("t")[0] == (10, 30)
-    root = cluster.replicas.leader_table("t").root
-    assert os.path.exists(os.path.join(root, before[0])), "retention must not delete files (VACUUM does, later)"
+    storage = cluster.replicas.leader_table("t").storage
+    assert storage.exists(before[0]), "retention must not delete files (VACUUM does, later)"
     with pytest.raises(OffsetOutOfRangeError, match=r"10..30"):
         cluster.read("t", 0, start_offset=5)
     again = cluster.run_retention(["t"], now_ms=now)
     assert again[0].removed_files == 0 and again[0].new_log_start == 10
 
 
+@BOTH_STORES
 def test_size_retention_keeps_the_newest_files_within_budget(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("t", 1)
     produce_batches(cluster, "t", [0, 0, 0, 0])

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import sparklog
 from sparklog.log.reader import read_ranges, read_segment_range
 from sparklog.log.segment import NO_HEADERS
+from sparklog.log.storage import LocalTableStorage
 from sparklog.log.table import TopicTable
 from sparklog.model.schema import FILE_SCHEMA
 
@@ -82,10 +83,17 @@ def test_a_range_inside_a_file_of_many_row_groups(tmp_path: Path) -> None:
     path = str(tmp_path / "many-groups.parquet")
     pq.write_table(rows, path, row_group_size=64, write_statistics=["offset", "timestamp"])
     assert pq.ParquetFile(path).metadata.num_row_groups == 16
-    read = read_segment_range(path, 0, "t", 530, 700, include_headers=True)
+    read = read_segment_range(
+        LocalTableStorage(str(tmp_path)), "many-groups.parquet", 0, "t", 530, 700, include_headers=True
+    )
     assert read.column("offset").to_pylist() == list(range(530, 700))
     assert read.column("value").to_pylist() == [b"%d" % (o - 100) for o in range(530, 700)]
-    assert read_segment_range(path, 0, "t", 2000, 3000, include_headers=False).num_rows == 0
+    assert (
+        read_segment_range(
+            LocalTableStorage(str(tmp_path)), "many-groups.parquet", 0, "t", 2000, 3000, include_headers=False
+        ).num_rows
+        == 0
+    )
 
 
 def test_the_file_listing_follows_commits_and_a_recreated_topic(cluster: sparklog.Cluster) -> None:

@@ -185,7 +185,7 @@ def test_spark_write_of_an_old_leader_epoch_is_refused(
     abort_produce(plan, messages)
     assert cluster.high_watermarks("epochs") == {p: 0 for p in range(4)}
     written = [(int(s["partition"]), str(s["path"])) for m in messages if m is not None for s in m.segments]
-    assert written and not any(Path(plan.table_root(p), path).exists() for p, path in written), "files deleted"
+    assert written and not any(Path(plan.table_of(p).root, path).exists() for p, path in written), "files deleted"
     assert_leases_released(cluster, "epochs")
 
     # The controller's state catches up; then an election on the LAST table after planning:

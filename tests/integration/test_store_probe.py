@@ -10,7 +10,7 @@ import obstore
 import pytest
 
 from sparklog.errors import StorageError
-from sparklog.log.storage import open_store, prove_conditional_create
+from sparklog.log.object_store import open_store, prove_conditional_create
 from sparklog.model.storage_location import StorageSettings, parse_location
 from sparklog.testing.brokers import free_port
 from sparklog.testing.object_stores import MotoS3, S3rver

@@ -11,7 +11,7 @@ import pytest
 import sparklog
 from sparklog.errors import OffsetOutOfRangeError, ProducerClosedError, SparklogError
 from sparklog.metadata import zkdata
-from tests.helpers import assert_log_consistent, stored_records, topic_dirs, values_at, wait_for
+from tests.helpers import BOTH_STORES, assert_log_consistent, stored_records, topic_dirs, values_at, wait_for
 
 
 def znode_exists(cluster: sparklog.Cluster, path: str) -> bool:
@@ -78,6 +78,7 @@ def test_create_partitions_then_produce_to_new_partition(cluster: sparklog.Clust
     assert values_at(stored_records(cluster, "grow"), 3) == [b"new"]
 
 
+@BOTH_STORES
 def test_delete_removes_znodes_and_data_and_recreate_is_empty(cluster: sparklog.Cluster, sparklog_home: Path) -> None:
     first = cluster.create_topic("gone", partitions=2)
     produce(cluster, "gone", [b"a", b"b", b"c"])
@@ -96,6 +97,7 @@ def test_delete_removes_znodes_and_data_and_recreate_is_empty(cluster: sparklog.
     assert [r.value for r in stored_records(cluster, "gone")] == [b"fresh"]
 
 
+@BOTH_STORES
 def test_list_offsets_earliest_latest_and_by_timestamp(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("ts", partitions=2)
     base = 1_700_000_000_000
@@ -135,6 +137,7 @@ def test_list_offsets_by_timestamp_exact_boundaries(cluster: sparklog.Cluster) -
     assert actual == expectations, {t - base: (actual[t], e) for t, e in expectations.items() if actual[t] != e}
 
 
+@BOTH_STORES
 def test_read_ranges_and_out_of_range(cluster: sparklog.Cluster) -> None:
     cluster.create_topic("r", partitions=2)
     produce(cluster, "r", [b"a%d" % i for i in range(10)], partition=0)
@@ -269,6 +272,7 @@ def test_delete_topic_while_producing(cluster: sparklog.Cluster, cluster_options
     assert [m.offset for m in produce(cluster, "busy", [b"again"])] == [0]
 
 
+@BOTH_STORES
 def test_producer_survives_delete_and_recreate(cluster: sparklog.Cluster) -> None:
     """A long-lived producer whose topic is deleted and re-created may fail a send (with a
     SparklogError), then writes to the new topic from offset 0, never on the old snapshot."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from sparklog.log import txn_state
+from sparklog.log.storage import LocalTableStorage, ObjectTableStorage, storage_of
 from sparklog.log.table import TopicTable
 from sparklog.log.transactions import transaction_version
 
@@ -47,7 +48,7 @@ def test_map_matches_delta_rs_across_commits_and_checkpoints(tmp_path: Path) -> 
             txn_state._states.clear()  # the next read starts from the checkpoint
         dt = table.snapshot()
         version = dt.version()
-        ours = txn_state.app_transactions(table.root, str(dt.metadata().id), version)
+        ours = txn_state.app_transactions(table.storage, str(dt.metadata().id), version)
         assert ours is not None, f"version {version}: the map was not built (delta-rs fallback)"
         if dict(ours) != (theirs := delta_rs_view(table.root, version, set(app_ids))):
             mismatches[version] = (dict(ours), theirs)
@@ -74,7 +75,7 @@ def test_newest_state_after_checkpoint_and_cleanup_from_a_fresh_process_state(tm
     txn_state._states.clear()  # a process that never saw this table
     dt = table.snapshot()
     latest = dt.version()
-    assert txn_state.app_transactions(table.root, str(dt.metadata().id), latest) is not None
+    assert txn_state.app_transactions(table.storage, str(dt.metadata().id), latest) is not None
     assert our_view(table, latest, set(app_ids)) == delta_rs_view(table.root, latest, set(app_ids))
 
 
@@ -93,7 +94,8 @@ def test_recreated_table_at_the_same_root_is_not_mixed_up(tmp_path: Path) -> Non
     assert {p: transaction_version(dt, f"sparklog.end.{p}") for p in range(3)} == {0: 3, 1: None, 2: 5}
 
 
-def test_local_root_of_uris() -> None:
-    assert txn_state.local_root("/data/topics/t") == "/data/topics/t"
-    assert txn_state.local_root("file:///data/my%20topics/t") == "/data/my topics/t"
-    assert txn_state.local_root("s3://bucket/topics/t") is None
+def test_the_storage_of_a_table_uri() -> None:
+    assert storage_of("/data/topics/t") == LocalTableStorage("/data/topics/t")
+    assert storage_of("file:///data/my%20topics/t/") == LocalTableStorage("/data/my topics/t")
+    on_store = storage_of("s3://bucket/topics/t/")
+    assert isinstance(on_store, ObjectTableStorage) and on_store.root == "s3://bucket/topics/t"

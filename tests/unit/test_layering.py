@@ -283,6 +283,12 @@ def test_only_metadata_imports_kazoo() -> None:
     assert offenders("kazoo", "metadata") == []
 
 
+def test_only_the_object_store_module_reaches_object_stores() -> None:
+    # Every byte of a table goes through log/storage.py (TableStorage); the store kind of it,
+    # and the probe of a store, through log/object_store.py.
+    assert offenders("obstore", "log.object_store") == []
+
+
 def test_pure_policies_import_no_engine_even_indirectly() -> None:
     for name in sorted(m for m in modules() if m in PURE_POLICIES or package_of(m) == "model"):
         seen, todo = set(), [name]

@@ -68,12 +68,14 @@ def test_settings_override_the_environment_and_unknown_keys_are_refused() -> Non
         StorageSettings.from_config({"storage.endpoint.url": "http://x"})
 
 
-def test_a_topic_table_refuses_an_object_store_log_dir_by_name() -> None:
-    """Until topic tables live on stores, an s3:// log dir is refused, never taken for a local
-    directory named ``s3:``."""
-    from sparklog.errors import StorageError
+def test_a_topic_table_on_a_store_is_under_its_uri_never_a_local_directory() -> None:
+    """An s3:// log dir is a store location (normalised), never taken for a local directory
+    named ``s3:``; a file:// log dir is the local path."""
+    from sparklog.log.object_store import ObjectTableStorage
     from sparklog.log.table import TopicTable
 
-    with pytest.raises(StorageError, match=r"log dir s3://lake/p: topic tables on object stores are not supported"):
-        TopicTable("s3://lake/p/", "orders")
+    on_store = TopicTable("s3://lake/p/", "orders")
+    assert on_store.root == "s3://lake/p/topics/orders"
+    assert isinstance(on_store.storage, ObjectTableStorage) and on_store.storage.local_path("x") is None
     assert TopicTable("/data/log", "orders").root == "/data/log/topics/orders"
+    assert TopicTable("file:///data/log", "orders").root == "/data/log/topics/orders"

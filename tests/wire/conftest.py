@@ -38,23 +38,25 @@ def started_brokers(
 
 
 @pytest.fixture
-def one_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
+def one_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path, log_store: str | None) -> Iterator[BrokerAgents]:
     """One real broker agent (id 1) with its Kafka listener."""
-    with started_brokers(zk_connect, sparklog_home, tmp_path, (1,)) as agents:
+    with started_brokers(zk_connect, sparklog_home, tmp_path, (1,), log_store=log_store) as agents:
         yield agents
 
 
 @pytest.fixture
-def two_brokers(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
+def two_brokers(zk_connect: str, sparklog_home: Path, tmp_path: Path, log_store: str | None) -> Iterator[BrokerAgents]:
     """Two real broker agents (ids 1 and 2)."""
-    with started_brokers(zk_connect, sparklog_home, tmp_path, (1, 2)) as agents:
+    with started_brokers(zk_connect, sparklog_home, tmp_path, (1, 2), log_store=log_store) as agents:
         yield agents
 
 
 @pytest.fixture
-def group_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
+def group_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path, log_store: str | None) -> Iterator[BrokerAgents]:
     """One broker agent (id 1) set up for consumer-group tests (:data:`GROUP_PROPERTIES`)."""
-    with started_brokers(zk_connect, sparklog_home, tmp_path, (1,), properties=GROUP_PROPERTIES) as agents:
+    with started_brokers(
+        zk_connect, sparklog_home, tmp_path, (1,), properties=GROUP_PROPERTIES, log_store=log_store
+    ) as agents:
         yield agents
 
 

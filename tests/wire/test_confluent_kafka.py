@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 import sparklog
 from sparklog.model.records import partition_for_key
 from sparklog.testing import BrokerAgents
+from tests.helpers import BOTH_STORES
 from tests.wire.conftest import create_led_topic
 
 TOPIC = "wire-orders"
@@ -91,6 +92,7 @@ def test_produce_and_consume_every_codec(cluster: sparklog.Cluster, one_broker: 
     assert stored == {position: rec["value"] for rec, position in zip(records, reports, strict=True)}
 
 
+@BOTH_STORES
 def test_idempotent_producer_retries_store_every_record_once(
     cluster: sparklog.Cluster, one_broker: BrokerAgents
 ) -> None:

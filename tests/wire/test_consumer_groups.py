@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 import sparklog
 from sparklog.testing import BrokerAgents
-from tests.helpers import consumed, wait_until
+from tests.helpers import BOTH_STORES, consumed, wait_until
 from tests.integration.test_cli import Cli
 from tests.wire.conftest import create_led_topic
 
@@ -100,6 +100,7 @@ def split_evenly(members: list[Tracked]) -> bool:
     return union == set(range(PARTITIONS)) and sum(len(o) for o in owned) == PARTITIONS and all(owned)
 
 
+@BOTH_STORES
 def test_confluent_consumers_split_partitions_and_tools_show_the_group(
     group_broker: BrokerAgents, cluster: sparklog.Cluster
 ) -> None:

@@ -18,6 +18,7 @@ from kio.static.primitive import i32, i32Timedelta, i64
 
 import sparklog
 from sparklog.testing import BrokerAgents
+from tests.helpers import BOTH_STORES
 from tests.wire.conftest import create_led_topic, wait_until
 from tests.wire.raw import call
 from tests.wire.test_wire_bad_input import batch, produce_request
@@ -55,6 +56,7 @@ def records_of(data: bytes) -> list[tuple[int, bytes | None]]:
     return out
 
 
+@BOTH_STORES
 def test_the_tail_serves_the_producers_batches_and_restarts_fall_back_to_segments(
     cluster: sparklog.Cluster, one_broker: BrokerAgents
 ) -> None:
@@ -81,6 +83,7 @@ def test_the_tail_serves_the_producers_batches_and_restarts_fall_back_to_segment
     assert records_of(again) == [(i, f"a{i}".encode()) for i in range(5)] + [(5, b"b0"), (6, b"b1")]
 
 
+@BOTH_STORES
 def test_a_long_poll_at_the_end_wakes_on_the_next_commit(cluster: sparklog.Cluster, one_broker: BrokerAgents) -> None:
     create_led_topic(cluster, one_broker, TOPIC, partitions=1)
     port = one_broker.port(1)

@@ -9,6 +9,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 import sparklog
 from sparklog.testing import BrokerAgents
+from tests.helpers import BOTH_STORES
 from tests.wire.conftest import create_led_topic
 
 TOPIC = "wire-events"
@@ -16,6 +17,7 @@ BASE_MS = 1_700_000_000_000
 
 
 @pytest.mark.parametrize("compression", [None, "gzip", "snappy", "lz4", "zstd"])
+@BOTH_STORES
 def test_idempotent_producer_and_consumer_with_seek_and_offsets_for_times(
     cluster: sparklog.Cluster, one_broker: BrokerAgents, compression: str | None
 ) -> None:

@@ -24,7 +24,7 @@ import sparklog
 from sparklog.broker.kafka.offset_commit_api import MAX_METADATA_BYTES
 from sparklog.model.topic import OFFSETS_TOPIC
 from sparklog.testing import BrokerAgents
-from tests.helpers import wait_until
+from tests.helpers import BOTH_STORES, wait_until
 from tests.integration.test_cli import Cli
 from tests.integration.test_groups_admin import live_member
 from tests.integration.test_kafka_admin import nested, raw_call, served
@@ -42,6 +42,7 @@ def kp_consumer(bootstrap: str, group: str) -> KafkaConsumer:
     return KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
 
 
+@BOTH_STORES
 def test_confluent_kafka_commits_are_the_groups_offsets_everywhere(
     cluster: sparklog.Cluster, one_broker: BrokerAgents, zk_connect: str, sparklog_home: Path
 ) -> None:

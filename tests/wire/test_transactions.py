@@ -26,7 +26,7 @@ import sparklog
 from sparklog.log.txn_log import CONTROL_TIMESTAMP_TYPE
 from sparklog.metadata.transactions import COMPLETE_COMMIT, EMPTY, PREPARE_COMMIT, TransactionStore
 from sparklog.testing import BrokerAgents
-from tests.helpers import consumed, wait_until
+from tests.helpers import BOTH_STORES, consumed, wait_until
 from tests.wire import raw
 from tests.wire.conftest import (
     create_led_topic,
@@ -57,7 +57,9 @@ def send(producer: Producer, values: Iterable[str], topic: str = TOPIC) -> None:
 def kafka_read(
     bootstrap: str, level: str, topic: str = TOPIC, expected: int | None = None, partitions: int = PARTITIONS
 ) -> list[tuple[int, int, str]]:
-    """Every record a confluent-kafka consumer at ``level`` gets, (partition, offset, value)."""
+    """Every record a confluent-kafka consumer at ``level`` gets, (partition, offset, value):
+    until ``expected`` records came (or :data:`TIMEOUT_S` passed), else until 1.5 s bring
+    nothing (a first Fetch of a topic on a store loads its table: seconds, not an end)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -69,8 +71,9 @@ def kafka_read(
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got: list[tuple[int, int, str]] = []
     idle = 0
+    deadline = time.monotonic() + TIMEOUT_S
     try:
-        while idle < 3 and (expected is None or len(got) < expected):
+        while idle < 3 if expected is None else len(got) < expected and time.monotonic() < deadline:
             batch = consumer.consume(500, 0.5)
             idle = 0 if batch else idle + 1
             for msg in batch:
@@ -166,6 +169,7 @@ def test_commit_and_abort_interleaved_across_partitions(
         producer.flush(TIMEOUT_S)
 
 
+@BOTH_STORES
 def test_open_transaction_holds_read_committed_readers_at_its_first_offset(
     cluster: sparklog.Cluster, one_broker: BrokerAgents
 ) -> None:
@@ -197,6 +201,7 @@ def test_open_transaction_holds_read_committed_readers_at_its_first_offset(
     assert latest(IsolationLevel.READ_COMMITTED) == dict.fromkeys(range(PARTITIONS), 4)
 
 
+@BOTH_STORES
 def test_a_zombie_with_an_old_epoch_is_fenced(cluster: sparklog.Cluster, one_broker: BrokerAgents) -> None:
     create_led_topic(cluster, one_broker, TOPIC, partitions=PARTITIONS)
     bootstrap = one_broker.bootstrap_servers

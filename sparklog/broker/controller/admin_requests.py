@@ -174,6 +174,8 @@ class AdminRequests:
             for broker in brokers:
                 if broker in replicas:
                     continue  # assigned back meanwhile: keep it
+                if any(self.replicas.shares_table(topic, broker, kept) for kept in replicas):
+                    continue  # shared storage: the old replica's table is the one the new replicas serve
                 try:
                     self.replicas.replica_table(topic, broker).drop_partition(partition)
                 except SparklogError as exc:

@@ -42,7 +42,6 @@ from sparklog.log import group_offsets
 from sparklog.log.group_offsets import NO_GENERATION, OffsetCommit
 from sparklog.log.offsets_partition import GroupCommit, OffsetsPartitionLog
 from sparklog.log.table import TopicTable
-from sparklog.log.txn_state import local_root
 from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.group_ids import offsets_partition_for
 from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition
@@ -170,9 +169,7 @@ class OffsetLog:
         return partition, state, self.replicas.replica_table(OFFSETS_TOPIC, self.broker_id)
 
     def _partition_log(self, partition: int, table: TopicTable) -> OffsetsPartitionLog | None:
-        """The fast-path log of ``partition`` in ``table`` (None: not a local table)."""
-        if local_root(table.root) is None:
-            return None
+        """The fast-path log of ``partition`` in ``table``."""
         with self._lock:
             current = self._logs.get(partition)
             if current is None or current.table is not table:
