@@ -15,6 +15,7 @@ from sparklog.errors import FencedError, SparklogError
 from sparklog.model.records import partition_for_key
 from sparklog.spark import produce
 from sparklog.spark.writer import SegmentsWritten, commit_produce, plan_produce, write_task_segments
+from tests.helpers import BOTH_STORES
 from tests.integration.test_streaming import assert_leases_released
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ def test_spark_produce_appends_after_light_producer(
     assert_offsets_contiguous(cluster.read("mixed"), {p: hw for p, (_s, hw) in offsets.items()})
 
 
+@BOTH_STORES
 def test_keys_partition_like_kafka_and_explicit_partition_wins(
     spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
 ) -> None:
@@ -127,6 +129,7 @@ def test_dataframe_writer_api_and_mode_overwrite_rejected(
     assert sum(hw for _s, hw in cluster.partition_offsets("plain").values()) == 100
 
 
+@BOTH_STORES
 def test_dataframe_writer_save_without_mode_appends_like_kafka(
     spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
 ) -> None:

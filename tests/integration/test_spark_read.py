@@ -26,6 +26,7 @@ from pyspark.sql.types import (
 )
 
 import sparklog
+from tests.helpers import BOTH_STORES
 
 KAFKA_SOURCE_SCHEMA = StructType(
     [
@@ -125,6 +126,7 @@ def test_subscribe_pattern_and_assign(
     )
 
 
+@BOTH_STORES
 def test_offsets_earliest_latest_and_json(
     spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int]
 ) -> None:
@@ -178,6 +180,7 @@ def test_timestamps(spark: SparkSession, cluster_options: dict[str, str], topics
     )
 
 
+@BOTH_STORES
 def test_include_headers(spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int]) -> None:
     same(
         load(spark, cluster_options, subscribe="clicks-eu", includeHeaders="true"),
