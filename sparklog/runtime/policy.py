@@ -40,6 +40,7 @@ __all__ = [
     "preferred_leader_election",
     "preferred_leader_imbalance",
     "reassignment_leader",
+    "replace_down_replicas",
     "shrink_isr",
     "truncation_offset",
 ]
@@ -79,6 +80,27 @@ def elect_leader(
             if broker in live_set:
                 return LeaderElection(broker, (broker,), unclean=True)
     return None
+
+
+def replace_down_replicas(
+    replicas: Sequence[int], live: Collection[int], candidates: Sequence[int], leaders: Mapping[int, int]
+) -> list[int] | None:
+    """Shared storage (DESIGN §16): the replicas of a partition none of whose replicas is live,
+    each replaced by a live broker of ``candidates`` (brokers that serve the same table) that is
+    not a replica yet, the one leading the fewest partitions first (``leaders``; ties by id),
+    so the first of them leads and the partitions of a lost broker spread over the others. No
+    data moves: every candidate's replica is the table itself. None: no candidate is live."""
+    live_set = set(live)
+    free = sorted((b for b in candidates if b in live_set and b not in replicas), key=lambda b: (leaders.get(b, 0), b))
+    if not free:
+        return None
+    chosen: list[int] = []
+    for broker in replicas:
+        if broker in live_set:
+            chosen.append(broker)
+        elif free:
+            chosen.append(free.pop(0))
+    return list(dict.fromkeys(chosen))
 
 
 def controlled_shutdown_leader(

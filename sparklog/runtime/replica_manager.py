@@ -219,8 +219,12 @@ class ReplicaManager:
     def shares_table(self, topic: str, broker_id: int, other_id: int) -> bool:
         """Whether two brokers' replicas of ``topic`` are one table: their log dir is the same
         (shared storage, DESIGN §16). Nothing is copied between such replicas, and removing
-        one of them must not empty the table the other serves."""
-        return self.replica_table(topic, broker_id).root == self.replica_table(topic, other_id).root
+        one of them must not empty the table the other serves. False when either broker's log
+        dir is unknown (never registered): nothing can be assumed shared."""
+        try:
+            return self.replica_table(topic, broker_id).root == self.replica_table(topic, other_id).root
+        except SparklogError:
+            return False
 
     def table_at(self, log_dir: str, topic: str) -> TopicTable:
         """A new (uncached) handle on ``topic``'s table in ``log_dir``, with this cluster's

@@ -23,6 +23,7 @@ from sparklog.runtime.policy import (
     preferred_leader_election,
     preferred_leader_imbalance,
     reassignment_leader,
+    replace_down_replicas,
     shrink_isr,
     truncation_offset,
 )
@@ -403,3 +404,15 @@ def test_generate_reassignment_properties() -> None:
     with pytest.raises(InvalidReplicationFactorError):
         generate_reassignment(current, [0, 1])
     assert generate_reassignment({}, [0]) == {}
+
+
+def test_down_replicas_on_shared_storage_go_to_the_least_loaded_live_brokers() -> None:
+    # replicas 1 and 2 down; 3 and 4 serve the same table, 4 leads fewer partitions
+    assert replace_down_replicas([1, 2], {3, 4}, [3, 4], {3: 5, 4: 1}) == [4, 3]
+    # a tie goes to the lower id; a live replica keeps its place, only down ones are replaced
+    assert replace_down_replicas([1, 5], {3, 4, 5}, [3, 4, 5], {}) == [3, 5]
+    # fewer candidates than down replicas: the replica list shrinks rather than repeating one
+    assert replace_down_replicas([1, 2, 3], {4}, [4], {}) == [4]
+    # no live candidate (their log dirs differ, or none is live): nothing to do
+    assert replace_down_replicas([1, 2], {3}, [], {}) is None
+    assert replace_down_replicas([1, 2], set(), [3], {}) is None

@@ -11,7 +11,8 @@ in ticks. Each tick:
 2. **ISR upkeep** (every ``replica_lag_time_max_ms / 4``): followers that have not reached
    the leader's log end within ``replica.lag.time.max.ms`` leave the ISR
    (:func:`~sparklog.runtime.policy.shrink_isr`); live followers whose log end reached
-   the high watermark rejoin (:func:`~sparklog.runtime.policy.expand_isr`);
+   the high watermark rejoin (:func:`~sparklog.runtime.policy.expand_isr`); replicas that
+   share the leader's table (shared storage, DESIGN §16) are in sync while live;
 3. **admin requests**: preferred-leader elections and reassignments under ``/admin``
    (:mod:`sparklog.broker.controller.admin_requests`), and the automatic preferred-leader rebalance.
 
@@ -35,13 +36,14 @@ from sparklog import clock
 from sparklog.broker.controller.admin_requests import AdminRequests, RebalanceSettings
 from sparklog.errors import SparklogError
 from sparklog.metadata.broker_registration import live_broker_ids
-from sparklog.metadata.zkdata import PartitionState
+from sparklog.metadata.zkdata import PartitionState, TopicAssignment
 from sparklog.runtime.policy import (
     LeaderElection,
     append_epoch,
     elect_leader,
     expand_isr,
     high_watermark,
+    replace_down_replicas,
     shrink_isr,
 )
 from sparklog.runtime.replica_manager import ReplicaManager
@@ -137,6 +139,8 @@ class Controller:
         state = self.replicas.states(topic, [partition])[partition]
         if state.leader not in live:
             election = elect_leader(replicas, state.isr, live, unclean=unclean)
+            if election is None and self._move_to_live_brokers(topic, partition, replicas, state, live):
+                return
             if election is None:
                 if state.leader != -1:
                     self.write_state(topic, partition, replace(state, leader=-1))
@@ -154,6 +158,14 @@ class Controller:
     def _maintain_isr(
         self, topic: str, partition: int, replicas: list[int], state: PartitionState, live: set[int]
     ) -> None:
+        if all(self.replicas.shares_table(topic, b, state.leader) for b in replicas):
+            # Shared storage: every replica is the leader's table, so every live one is in
+            # sync, told without reading the table (an idle cluster makes no store requests).
+            isr = [state.leader, *(b for b in replicas if b in live and b != state.leader)]
+            if sorted(isr) != sorted(state.isr):
+                log.info("%s-%d: ISR %s -> %s (one shared table)", topic, partition, state.isr, isr)
+                self.write_state(topic, partition, replace(state, isr=isr))
+            return
         ends = {}
         for broker in replicas:
             table = self.replicas.replica_table(topic, broker)
@@ -206,6 +218,41 @@ class Controller:
             log.info("%s-%d: ISR %s -> %s (log ends %s)", topic, partition, state.isr, isr, ends)
             self.write_state(topic, partition, replace(state, isr=isr))
 
+    def _move_to_live_brokers(
+        self, topic: str, partition: int, replicas: list[int], state: PartitionState, live: set[int]
+    ) -> bool:
+        """Shared storage: a partition whose every replica is down is given to live brokers
+        serving the same table (:func:`~sparklog.runtime.policy.replace_down_replicas`), its
+        assignment rewritten (metadata only) and the first of them elected. False: its replicas
+        have tables of their own (a disk each), or no such broker is live."""
+        if not replicas or not all(self.replicas.shares_table(topic, b, replicas[0]) for b in replicas[1:]):
+            return False
+        candidates = [b for b in sorted(live) if self.replicas.shares_table(topic, b, replicas[0])]
+        if not candidates:
+            return False
+        moved = replace_down_replicas(replicas, live, candidates, self._leaders_per_broker())
+        if moved is None:
+            return False
+        assignment, version = self.replicas.metadata.assignment(topic)
+        partitions = {**assignment.partitions, str(partition): moved}
+        if not self.replicas.metadata.set_assignment(topic, TopicAssignment(assignment.topic_id, partitions), version):
+            return False  # changed meanwhile: the next tick looks again
+        log.warning("%s-%d: every replica %s down; moved to %s on the shared table", topic, partition, replicas, moved)
+        in_sync = tuple(b for b in moved if b in live)
+        return self.elect(topic, partition, state, LeaderElection(in_sync[0], in_sync))
+
+    def _leaders_per_broker(self) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for topic in self.replicas.metadata.list_topics():
+            try:
+                assignment, _ = self.replicas.metadata.assignment(topic)
+                states = self.replicas.states(topic, [int(p) for p in assignment.partitions])
+            except SparklogError:
+                continue  # deleted meanwhile
+            for state in states.values():
+                counts[state.leader] = counts.get(state.leader, 0) + 1
+        return counts
+
     # -- writes ----------------------------------------------------------------------------
     def elect(self, topic: str, partition: int, state: PartitionState, election: LeaderElection) -> bool:
         """Make ``election.leader`` the leader under a new epoch ``E``, never letting two replicas
@@ -231,6 +278,8 @@ class Controller:
             b for b in dict.fromkeys([*assignment.replicas(partition), state.leader]) if b not in (-1, election.leader)
         ]
         for broker in others:
+            if self.replicas.shares_table(topic, broker, election.leader):
+                continue  # one table: the new leader's lineage commit below fences it too
             try:
                 self.replicas.replica_table(topic, broker).commit_leader_epoch(partition, epoch, lineage=False)
             except SparklogError as exc:
