@@ -25,6 +25,7 @@ import pytest
 
 import sparklog
 from sparklog.testing.brokers import free_port
+from sparklog.testing.object_stores import MotoS3
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,13 +34,17 @@ REPO = Path(__file__).resolve().parents[2]
 GUIDE = (REPO / "README.md").read_text(encoding="utf-8").split("\n## User guide\n", 1)[1]
 BLOCKS: list[tuple[str, str]] = re.findall(r"```(python|sh)\n(.*?)```", GUIDE, flags=re.S)
 EXAMPLE_PORTS = (9092, 9093, 9094, 9095)
+EXAMPLE_STORE_PORT, EXAMPLE_BUCKET = 9000, "lake"
 
 
 @pytest.fixture
-def guide_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[int, int]]:
+def guide_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto_s3: MotoS3) -> Iterator[dict[int, int]]:
     """The environment a reader has after ``make demo`` minus the demo: the venv's commands first
-    on PATH, the repository as working directory, a fresh home; example ports mapped to free ones."""
+    on PATH, the repository as working directory, a fresh home; example ports mapped to free ones,
+    and the example's MinIO (``127.0.0.1:9000``, bucket ``lake``) is moto's S3 server."""
+    moto_s3.create_bucket(EXAMPLE_BUCKET)
     ports = {port: free_port() for port in EXAMPLE_PORTS}
+    ports[EXAMPLE_STORE_PORT] = moto_s3.port
     properties = tmp_path / "sparklog.properties"
     properties.write_text(f"listeners=PLAINTEXT://127.0.0.1:{ports[9092]}\n")
     home = tmp_path / "home"
@@ -127,6 +132,7 @@ def test_the_user_guide_runs_top_to_bottom(spark: SparkSession, guide_env: dict[
     assert re.search(r"broker 0 at 127\.0\.0\.1:\d+ \(controller\)|broker \d at 127\.0\.0\.1:\d+", text), text[-3000:]
     assert "k1=hello (partition" in text and "k2=world (partition" in text, text[-3000:]
     assert 'topic "greetings" with 3 partitions' in text, text[-3000:]
+    assert all(f"lake-events\tPartition: {p}\tLeader: 5" in text for p in (0, 1)), text[-3000:]
     greeters = run_shell("sparklog groups describe --group greeters")
     rows = [line.split() for line in greeters.splitlines() if line.startswith("greeters ")]
     assert sum(int(row[3]) for row in rows) == 3, greeters  # CURRENT-OFFSET: the three records read
