@@ -32,7 +32,7 @@ from typing import Self
 from sparklog.testing.brokers import free_port
 from sparklog.testing.processes import ChildProcesses
 
-__all__ = ["S3RVER_SCRIPT", "MotoS3", "S3rver"]
+__all__ = ["S3RVER_SCRIPT", "MotoS3", "S3ServerProcess", "S3rver"]
 
 # Installed by the Makefile (npm, pinned in package.json at the repository's root).
 S3RVER_SCRIPT = Path(__file__).resolve().parents[2] / "node_modules" / "s3rver" / "bin" / "s3rver.js"
@@ -64,7 +64,7 @@ def _settings(environ: dict[str, str]) -> dict[str, str]:
     return {key: environ[var] for key, var in STORAGE_SETTINGS.items() if var in environ}
 
 
-class _S3Server(ChildProcesses):
+class S3ServerProcess(ChildProcesses):
     """One S3 server process on 127.0.0.1 (a free port), its log and data under ``directory``."""
 
     _ID = 1
@@ -126,7 +126,7 @@ class _S3Server(ChildProcesses):
         return _settings(self.environ())
 
 
-class MotoS3(_S3Server):
+class MotoS3(S3ServerProcess):
     """moto's S3 server (it honours ``If-None-Match: *`` and ``If-Match``). With
     ``check_credentials`` it refuses every request's credentials (moto's IAM checks on, and no
     user created): the store of a wrong key pair."""
@@ -149,7 +149,7 @@ class MotoS3(_S3Server):
         return [str(server), "-H", "127.0.0.1", "-p", str(self.port)]
 
 
-class S3rver(_S3Server):
+class S3rver(S3ServerProcess):
     """The npm ``s3rver`` (it ignores ``If-None-Match``), data under ``directory``."""
 
     name = "s3rver"
