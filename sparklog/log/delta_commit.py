@@ -106,13 +106,15 @@ def commit_actions(
     return ("\n".join(lines) + "\n").encode()
 
 
-def put_commit(storage: TableStorage, version: int, data: bytes, fsync: bool) -> bool:
-    """Create commit ``version`` with ``data`` if nobody did; False when it exists."""
-    if not storage.create(commit_name(version), data, durable=fsync):
-        return False
+def put_commit(storage: TableStorage, version: int, data: bytes, fsync: bool) -> tuple[object, ...] | None:
+    """Create commit ``version`` with ``data`` if nobody did: its stamp
+    (:meth:`~sparklog.log.storage.TableStorage.stamp`); None when it exists."""
+    stamp = storage.create(commit_name(version), data, durable=fsync)
+    if stamp is None:
+        return None
     if version % CHECKPOINT_INTERVAL == 0:
         threading.Thread(target=_checkpoint, args=(storage, version), name="delta-checkpoint", daemon=True).start()
-    return True
+    return stamp
 
 
 def touched_app_ids(storage: TableStorage, version: int) -> set[str]:

@@ -30,7 +30,7 @@ from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile
 from sparklog.log.table import CommitConflict, TopicTable
 from sparklog.log.transactions import end_app_id, fence_app_id, leader_app_id, leader_fence_app_id
-from sparklog.log.txn_state import app_transactions
+from sparklog.log.txn_state import app_transactions, record_commit
 
 __all__ = ["LeaderLog", "StateView"]
 
@@ -60,14 +60,18 @@ class StateView:
         version = self.version + 1
         ours = set(transactions)
         storage = self.owner.storage
-        while not put_commit(storage, version, data, fsync):
+        while (stamp := put_commit(storage, version, data, fsync)) is None:
             # Taken: a commit that touched one of our app ids invalidates what we read.
             clash = touched_app_ids(storage, version) & ours
             if clash:
                 self.owner.saw(version)
                 raise CommitConflict(f"commit {version} of {self.root} touched {sorted(clash)} first")
             version += 1
-        self.owner.saw(version)
+        if version == self.version + 1:
+            # Nobody committed in between: the map as of our commit is ours on top of what we read.
+            self.owner.committed(version, stamp, {**self.state, **transactions})
+        else:
+            self.owner.saw(version, stamp)
 
 
 class LeaderLog:
@@ -97,11 +101,19 @@ class LeaderLog:
         if state is None:
             self.known_version = None
             return None
-        self.saw(newest)
+        # Nothing new since the version known: its stamp was just checked, not asked again.
+        self.saw(newest, self._known_stamp if newest == self.known_version else None)
         return StateView(self, self.root, newest, state)
 
-    def saw(self, version: int) -> None:
+    def saw(self, version: int, stamp: tuple[object, ...] | None = None) -> None:
         """``version`` is the newest commit known (which file it is, too: a table re-created
-        up to the same version is told apart)."""
+        up to the same version is told apart); ``stamp``: its stamp when known (else asked)."""
         self.known_version = version
-        self._known_stamp = self.table.commit_stamp(version)
+        self._known_stamp = stamp if stamp is not None else self.table.commit_stamp(version)
+
+    def committed(self, version: int, stamp: tuple[object, ...], state: Mapping[str, int]) -> None:
+        """This leader's own commit landed as ``version`` right after the version it read:
+        ``state`` is the table's whole app-transaction map now (recorded, not read back)."""
+        self.saw(version, stamp)
+        if self._table_id is not None:
+            record_commit(self.storage, self._table_id, version, state)

@@ -248,29 +248,32 @@ class ObjectTableStorage:
     def prove(self) -> None:
         prove_conditional_create(self.location, self.settings)
 
-    def create(self, relative: str, data: bytes, durable: bool) -> bool:
+    def create(self, relative: str, data: bytes, durable: bool) -> tuple[object, ...] | None:
         return self._put(relative, data, create=True)
 
     def write(self, relative: str, data: bytes | pa.Buffer, durable: bool) -> None:
         self._put(relative, data, create=False)
 
-    def _put(self, relative: str, data: bytes | pa.Buffer, create: bool) -> bool:
+    def _put(self, relative: str, data: bytes | pa.Buffer, create: bool) -> tuple[object, ...] | None:
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         self.prove()
         payload = data if isinstance(data, bytes) else data.to_pybytes()  # obstore takes bytes, not Arrow buffers
         try:
-            obstore.put(self._store, relative, payload, mode="create" if create else "overwrite", use_multipart=False)
+            if create:
+                result = obstore.put(self._store, relative, payload, mode="create", use_multipart=False)
+            else:
+                result = obstore.put(self._store, relative, payload, mode="overwrite", use_multipart=False)
         except (AlreadyExistsError, PreconditionError):
             if create:
-                return False
+                return None
             raise
         except Exception as exc:
             raise self._failed("write", relative, exc) from exc
         if _is_segment(relative):
             SEGMENT_CACHE.put(self._key(relative), payload)
-        return True
+        return (result["e_tag"],)
 
     def read(self, relative: str) -> bytes:
         import obstore
@@ -305,7 +308,9 @@ class ObjectTableStorage:
             return None
         except Exception as exc:
             raise self._failed("look up", relative, exc) from exc
-        return meta["e_tag"], meta["last_modified"]
+        # The entity tag alone: a PUT answers it too (no HEAD after a create), and an object
+        # written again under the name (a re-created table's commit) has other bytes.
+        return (meta["e_tag"],)
 
     def listing(self, prefix: str = "") -> dict[str, tuple[int, int]]:
         import obstore

@@ -54,8 +54,9 @@ class TableStorage(Protocol):
         """Refuse (``StorageError``) a store that would lose commits, before anything commits
         to it (:func:`~sparklog.log.object_store.prove_conditional_create`; once per process)."""
 
-    def create(self, relative: str, data: bytes, durable: bool) -> bool:
-        """Create ``relative`` with ``data`` unless it exists (False then), atomically."""
+    def create(self, relative: str, data: bytes, durable: bool) -> tuple[object, ...] | None:
+        """Create ``relative`` with ``data`` unless it exists (None then), atomically; the
+        new object's :meth:`stamp` (so its creator need not ask for it)."""
 
     def write(self, relative: str, data: bytes | pa.Buffer, durable: bool) -> None:
         """Write ``relative`` whole (a name nobody else writes: a segment's is new each time)."""
@@ -102,7 +103,7 @@ class LocalTableStorage:
     def prove(self) -> None:
         """Nothing to prove: a commit's ``link(2)`` fails when the name exists."""
 
-    def create(self, relative: str, data: bytes, durable: bool) -> bool:
+    def create(self, relative: str, data: bytes, durable: bool) -> tuple[object, ...] | None:
         final = os.path.join(self.root, relative)
         directory = os.path.dirname(final)
         temporary = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
@@ -113,13 +114,14 @@ class LocalTableStorage:
                 os.fsync(handle.fileno())
         try:
             os.link(temporary, final)
+            stamp = self.stamp(relative)
         except FileExistsError:
-            return False
+            return None
         finally:
             os.unlink(temporary)
         if durable:
             fsync_path(directory)
-        return True
+        return stamp
 
     def write(self, relative: str, data: bytes | pa.Buffer, durable: bool) -> None:
         path = os.path.join(self.root, relative)

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from sparklog.log.storage import TableStorage
 
-__all__ = ["app_transactions"]
+__all__ = ["app_transactions", "record_commit"]
 
 _LOG = "_delta_log"
 _VERSIONS_KEPT = 16  # per table: snapshots a little behind the newest still find theirs
@@ -82,6 +82,21 @@ def app_transactions(storage: TableStorage, table_id: str, version: int) -> Mapp
         while len(state.by_version) > _VERSIONS_KEPT:
             del state.by_version[min(state.by_version)]
     return versions
+
+
+def record_commit(storage: TableStorage, table_id: str, version: int, state: Mapping[str, int]) -> None:
+    """``state`` is the whole map as of ``version``: a writer that just committed ``version``
+    on top of a map it read knows it without reading its own commit back (on a store, a GET
+    a round saved)."""
+    with _lock:
+        current = _states.get(storage.root)
+        if current is None or current.table_id != table_id:
+            if len(_states) >= _MAX_TABLES:
+                _states.clear()
+            current = _states[storage.root] = _State(table_id)
+        current.by_version[version] = dict(state)
+        while len(current.by_version) > _VERSIONS_KEPT:
+            del current.by_version[min(current.by_version)]
 
 
 def _from_checkpoint(storage: TableStorage, version: int) -> tuple[int, dict[str, int]] | None:

@@ -13,11 +13,12 @@ from sparklog.log.leader_log import LeaderLog
 from sparklog.log.table import CommitConflict
 from sparklog.log.transactions import end_app_id
 from sparklog.log.txn_state import app_transactions
-from tests.helpers import assert_log_consistent, segment_batch
+from tests.helpers import BOTH_STORES, assert_log_consistent, segment_batch
 
 TOPIC = "leader-log"
 
 
+@BOTH_STORES
 def test_direct_commits_are_delta_commits(cluster: sparklog.Cluster) -> None:
     cluster.create_topic(TOPIC, partitions=2)
     table = cluster.replicas.leader_table(TOPIC)
@@ -27,8 +28,12 @@ def test_direct_commits_are_delta_commits(cluster: sparklog.Cluster) -> None:
         result = append(table, {0: 1, 1: 1}, batches, views=leader_log.view)
         assert result.base_offsets == {0: i, 1: 2 * i}
     # delta-rs reads the commits: files, stats, app transactions, history
-    dt = DeltaTable(table.root)
+    dt = DeltaTable(table.root, storage_options=table.storage.delta_options or None)
     assert dt.transaction_version(end_app_id(0)) == 5 and dt.transaction_version(end_app_id(1)) == 10
+    # the app-transaction map the leader recorded for its own commits (not read back) is the log's
+    view = leader_log.state_view()
+    assert view is not None and view.version == dt.version()
+    assert dict(view.state) == {app_id: dt.transaction_version(app_id) for app_id in view.state}
     assert len(dt.file_uris()) == 10
     assert dt.history(1)[0]["operation"] == "WRITE"
     # and so does every sparklog reader

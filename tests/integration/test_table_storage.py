@@ -30,7 +30,8 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TableSto
 
 
 def test_a_create_lands_once_and_the_second_learns_it_lost(storage: TableStorage) -> None:
-    assert storage.create(COMMIT, b'{"commitInfo":{}}\n', durable=True)
+    created = storage.create(COMMIT, b'{"commitInfo":{}}\n', durable=True)
+    assert created is not None and created == storage.stamp(COMMIT), "a create answers the new object's stamp"
     assert not storage.create(COMMIT, b"another writer's commit\n", durable=True)
     assert storage.read(COMMIT) == b'{"commitInfo":{}}\n'
 

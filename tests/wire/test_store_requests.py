@@ -1,6 +1,7 @@
 """What a broker asks of its store (DESIGN §16), counted by a proxy in front of moto: a
-commit round costs one PUT per new segment and one conditional PUT of the commit, and never
-a LIST; an idle broker makes no requests at all."""
+commit round costs one PUT per new segment and one conditional PUT of the commit, never a
+LIST and no GET (the leader knows its own commits); an idle broker makes no requests at
+all. (HEADs probing for newer commits remain: counted and printed, not yet budgeted.)"""
 
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ def test_a_commit_round_is_two_puts_and_no_list(
     assert counts.get("LIST", 0) == 0, counts
     assert counts.get("PUT", 0) == rounds, f"one segment PUT a round: {counts}"
     assert counts.get("PUT_IF_ABSENT", 0) == rounds, f"one conditional PUT of the commit a round: {counts}"
+    assert counts.get("GET", 0) == 0, f"the leader knows its own commits: nothing read back {counts}"
 
 
 def test_an_idle_broker_makes_no_store_requests(
