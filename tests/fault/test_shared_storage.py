@@ -72,6 +72,23 @@ def read_all(bootstrap: str, expected: int) -> list[tuple[int, int, bytes]]:
     return sorted(got)
 
 
+def kill_and_take_over(cluster: sparklog.Cluster, agents: BrokerAgents, victim: int) -> int:
+    """Kill -9 ``victim``; the other broker must lead every partition within the session
+    timeout plus a second. Returns the other broker's id."""
+    survivor = 2 if victim == 1 else 1
+    killed_at = time.monotonic()
+    agents.kill(victim)
+    wait_until(
+        lambda: all(p.leader == survivor for p in cluster.describe_topic(TOPIC).partitions),
+        f"broker {survivor} leads every partition",
+        timeout_s=30,
+    )
+    moved_s = time.monotonic() - killed_at
+    assert moved_s <= SESSION_TIMEOUT_MS / 1000 + 1.0, f"leadership moved after {moved_s:.1f} s"
+    print(f"broker {victim} killed: broker {survivor} leads every partition after {moved_s:.2f} s")
+    return survivor
+
+
 def table_objects(moto_s3: MotoS3, log_store: str) -> list[str]:
     store = open_store(parse_location(log_store), StorageSettings.from_config(moto_s3.settings()))
     return sorted(str(meta["path"]) for batch in obstore.list(store) for meta in batch)
@@ -95,16 +112,7 @@ def test_leadership_moves_on_shared_storage_without_copies_and_loses_nothing(
     assert sum(path.endswith(".parquet") and "/partition=" in path for path in objects) > 0
 
     leader = cluster.describe_topic(TOPIC).partitions[0].leader
-    survivor = 2 if leader == 1 else 1
-    killed_at = time.monotonic()
-    shared_brokers.kill(leader)
-    wait_until(
-        lambda: all(p.leader == survivor for p in cluster.describe_topic(TOPIC).partitions),
-        f"broker {survivor} leads every partition",
-        timeout_s=30,
-    )
-    moved_s = time.monotonic() - killed_at
-    assert moved_s <= SESSION_TIMEOUT_MS / 1000 + 1.0, f"leadership moved after {moved_s:.1f} s"
+    kill_and_take_over(cluster, shared_brokers, leader)
 
     acked.update(produce(bootstrap, [b"after-%d" % i for i in range(100)]))
     records = read_all(bootstrap, len(acked))
@@ -133,19 +141,9 @@ def test_a_partition_whose_only_replica_died_is_led_by_another_live_broker(
     bootstrap = shared_brokers.bootstrap_servers
     acked = produce(bootstrap, [b"before-%d" % i for i in range(40)])
     placed = {p.partition: p.replicas for p in cluster.describe_topic(TOPIC).partitions}
-    victim = placed[0][0]
-    survivor = 2 if victim == 1 else 1
-    killed_at = time.monotonic()
-    shared_brokers.kill(victim)
     # Replication factor 1, yet nothing is lost: the store holds the table, so another live
     # broker takes the partition over (its assignment rewritten, no data moved).
-    wait_until(
-        lambda: all(p.leader == survivor for p in cluster.describe_topic(TOPIC).partitions),
-        f"broker {survivor} leads every partition",
-        timeout_s=30,
-    )
-    moved_s = time.monotonic() - killed_at
-    assert moved_s <= SESSION_TIMEOUT_MS / 1000 + 1.0, f"leadership moved after {moved_s:.1f} s"
+    survivor = kill_and_take_over(cluster, shared_brokers, placed[0][0])
     assert all(p.replicas == (survivor,) for p in cluster.describe_topic(TOPIC).partitions)
     acked.update(produce(bootstrap, [b"after-%d" % i for i in range(40)]))
     records = read_all(bootstrap, len(acked))
