@@ -30,7 +30,7 @@ from sparklog.testing.object_stores import S3ServerProcess
 __all__ = ["CountingProxy", "request_kind"]
 
 _CONTROL = "/_proxy/"
-# Hop-by-hop headers are the proxy's own business (RFC 9110 §7.6.1).
+# Hop-by-hop headers are the proxy's own business (RFC 9110, section 7.6.1).
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 
 
