@@ -50,7 +50,7 @@ from sparklog.broker.transactions.coordinator import TransactionCoordinator
 from sparklog.broker.transactions.markers import MarkerWriter
 from sparklog.config import ClusterConfig, Endpoint
 from sparklog.errors import ConfigError, SparklogError
-from sparklog.log.object_store import prove_conditional_create
+from sparklog.log.object_store import prove_conditional_create, store_requests
 from sparklog.log.storage import fsync_path
 from sparklog.metadata.broker_registration import BrokerRegistration
 from sparklog.metadata.controller_election import ControllerElection
@@ -112,7 +112,7 @@ class BrokerAgent:
         self.broker_id = config.broker_id
         self.settings = settings or BrokerSettings()
         self.replicas = ReplicaManager.connect(config)
-        self.metrics = BrokerMetrics(lambda: replica_gauges(self.replicas, self.broker_id))
+        self.metrics = BrokerMetrics(lambda: replica_gauges(self.replicas, self.broker_id), store_requests)
         self.controller = Controller(self.replicas, self.broker_id, self.settings.controller)
         self.appender = LeaderAppender(
             self.replicas,

@@ -83,7 +83,7 @@ from sparklog.log.append import (
     WriteOptions,
     prepare_append,
 )
-from sparklog.log.leader_log import LeaderLog
+from sparklog.log.leader_log import LeaderLog, LeaseSerials
 from sparklog.log.table import CommitConflict, TopicTable
 from sparklog.metadata.lease import WriterLease, broker_lease_owner
 from sparklog.metadata.zkdata import PartitionState
@@ -138,9 +138,8 @@ class LeaderAppender:
         # Used by a topic's builder thread only:
         self._leases: dict[str, dict[int, WriterLease]] = {}
         self._in_flight: dict[str, _Round] = {}  # the round its committer has
+        # A topic's builder and committer share its LeaderLog (under self._lock):
         self._logs: dict[str, LeaderLog] = {}
-        # Used by a topic's committer thread only:
-        self._commit_logs: dict[str, LeaderLog] = {}
 
     def append(self, topic: str, items: Sequence[PendingAppend]) -> None:
         """Queue ``items`` for ``topic``'s next round; each is finished when answered."""
@@ -276,7 +275,8 @@ class LeaderAppender:
         try:
             epochs = hold_leases(table, leases, timeout_ms, lambda: self._release_wanted(topic, everything=True))
             before = self._in_flight.get(topic)
-            view: LogView = self._leader_view(self._logs, topic, table)
+            serials = {lease.partition: lease.grant_serial for lease in leases}
+            view: LogView = self._leader_view(topic, table, serials)
             if before is not None:
                 view = ProjectedView(view, before.prepared.transactions)
             options = WriteOptions(
@@ -308,6 +308,7 @@ class LeaderAppender:
             started_s,
             timeout_ms,
             time.monotonic() - build_started_s,
+            serials,
         )
         redo = self._settle(topic)
         if before is not None and (redo or before.settled.result() != "committed"):
@@ -338,13 +339,14 @@ class LeaderAppender:
                 except Exception as exc:  # noqa: BLE001 - the lease expires; the waiter gets it then
                     log.warning("releasing the lease of %s-%d failed: %s", topic, lease.partition, exc)
 
-    @staticmethod
-    def _leader_view(logs: dict[str, LeaderLog], topic: str, table: TopicTable) -> LogView:
-        """The log of ``table`` as one thread reads it (a thread's own :class:`LeaderLog`)."""
-        leader_log = logs.get(topic)
-        if leader_log is None or leader_log.table is not table:
-            leader_log = logs[topic] = LeaderLog(table)
-        view = leader_log.view()
+    def _leader_view(self, topic: str, table: TopicTable, serials: LeaseSerials) -> LogView:
+        """The log of ``table`` as the topic's :class:`LeaderLog` knows it, for a round under
+        the write leases ``serials``."""
+        with self._lock:
+            leader_log = self._logs.get(topic)
+            if leader_log is None or leader_log.table is not table:
+                leader_log = self._logs[topic] = LeaderLog(table)
+        view = leader_log.view(serials)
         return view if view is not None else SnapshotView(table, table.snapshot())
 
     # -- the committer -----------------------------------------------------------------------
@@ -381,7 +383,7 @@ class LeaderAppender:
         try:
             if fsync:
                 prepared.make_durable()
-            view = self._leader_view(self._commit_logs, round_.topic, round_.table)
+            view = self._leader_view(round_.topic, round_.table, round_.lease_serials)
             prepared.check(view)
             publishing.enter_context(self.tails.publishing(round_.topic, prepared.base_offsets))
             result = prepared.commit(view, fsync)
@@ -483,4 +485,5 @@ class _Round:
     started_s: float
     timeout_ms: int
     append_s: float  # files written; the committer adds fsync and commit
+    lease_serials: LeaseSerials  # the write-lease grants it was built under
     settled: Future[Settled] = field(default_factory=Future)

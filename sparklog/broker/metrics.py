@@ -30,7 +30,10 @@ frame, parsing, handling, encoding and writing the answer — what benchmark (u)
 ``sparklog_commit_round_seconds{topic}`` (a commit round, start to acknowledgement),
 ``sparklog_commit_round_records{topic}``, ``sparklog_commit_round_bytes{topic}`` (wire bytes)
 and ``sparklog_commit_round_append_seconds{topic}`` (the round's append to the leader's
-table: files written and fsynced, the Delta commit). Plus prometheus_client's ``process_*``.
+table: files written and fsynced, the Delta commit); the counter
+``sparklog_store_requests_total{kind}``: object-store requests the broker made itself by
+kind (:func:`sparklog.log.object_store.store_requests`; delta-rs's own are not seen), what a
+store bills (DESIGN §16). Plus prometheus_client's ``process_*``.
 
 Invariants:
 
@@ -49,7 +52,7 @@ import logging
 import math
 import threading
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -194,11 +197,17 @@ _ALL_TOPICS = ""
 class BrokerMetrics(Collector):
     """What one broker records; see the module docstring. Thread-safe.
 
-    ``gauges`` (optional) counts the broker's led and under-replicated partitions when scraped."""
+    ``gauges`` (optional) counts the broker's led and under-replicated partitions when scraped;
+    ``store_requests`` (optional) the object-store requests of the process by kind."""
 
-    def __init__(self, gauges: Callable[[], ReplicaGauges] | None = None) -> None:
+    def __init__(
+        self,
+        gauges: Callable[[], ReplicaGauges] | None = None,
+        store_requests: Callable[[], Mapping[str, int]] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self._gauges = gauges
+        self._store_requests = store_requests
         self._lock = threading.Lock()  # guards the dicts below (entries are added, never removed)
         self._requests: dict[int, QuantileWindow] = {}
         self._topics: dict[str, list[int]] = {_ALL_TOPICS: [0, 0, 0]}
@@ -309,6 +318,15 @@ class BrokerMetrics(Collector):
             ),
         ):
             yield _summary(name, doc, "topic", rounds, column, SPARKLOG_QUANTILES, now_s)
+        if self._store_requests is not None:
+            requests_by_kind = CounterMetricFamily(
+                "sparklog_store_requests",
+                "Object-store requests this broker made itself, by kind (delta-rs's own not included)",
+                labels=["kind"],
+            )
+            for kind, made in sorted(self._store_requests().items()):
+                requests_by_kind.add_metric([kind], made)
+            yield requests_by_kind
         gauges = self._replica_gauges()
         if gauges is not None:
             for name, value, doc in (

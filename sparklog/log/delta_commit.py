@@ -35,7 +35,7 @@ from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile
 from sparklog.log.storage import TableStorage
 
-__all__ = ["CHECKPOINT_INTERVAL", "commit_actions", "commit_name", "put_commit", "touched_app_ids"]
+__all__ = ["CHECKPOINT_INTERVAL", "commit_actions", "commit_name", "put_commit"]
 
 log = logging.getLogger(__name__)
 
@@ -115,17 +115,6 @@ def put_commit(storage: TableStorage, version: int, data: bytes, fsync: bool) ->
     if version % CHECKPOINT_INTERVAL == 0:
         threading.Thread(target=_checkpoint, args=(storage, version), name="delta-checkpoint", daemon=True).start()
     return stamp
-
-
-def touched_app_ids(storage: TableStorage, version: int) -> set[str]:
-    """The application transaction ids commit ``version`` set."""
-    touched = set()
-    for line in storage.read(commit_name(version)).decode("utf-8").splitlines():
-        if '"txn"' in line:
-            action = json.loads(line).get("txn")
-            if action is not None:
-                touched.add(str(action["appId"]))
-    return touched
 
 
 def _checkpoint(storage: TableStorage, version: int) -> None:

@@ -1,4 +1,4 @@
-"""A leader's view of its own replica table: appends without a delta-rs snapshot (DESIGN §14).
+"""A leader's view of its own replica table: appends without a delta-rs snapshot (DESIGN §14, §16).
 
 A broker's committer appends to the same table round after round. Refreshing a delta-rs
 snapshot before each round and committing through delta-rs are most of a round's time, so
@@ -9,35 +9,65 @@ the leader instead:
   that version from ``_delta_log`` (:mod:`sparklog.log.txn_state`: one commit file per new
   version) — fence epochs, leader epochs and log ends are all app transactions;
 * commits by the Delta protocol's rule (:mod:`sparklog.log.delta_commit`): the next commit
-  file created if absent, failing on a commit that touched its app ids.
+  file created if absent; when it is taken, the winner's commit is read (only it) and ours
+  fails if it touched our app ids, else goes to the next version.
+
+**Trusting its own record** (no request at all before a commit): after a commit of its own
+lands, the leader knows the table's whole app-transaction map at that version (what it read,
+the winners' commits it stepped over, and its own). A later round of partitions whose write
+leases it held, under the same grants (:attr:`~sparklog.metadata.lease.WriterLease.grant_serial`),
+when that record was made is built and committed on the record without probing: no honest
+writer commits those partitions without taking their leases first, and a commit of anyone
+else (other partitions, maintenance) makes our create of the next version fail, which reads
+the winner. A topic is deleted only after its leases were taken from their holders
+(:func:`sparklog.runtime.topics.delete_topic`), so a re-created table never meets a trusted
+record: the next grant is a new one, and the leader probes again.
 
 So the append protocol of :func:`sparklog.log.append.append` is unchanged (fences checked,
 log end read, one commit whose app transactions make racing writers conflict); only where
 it reads and how it commits differ. Whenever the map cannot be read from ``_delta_log``
-(a log cleaned up under it, a re-created table), :meth:`view`
+(a log cleaned up under it, a re-created table), :meth:`LeaderLog.view`
 returns None and the append takes a delta-rs snapshot as every other writer does.
-One :class:`LeaderLog` per table and thread (the topic's committer).
+One :class:`LeaderLog` per table, shared by a topic's builder and committer threads.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from sparklog import clock
 from sparklog.log.append import LogView
-from sparklog.log.delta_commit import commit_actions, put_commit, touched_app_ids
+from sparklog.log.delta_commit import commit_actions, commit_name, put_commit
 from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile
 from sparklog.log.table import CommitConflict, TopicTable
 from sparklog.log.transactions import end_app_id, fence_app_id, leader_app_id, leader_fence_app_id
-from sparklog.log.txn_state import app_transactions, record_commit
+from sparklog.log.txn_state import app_transactions, commit_transactions, record_commit
 
-__all__ = ["LeaderLog", "StateView"]
+__all__ = ["LeaderLog", "LeaseSerials", "StateView"]
+
+LeaseSerials = Mapping[int, int]  # partition -> grant serial of the write lease held
+
+
+@dataclass(frozen=True)
+class _Record:
+    """The table's app-transaction map at ``version``, right after a commit of ours."""
+
+    version: int
+    state: Mapping[str, int]
+    serials: LeaseSerials  # the lease grants under which nobody else writes those partitions
+
+    def covers(self, serials: LeaseSerials) -> bool:
+        return bool(serials) and all(self.serials.get(p) == serial for p, serial in serials.items())
 
 
 class StateView:
-    def __init__(self, owner: LeaderLog, root: str, version: int, state: Mapping[str, int]) -> None:
-        self.owner, self.root, self.version, self.state = owner, root, version, state
+    def __init__(
+        self, owner: LeaderLog, version: int, state: Mapping[str, int], serials: LeaseSerials | None = None
+    ) -> None:
+        self.owner, self.root, self.version, self.state, self.serials = owner, owner.root, version, state, serials
 
     def fence_epoch(self, partition: int) -> int:
         return self.state.get(fence_app_id(partition), 0)
@@ -59,19 +89,36 @@ class StateView:
         data = commit_actions(segments, transactions, metadata, self.version, clock.now_ms(), removes)
         version = self.version + 1
         ours = set(transactions)
-        storage = self.owner.storage
-        while (stamp := put_commit(storage, version, data, fsync)) is None:
-            # Taken: a commit that touched one of our app ids invalidates what we read.
-            clash = touched_app_ids(storage, version) & ours
+        state = dict(self.state)
+        refused = 0
+        while (stamp := put_commit(self.owner.storage, version, data, fsync)) is None:
+            refused += 1
+            # One winner is the common case (another leader of the topic): create right after
+            # it. Refused again, read ahead first: a GET per commit instead of a PUT and a GET.
+            version = self._step_over(version, ours, state, read_ahead=refused > 1)
+        state.update(transactions)
+        self.owner.committed(version, stamp, state, self.serials)
+
+    def _step_over(self, version: int, ours: set[str], state: dict[str, int], read_ahead: bool) -> int:
+        """Others' commits from ``version`` (taken) on join ``state``: the next version to try.
+        A commit that touched one of our app ids invalidates what we read."""
+        first = version
+        while True:
+            try:
+                theirs = commit_transactions(self.owner.storage.read(commit_name(version)))
+            except FileNotFoundError:
+                if version == first:  # taken, yet gone: cleaned up under us; read the log again
+                    self.owner.distrust(version - 1)
+                    raise CommitConflict(f"commit {version} of {self.root} vanished after it was taken") from None
+                return version
+            clash = ours & set(theirs)
             if clash:
-                self.owner.saw(version)
+                self.owner.distrust(version)
                 raise CommitConflict(f"commit {version} of {self.root} touched {sorted(clash)} first")
+            state.update(theirs)
             version += 1
-        if version == self.version + 1:
-            # Nobody committed in between: the map as of our commit is ours on top of what we read.
-            self.owner.committed(version, stamp, {**self.state, **transactions})
-        else:
-            self.owner.saw(version, stamp)
+            if not read_ahead:
+                return version
 
 
 class LeaderLog:
@@ -84,13 +131,23 @@ class LeaderLog:
         self.known_version: int | None = None
         self._known_stamp: tuple[object, ...] | None = None  # TopicTable.commit_stamp of known_version
         self._table_id: str | None = None
+        self._record: _Record | None = None
+        self._lock = threading.Lock()  # the builder and the committer probe through one log
 
-    def view(self) -> LogView | None:
-        """The log as of its newest commit, or None (then take a snapshot)."""
-        return self.state_view()
+    def view(self, serials: LeaseSerials | None = None) -> LogView | None:
+        """The log as of its newest commit, or None (then take a snapshot). ``serials``: the
+        write leases held for the partitions to be appended (see the module doc)."""
+        return self.state_view(serials)
 
-    def state_view(self) -> StateView | None:
+    def state_view(self, serials: LeaseSerials | None = None) -> StateView | None:
         """:meth:`view` with its version and whole app-transaction map exposed."""
+        record = self._record
+        if serials is not None and record is not None and record.covers(serials):
+            return StateView(self, record.version, record.state, serials)
+        with self._lock:
+            return self._probed_view(serials)
+
+    def _probed_view(self, serials: LeaseSerials | None) -> StateView | None:
         newest = None
         if self.known_version is not None:
             newest = self.table.newest_version(self.known_version, self._known_stamp)
@@ -102,18 +159,29 @@ class LeaderLog:
             self.known_version = None
             return None
         # Nothing new since the version known: its stamp was just checked, not asked again.
-        self.saw(newest, self._known_stamp if newest == self.known_version else None)
-        return StateView(self, self.root, newest, state)
+        self._saw(newest, self._known_stamp if newest == self.known_version else None)
+        return StateView(self, newest, state, serials)
 
-    def saw(self, version: int, stamp: tuple[object, ...] | None = None) -> None:
+    def _saw(self, version: int, stamp: tuple[object, ...] | None) -> None:
         """``version`` is the newest commit known (which file it is, too: a table re-created
         up to the same version is told apart); ``stamp``: its stamp when known (else asked)."""
         self.known_version = version
         self._known_stamp = stamp if stamp is not None else self.table.commit_stamp(version)
 
-    def committed(self, version: int, stamp: tuple[object, ...], state: Mapping[str, int]) -> None:
-        """This leader's own commit landed as ``version`` right after the version it read:
-        ``state`` is the table's whole app-transaction map now (recorded, not read back)."""
-        self.saw(version, stamp)
-        if self._table_id is not None:
-            record_commit(self.storage, self._table_id, version, state)
+    def distrust(self, version: int) -> None:
+        """Someone else's commit ``version`` touched what we read: probe from it next time."""
+        with self._lock:
+            self._record = None
+            self.known_version, self._known_stamp = version, None
+
+    def committed(
+        self, version: int, stamp: tuple[object, ...], state: Mapping[str, int], serials: LeaseSerials | None
+    ) -> None:
+        """Our commit landed as ``version`` and ``state`` is the table's whole app-transaction
+        map there (recorded, not read back); ``serials``: the leases it was made under."""
+        with self._lock:
+            self.known_version, self._known_stamp = version, stamp
+            held = self._record.serials if self._record is not None else {}
+            self._record = _Record(version, state, {**held, **serials}) if serials else None
+            if self._table_id is not None:
+                record_commit(self.storage, self._table_id, version, state)

@@ -15,7 +15,11 @@ Invariants:
 * objects are written whole, in one single-part PUT: a reader never sees part of a segment
   or of a commit;
 * the segment cache holds only data files, whose names are never reused (a new uuid each),
-  so a cached segment is never stale.
+  so a cached segment is never stale;
+* every request this module makes is counted by kind (:func:`store_requests`: ``PUT``,
+  ``PUT_IF_ABSENT``, ``PUT_IF_ABSENT_REFUSED`` of those, ``GET``, ``HEAD``, ``LIST`` a page,
+  ``DELETE`` a batch), failed ones too; delta-rs's own requests (table loads, checkpoints,
+  log clean-up) are not seen here.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import datetime
 import threading
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +39,7 @@ from sparklog.model.storage_location import StorageLocation, StorageSettings
 if TYPE_CHECKING:
     from obstore.store import ObjectStore
 
-__all__ = ["ObjectTableStorage", "SegmentCache", "open_store", "prove_conditional_create"]
+__all__ = ["ObjectTableStorage", "SegmentCache", "open_store", "prove_conditional_create", "store_requests"]
 
 _PROBE_PREFIX = "_sparklog/probes"
 # A store that cannot be reached should fail a command in seconds, not after object_store's
@@ -43,6 +47,21 @@ _PROBE_PREFIX = "_sparklog/probes"
 _RETRY = {"max_retries": 2, "retry_timeout": datetime.timedelta(seconds=10)}
 _FROM_ENVIRONMENT = StorageSettings()  # no storage.* settings: the AWS_* variables decide
 _CLIENT = {"connect_timeout": datetime.timedelta(seconds=5), "timeout": datetime.timedelta(seconds=30)}
+
+_requests: Counter[str] = Counter()
+_requests_lock = threading.Lock()
+
+
+def _count(kind: str, amount: int = 1) -> None:
+    with _requests_lock:
+        _requests[kind] += amount
+
+
+def store_requests() -> dict[str, int]:
+    """Requests this process made to object stores, by kind, since it started."""
+    with _requests_lock:
+        return dict(_requests)
+
 
 _OBSTORE_KEYS = {
     "AWS_ENDPOINT_URL": "endpoint",
@@ -55,7 +74,8 @@ _OBSTORE_KEYS = {
 
 def open_store(location: StorageLocation, settings: StorageSettings = _FROM_ENVIRONMENT) -> ObjectStore:
     """An object-store client rooted at ``location`` (its prefix is the client's root); local
-    directories are written with the filesystem's own calls (:class:`LocalTableStorage`)."""
+    directories are written with the filesystem's own calls
+    (:class:`~sparklog.log.storage.LocalTableStorage`)."""
     from obstore.store import from_url
 
     if not location.is_object_store:
@@ -114,6 +134,7 @@ def _race_creates(store: ObjectStore, location: StorageLocation, settings: Stora
     def create(writer: int) -> None:
         barrier.wait()
         try:
+            _count("PUT_IF_ABSENT")
             obstore.put(store, probe, f"writer {writer}".encode(), mode="create", use_multipart=False)
             outcome: str | BaseException = "won"
         except (AlreadyExistsError, PreconditionError):
@@ -134,6 +155,7 @@ def _race_creates(store: ObjectStore, location: StorageLocation, settings: Stora
             raise _unreachable(location, settings, errors[0]) from errors[0]
         late = "refused"
         try:  # a create after both: the object exists now, whoever won
+            _count("PUT_IF_ABSENT")
             obstore.put(store, probe, b"late writer", mode="create", use_multipart=False)
             late = "won"
         except (AlreadyExistsError, PreconditionError):
@@ -149,6 +171,7 @@ def _race_creates(store: ObjectStore, location: StorageLocation, settings: Stora
             )
     finally:
         try:
+            _count("DELETE")
             obstore.delete(store, probe)
         except Exception:  # noqa: BLE001 - a leftover probe object is harmless
             pass
@@ -260,6 +283,7 @@ class ObjectTableStorage:
 
         self.prove()
         payload = data if isinstance(data, bytes) else data.to_pybytes()  # obstore takes bytes, not Arrow buffers
+        _count("PUT_IF_ABSENT" if create else "PUT")
         try:
             if create:
                 result = obstore.put(self._store, relative, payload, mode="create", use_multipart=False)
@@ -267,6 +291,7 @@ class ObjectTableStorage:
                 result = obstore.put(self._store, relative, payload, mode="overwrite", use_multipart=False)
         except (AlreadyExistsError, PreconditionError):
             if create:
+                _count("PUT_IF_ABSENT_REFUSED")
                 return None
             raise
         except Exception as exc:
@@ -282,6 +307,7 @@ class ObjectTableStorage:
         cacheable = _is_segment(relative)
         if cacheable and (cached := SEGMENT_CACHE.get(self._key(relative))) is not None:
             return cached
+        _count("GET")
         try:
             data = bytes(obstore.get(self._store, relative).bytes())
         except (NotFoundError, FileNotFoundError) as exc:
@@ -302,6 +328,7 @@ class ObjectTableStorage:
         import obstore
         from obstore.exceptions import NotFoundError
 
+        _count("HEAD")
         try:
             meta = obstore.head(self._store, relative)
         except (NotFoundError, FileNotFoundError):
@@ -317,8 +344,10 @@ class ObjectTableStorage:
 
         found: dict[str, tuple[int, int]] = {}
         base = len(self.location.prefix) + 1 if self.location.prefix else 0
+        pages = 0
         try:
             for batch in obstore.list(self._store, prefix=prefix or None, chunk_size=1000):
+                pages += 1
                 for meta in batch:
                     # Paths come back relative to the store's root prefix already, or with it
                     # (versions differ): strip it when present.
@@ -329,6 +358,8 @@ class ObjectTableStorage:
                     found[path] = (int(modified.timestamp() * 1000), int(meta["size"]))
         except Exception as exc:
             raise self._failed("list", prefix or "*", exc) from exc
+        finally:
+            _count("LIST", max(1, pages))  # a page a request; an empty listing is one too
         return found
 
     def delete(self, relative: str) -> bool:
@@ -336,6 +367,7 @@ class ObjectTableStorage:
         from obstore.exceptions import NotFoundError
 
         SEGMENT_CACHE.discard(self._key(relative))
+        _count("DELETE")
         try:
             obstore.delete(self._store, relative)  # S3 answers 204 whether or not it existed
         except (NotFoundError, FileNotFoundError):
@@ -349,10 +381,12 @@ class ObjectTableStorage:
 
         try:
             for batch in obstore.list(self._store, chunk_size=1000):
+                _count("LIST")
                 paths = [meta["path"] for meta in batch]
                 for path in paths:
                     SEGMENT_CACHE.discard(self._key(str(path)))
                 if paths:
+                    _count("DELETE")
                     obstore.delete(self._store, paths)
         except Exception as exc:
             raise self._failed("delete", "*", exc) from exc

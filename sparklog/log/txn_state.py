@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from sparklog.log.storage import TableStorage
 
-__all__ = ["app_transactions", "record_commit"]
+__all__ = ["app_transactions", "commit_transactions", "record_commit"]
 
 _LOG = "_delta_log"
 _VERSIONS_KEPT = 16  # per table: snapshots a little behind the newest still find theirs
@@ -69,7 +69,7 @@ def app_transactions(storage: TableStorage, table_id: str, version: int) -> Mapp
         start, versions = built
     try:
         for v in range(start, version + 1):
-            _apply_commit(storage.read(f"{_LOG}/{v:020d}.json"), versions)
+            versions.update(commit_transactions(storage.read(f"{_LOG}/{v:020d}.json")))
     except FileNotFoundError:
         return None  # cleaned up meanwhile (or not a version of this table): delta-rs answers
     with _lock:
@@ -129,11 +129,14 @@ def _from_checkpoint(storage: TableStorage, version: int) -> tuple[int, dict[str
     return checkpoint + 1, versions
 
 
-def _apply_commit(data: bytes, versions: dict[str, int]) -> None:
+def commit_transactions(data: bytes) -> dict[str, int]:
+    """``appId -> version`` of the application transactions one commit file sets."""
+    versions: dict[str, int] = {}
     for line in data.decode("utf-8").splitlines():
         if '"txn"' not in line:
             continue  # add/remove/commitInfo lines: skip without parsing
         action = json.loads(line)
         txn = action.get("txn")
         if isinstance(txn, dict) and "appId" in txn:
-            versions[txn["appId"]] = int(txn["version"])
+            versions[str(txn["appId"])] = int(txn["version"])
+    return versions

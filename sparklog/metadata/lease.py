@@ -27,6 +27,11 @@ holder with a steady stream of commits cannot starve them. A lease held by a bro
 (owner ``broker-<id>``) whose agent is no longer live is taken over at once (with an epoch
 marker) instead of after its expiry, so a new leader does not wait out a dead one's lease.
 
+Every grant that does not continue the one held (not a renewal) bumps
+:attr:`WriterLease.grant_serial`: while it stays the same, nobody else wrote the partition
+with the lease, so a leader may trust what it recorded of the log
+(:mod:`sparklog.log.leader_log`).
+
 ``takeover`` on a grant means the previous holder did not release (it may be a zombie):
 the new holder must commit an epoch marker before anything else. The lease record is not
 ephemeral because a Spark job's lease spans several short-lived Python processes; expiry
@@ -86,6 +91,9 @@ class WriterLease:
         # (epoch, takeover) of the grant last written: its reply may have been lost.
         self._attempt: tuple[int, bool] | None = None
         self._held_until_ms = 0  # expiry of our grant as last written
+        # Bumped by every grant that does not continue the one held (a renewal keeps it): a
+        # holder may trust what it recorded of the partition's log while it stays the same.
+        self.grant_serial = 0
         self._wanted: threading.Event | None = None  # set while other writers wait (held leases)
 
     def _read(self) -> tuple[WriterLeaseRecord | None, int]:
@@ -187,6 +195,7 @@ class WriterLease:
             free = record.released or record.expires_ms <= now or self._holder_is_dead(record)
             polite_wait = free and not mine and yield_to_waiters and self.wanted()
             if (mine or adopted or free) and not polite_wait:
+                renewed = ours and self.grant is not None and record.epoch == self.grant.epoch
                 floor = 0 if callable(log_epoch) else log_epoch
                 epoch = record.epoch if mine else max(record.epoch, floor) + 1
                 takeover = landed[1] if landed is not None else False if mine else not record.released
@@ -196,7 +205,7 @@ class WriterLease:
                     self._set(new, version)
                 except BadVersionError:
                     continue
-                return self._granted(epoch, takeover=takeover, expires_ms=expires)
+                return self._granted(epoch, takeover=takeover, expires_ms=expires, renewed=renewed)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise LeaseTimeoutError(
@@ -257,7 +266,9 @@ class WriterLease:
                 wanted.set()  # the partition is gone: let go
         return self._wanted.is_set()
 
-    def _granted(self, epoch: int, takeover: bool, expires_ms: int) -> LeaseGrant:
+    def _granted(self, epoch: int, takeover: bool, expires_ms: int, renewed: bool = False) -> LeaseGrant:
+        if not renewed:
+            self.grant_serial += 1
         self.grant = LeaseGrant(self.topic, self.partition, self.owner, epoch, takeover)
         self._held_until_ms = expires_ms
         self._attempt = None

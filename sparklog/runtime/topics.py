@@ -15,6 +15,7 @@ CreateTopics, CreatePartitions and AlterConfigs): the same checks, nothing writt
 from __future__ import annotations
 
 import base64
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -24,9 +25,12 @@ from sparklog.errors import (
     ConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
+    LeaseTimeoutError,
     TopicExistsError,
+    TopicNotFoundError,
 )
 from sparklog.metadata.broker_registration import live_broker_ids
+from sparklog.metadata.lease import WriterLease
 from sparklog.model.topic import PartitionDescription, TopicDescription, is_internal, validate_topic_name
 from sparklog.runtime.deleted_topics import remove_topic_offsets
 from sparklog.runtime.placement import (
@@ -296,15 +300,34 @@ def create_partitions(
 
 
 def delete_topic(replicas: ReplicaManager, name: str) -> None:
-    """Delete the topic's metadata, then every group's committed offsets of it (Kafka removes
-    them too: a topic re-created under the name starts without them), then its data on every
-    replica."""
+    """Take the partitions' write leases from their leaders, delete the topic's metadata, then
+    every group's committed offsets of it (Kafka removes them too: a topic re-created under
+    the name starts without them), then its data on every replica."""
     validate_topic_name(name)
     assignment, _ = replicas.metadata.assignment(name)
     incarnation = replicas.metadata.topic_incarnation(name)
     log_dirs = {replicas.log_dir_of(b) for brokers in assignment.partitions.values() for b in brokers}
+    _take_write_leases(replicas, name, [int(p) for p in assignment.partitions])
     replicas.metadata.delete_topic(name)
     replicas.drop_tables(name)
     remove_topic_offsets(replicas, name, incarnation)
     for log_dir in log_dirs:
         replicas.table_at(log_dir, name).delete()
+
+
+def _take_write_leases(replicas: ReplicaManager, name: str, partitions: Iterable[int]) -> None:
+    """Take every partition's write lease before anything of the topic is deleted: a leader
+    trusts its own record of the table while it holds the lease
+    (:mod:`sparklog.log.leader_log`), so it must finish its round in flight and let go, and
+    its next round ask ZooKeeper, which will not know the topic any more. Leases still held
+    after ``writer.lease.ms`` (a Spark job's) are left to expire: those writers read the
+    table afresh for each commit."""
+    owner = f"deleting-{uuid.uuid4().hex[:8]}"
+    lease_ms = replicas.config.writer_lease_ms
+    deadline = time.monotonic() + lease_ms / 1000
+    for partition in sorted(partitions):
+        lease = WriterLease(replicas.zk, name, partition, owner, lease_ms)
+        try:
+            lease.acquire(max(0, int((deadline - time.monotonic()) * 1000)))
+        except (LeaseTimeoutError, TopicNotFoundError):
+            pass

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 import sparklog
 from sparklog.testing.brokers import BrokerAgents
-from tests.helpers import wait_until
+from tests.helpers import BOTH_STORES, wait_until
 from tests.wire.conftest import create_led_topic, started_brokers
 
 TOPIC = "reborn"
@@ -30,6 +30,22 @@ def produce(cluster: sparklog.Cluster, prefix: str) -> None:
             producer.send(TOPIC, f"{prefix}-{i}".encode(), partition=0).result(30)
     finally:
         producer.close()
+
+
+def produce_through(agents: BrokerAgents, prefix: str) -> list[int]:
+    """One record at a time through the broker (it leads: its rounds commit on what it
+    recorded of the table, without reading it); the offsets acknowledged."""
+    producer = Producer({"bootstrap.servers": agents.bootstrap_servers, "acks": "all", "linger.ms": 0})
+    offsets: list[int] = []
+
+    def acked(err: object, message: object) -> None:
+        assert err is None, f"not acknowledged: {err}"
+        offsets.append(message.offset())  # type: ignore[attr-defined]
+
+    for i in range(RECORDS):
+        producer.produce(TOPIC, f"{prefix}-{i}".encode(), partition=0, on_delivery=acked)
+        assert producer.flush(30) == 0
+    return offsets
 
 
 def read_all(agents: BrokerAgents) -> list[str]:
@@ -71,3 +87,20 @@ def test_a_recreated_topic_is_served_from_its_own_table(
     create_led_topic(cluster, broker, TOPIC, 1)
     produce(cluster, "second")
     assert read_all(broker) == [f"second-{i}" for i in range(RECORDS)]
+
+
+@BOTH_STORES
+def test_a_leader_producing_across_a_delete_and_recreate_starts_the_new_table_afresh(
+    one_broker: BrokerAgents, cluster: sparklog.Cluster
+) -> None:
+    """The leader's record of the deleted table (its version, log ends) must never be
+    committed on: the delete takes the write lease from it, so its next round reads the new
+    table, whose commits and offsets start again (DESIGN §16)."""
+    create_led_topic(cluster, one_broker, TOPIC, 1)
+    assert produce_through(one_broker, "first") == list(range(RECORDS))
+    cluster.delete_topic(TOPIC)
+    create_led_topic(cluster, one_broker, TOPIC, 1)
+    assert produce_through(one_broker, "second") == list(range(RECORDS)), "offsets of the new topic start at 0"
+    assert read_all(one_broker) == [f"second-{i}" for i in range(RECORDS)]
+    versions = [entry["version"] for entry in cluster.replicas.replica_table(TOPIC, 1).snapshot().history()]
+    assert sorted(versions) == list(range(max(versions) + 1)), f"commit versions with a gap: {sorted(versions)}"

@@ -1,10 +1,11 @@
 """What a broker asks of its store (DESIGN §16), counted by a proxy in front of moto: a
 commit round costs one PUT per new segment and one conditional PUT of the commit, never a
-LIST and no GET (the leader knows its own commits); an idle broker makes no requests at
-all. (HEADs probing for newer commits remain: counted and printed, not yet budgeted.)"""
+LIST, GET or HEAD (the leader trusts its own record of the table while it holds the
+partition's write lease); an idle broker makes no requests at all."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from confluent_kafka import Producer
 
 import sparklog
 from sparklog.testing import BrokerAgents
+from sparklog.testing.metrics import scrape
 from sparklog.testing.object_stores import MotoS3
 from sparklog.testing.store_proxy import CountingProxy
 from tests.wire.conftest import create_led_topic, started_brokers
@@ -43,11 +45,17 @@ def counted_broker(
         yield agents
 
 
-def send_one_at_a_time(bootstrap: str, count: int) -> None:
+def send_one_at_a_time(bootstrap: str, count: int, partitions: int = 1) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
     for i in range(count):
-        producer.produce(TOPIC, value=b"v%d" % i, partition=0)
+        producer.produce(TOPIC, value=b"v%d" % i, partition=i % partitions)
         assert producer.flush(30) == 0
+
+
+def counted_by_broker(agents: BrokerAgents) -> dict[str, float]:
+    """The broker's own ``sparklog_store_requests_total`` by kind."""
+    series = scrape(agents.metrics_url(1)).series("sparklog_store_requests_total")
+    return {dict(labels)["kind"]: value for labels, value in series.items()}
 
 
 def test_a_commit_round_is_two_puts_and_no_list(
@@ -56,14 +64,19 @@ def test_a_commit_round_is_two_puts_and_no_list(
     create_led_topic(cluster, counted_broker, TOPIC, partitions=1)
     send_one_at_a_time(counted_broker.bootstrap_servers, 3)  # the table and the leader warmed up
     proxy.reset()
+    before = counted_by_broker(counted_broker)
     rounds = 20
     send_one_at_a_time(counted_broker.bootstrap_servers, rounds)
     counts = proxy.counts()
+    after = counted_by_broker(counted_broker)
+    reported = {kind: int(after[kind] - before.get(kind, 0)) for kind in after if after[kind] > before.get(kind, 0)}
+    assert reported == counts, f"the broker's metrics {reported} != the proxy's count {counts}"
     print(f"store requests for {rounds} one-record rounds: {counts}")
     assert counts.get("LIST", 0) == 0, counts
     assert counts.get("PUT", 0) == rounds, f"one segment PUT a round: {counts}"
     assert counts.get("PUT_IF_ABSENT", 0) == rounds, f"one conditional PUT of the commit a round: {counts}"
     assert counts.get("GET", 0) == 0, f"the leader knows its own commits: nothing read back {counts}"
+    assert counts.keys() == {"PUT", "PUT_IF_ABSENT"}, f"nothing probed before a commit: {counts}"
 
 
 def test_an_idle_broker_makes_no_store_requests(
@@ -74,3 +87,32 @@ def test_an_idle_broker_makes_no_store_requests(
     proxy.reset()
     time.sleep(IDLE_WINDOW_S)
     assert proxy.counts() == {}, "requests while idle"
+
+
+def test_concurrent_rounds_of_several_partitions_read_nothing_back(
+    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: CountingProxy
+) -> None:
+    partitions = 4
+    create_led_topic(cluster, counted_broker, TOPIC, partitions=partitions)
+    send_one_at_a_time(counted_broker.bootstrap_servers, 2 * partitions, partitions)  # every lease taken
+    proxy.reset()
+    errors: list[BaseException] = []
+
+    def produce(partition: int) -> None:
+        try:
+            producer = Producer({"bootstrap.servers": counted_broker.bootstrap_servers, "acks": "all", "linger.ms": 0})
+            for i in range(10):
+                producer.produce(TOPIC, value=b"v%d" % i, partition=partition)
+                assert producer.flush(30) == 0
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(p,)) for p in range(partitions)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    counts = proxy.counts()
+    print(f"store requests for 4 × 10 concurrent one-record sends: {counts}")
+    assert counts.keys() == {"PUT", "PUT_IF_ABSENT"}, f"nothing read, probed or refused: {counts}"
