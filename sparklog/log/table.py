@@ -185,7 +185,8 @@ class TopicTable:
 
     def newest_version(self, known: int, stamp: tuple[object, ...] | None = None) -> int | None:
         """The newest commit version, probing commit files forward from ``known`` instead of
-        delta-rs's listing of the whole ``_delta_log`` (two stats when nothing is new):
+        delta-rs's listing of the whole ``_delta_log`` (two stats when nothing is new, about
+        2·log2(n) for n new):
         commits are numbered without gaps, and log cleanup deletes the oldest first. None:
         ``known`` itself is missing (cleaned up, or a re-created table), or (with ``stamp``,
         :meth:`commit_stamp`) is another file than the one read: refresh instead."""
@@ -194,9 +195,21 @@ class TopicTable:
                 return None
         elif not self.storage.exists(commit_name(known)):
             return None
-        while self.storage.exists(commit_name(known + 1)):
-            known += 1
-        return known
+        if not self.storage.exists(commit_name(known + 1)):
+            return known
+        # Gallop (known + 2, + 4, + 8 …) then halve: a reader far behind others committing
+        # fast asks a few times log2 of the distance, not once per commit (it never caught up).
+        found, step = known + 1, 2
+        while self.storage.exists(commit_name(known + step)):
+            found, step = known + step, step * 2
+        missing = known + step
+        while missing - found > 1:
+            middle = (found + missing) // 2
+            if self.storage.exists(commit_name(middle)):
+                found = middle
+            else:
+                missing = middle
+        return found
 
     def forget(self) -> None:
         """Drop the cached snapshots (every thread's): the next :meth:`snapshot` re-opens the table."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import pyarrow.parquet as pq
 
-from sparklog.log.storage import TableStorage
+from sparklog.log.storage import MAX_PARALLEL_READS, TableStorage, read_all
 
 __all__ = ["app_transactions", "commit_transactions", "record_commit"]
 
@@ -67,11 +67,12 @@ def app_transactions(storage: TableStorage, table_id: str, version: int) -> Mapp
         if built is None:
             return None
         start, versions = built
-    try:
-        for v in range(start, version + 1):
-            versions.update(commit_transactions(storage.read(f"{_LOG}/{v:020d}.json")))
-    except FileNotFoundError:
-        return None  # cleaned up meanwhile (or not a version of this table): delta-rs answers
+    names = [f"{_LOG}/{v:020d}.json" for v in range(start, version + 1)]
+    for first in range(0, len(names), MAX_PARALLEL_READS):
+        for data in read_all(storage, names[first : first + MAX_PARALLEL_READS]):
+            if data is None:
+                return None  # cleaned up meanwhile (or not a version of this table): delta-rs answers
+            versions.update(commit_transactions(data))
     with _lock:
         state = _states.get(root)
         if state is None or state.table_id != table_id:
