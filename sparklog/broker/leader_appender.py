@@ -318,6 +318,16 @@ class LeaderAppender:
         self._committers[topic].submit(functools.partial(self._commit, round_))
         return self._settle(topic) if transactional else []
 
+    def settled_log_end(self, topic: str, partition: int) -> int | None:
+        """The log end of a partition this broker appends to, from memory: what its last
+        commit recorded, while the partition's write lease has stayed ours and untouched
+        since (a ZooKeeper watch: nobody else appended). None: ask the table."""
+        lease = self._leases.get(topic, {}).get(partition)
+        leader_log = self._logs.get(topic)
+        if lease is None or leader_log is None or not lease.undisturbed():
+            return None
+        return leader_log.recorded_log_end(partition, lease.grant_serial)
+
     def _lease(self, topic: str, partition: int) -> WriterLease:
         leases = self._leases.setdefault(topic, {})
         lease = leases.get(partition)

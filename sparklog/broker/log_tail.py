@@ -106,6 +106,12 @@ class LogTails:
             return None  # every background refresh since has failed
         return noted[0], age_s <= LOG_START_HINT_MS / 1000
 
+    def noted_log_start(self, topic: str, partition: int) -> int | None:
+        """The log-start last noted for ``partition``, however old; None when unknown."""
+        with self._lock:
+            noted = self._log_starts.get((topic, partition))
+        return None if noted is None else noted[0]
+
     def note_log_start(self, topic: str, partition: int, log_start: int) -> None:
         with self._lock:
             self._log_starts[(topic, partition)] = (log_start, time.monotonic())

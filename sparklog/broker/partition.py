@@ -230,15 +230,23 @@ class LeaderPartition:
         leader, topic, partition, state = self._leader, self.topic, self.partition, self.state
         appender = leader.appender
         tails = appender.tails
+        settled = self._high_watermark_from_memory()
+        # At the settled end, any log-start noted is at or below the offset (log-start never
+        # passes the high watermark): one however old serves, and nothing is read, so a
+        # consumer waiting at the end of an idle partition costs the store nothing.
+        at_end = settled is not None and offset == settled
         hint = tails.log_start_hint(topic, partition)
-        if hint is None:
+        noted = tails.noted_log_start(topic, partition) if hint is None and at_end else None
+        if hint is None and noted is None:
             return None
-        log_start, fresh = hint
-        if not fresh:
+        log_start, fresh = hint if hint is not None else (min(offset, noted or 0), True)
+        if not fresh and not at_end:
             # Re-reading it here would refresh this handler thread's snapshot of the table
             # and list its files: hundreds of ms under load, for a consumer at the tail.
             leader.log_starts.refresh(topic, partition)
-        high_watermark = leader.replicas.current_high_watermark(topic, partition, state)
+        high_watermark = settled
+        if high_watermark is None:
+            high_watermark = leader.replicas.current_high_watermark(topic, partition, state)
         if not log_start <= offset <= high_watermark:
             return None  # the table's path gives the exact error with fresh offsets
         table = leader.replicas.replica_table(topic, leader.broker_id)
@@ -265,6 +273,16 @@ class LeaderPartition:
                 if not batches:
                     return None  # aborted batches only: the table's path steps over them
         return FetchedData(high_watermark, log_start, b"".join(b.data for b in batches), stable)
+
+    def _high_watermark_from_memory(self) -> int | None:
+        """Without a store request: the leader's recorded log end, when every in-sync replica
+        is the leader's own table (shared storage, or no followers) — a consumer waiting at
+        the end of an idle partition then costs nothing (DESIGN §16). None: ask the tables."""
+        leader, state = self._leader, self.state
+        replicas = leader.replicas
+        if any(not replicas.shares_table(self.topic, leader.broker_id, b) for b in state.isr):
+            return None
+        return leader.appender.settled_log_end(self.topic, self.partition)
 
 
 class LogStartRefresher:

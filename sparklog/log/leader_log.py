@@ -170,6 +170,14 @@ class LeaderLog:
         with self._lock:
             return self._probed_view(serials)
 
+    def recorded_log_end(self, partition: int, serial: int) -> int | None:
+        """``partition``'s log end as this leader's record has it, if the record was made
+        under the lease grant ``serial`` (so nobody else appended since); else None."""
+        record = self._record
+        if record is None or record.serials.get(partition) != serial:
+            return None
+        return record.state.get(end_app_id(partition), 0)
+
     def _probed_view(self, serials: LeaseSerials | None) -> StateView | None:
         newest = None
         if self.known_version is not None:

@@ -53,20 +53,6 @@ _requests_lock = threading.Lock()
 
 
 def _count(kind: str, amount: int = 1) -> None:
-    import os as _os
-    import traceback as _tb
-
-    if _os.environ.get("DEBUG_HEADS") and kind in ("GET", "HEAD", "LIST", "PUT_IF_ABSENT_REFUSED"):
-        with open(_os.environ["DEBUG_HEADS"], "a") as _f:
-            import time as _t
-
-            _f.write(
-                kind
-                + f" {_t.strftime('%H:%M:%S')} {_os.getpid()}"
-                + "\n"
-                + "".join(_tb.format_stack(limit=16))
-                + "\n----\n"
-            )
     with _requests_lock:
         _requests[kind] += amount
 

@@ -46,7 +46,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
-from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.protocol.states import ZnodeStat
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from sparklog import clock
 from sparklog.errors import FencedError, LeaseTimeoutError, TopicNotFoundError, ZooKeeperUnavailableError
@@ -95,6 +96,10 @@ class WriterLease:
         # holder may trust what it recorded of the partition's log while it stays the same.
         self.grant_serial = 0
         self._wanted: threading.Event | None = None  # set while other writers wait (held leases)
+        # The znode version our last write got, and the one a watch last saw (see undisturbed).
+        self._written_version: int | None = None
+        self._seen_version: int | None = None
+        self._watching = False
 
     def _read(self) -> tuple[WriterLeaseRecord | None, int]:
         known, self._known = self._known, None
@@ -116,6 +121,7 @@ class WriterLease:
             stat = self.zk.client.set(self.path, encode(record), version=version)
         except NoNodeError:
             raise BadVersionError() from None
+        self._written_version = stat.version
         self._known = (record, stat.version)
 
     def acquire(
@@ -180,6 +186,7 @@ class WriterLease:
                     # and re-creating it would resurrect a deleted topic as an empty ghost.
                     client.create(self.path, encode(new))
                     self._known = (new, 0)
+                    self._written_version = 0
                 except NodeExistsError:
                     continue
                 except NoNodeError:
@@ -265,6 +272,25 @@ class WriterLease:
             except NoNodeError:
                 wanted.set()  # the partition is gone: let go
         return self._wanted.is_set()
+
+    def undisturbed(self) -> bool:
+        """Held, and the lease znode is still as our last write left it: no other writer took
+        the lease since, so nobody else appended to the partition. Answered from a ZooKeeper
+        watch, without a request; False until the watch reported once (and after the znode
+        went away, e.g. the topic deleted)."""
+        if not self._watching:
+            self._watching = True
+
+            def on_data(_data: bytes | None, stat: ZnodeStat | None) -> None:
+                self._seen_version = None if stat is None else int(stat.version)
+
+            try:
+                DataWatch(self.zk.client, self.path, on_data)
+            except NoNodeError:
+                self._seen_version = None
+        return (
+            self.grant is not None and self._written_version is not None and self._seen_version == self._written_version
+        )
 
     def _granted(self, epoch: int, takeover: bool, expires_ms: int, renewed: bool = False) -> LeaseGrant:
         if not renewed:

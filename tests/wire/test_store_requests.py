@@ -12,13 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
 import sparklog
 from sparklog.testing import BrokerAgents
 from sparklog.testing.metrics import scrape
 from sparklog.testing.object_stores import MotoS3
 from sparklog.testing.store_proxy import CountingProxy
+from tests.helpers import wait_until
 from tests.wire.conftest import create_led_topic, started_brokers
 
 TOPIC = "counted"
@@ -116,3 +117,38 @@ def test_concurrent_rounds_of_several_partitions_read_nothing_back(
     counts = proxy.counts()
     print(f"store requests for 4 × 10 concurrent one-record sends: {counts}")
     assert counts.keys() == {"PUT", "PUT_IF_ABSENT"}, f"nothing read, probed or refused: {counts}"
+
+
+def test_an_idle_consumer_makes_no_store_requests(
+    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: CountingProxy
+) -> None:
+    """A consumer at the end of an idle topic keeps fetching (long polls the broker holds
+    until an append wakes them): none of that reaches the store."""
+    create_led_topic(cluster, counted_broker, TOPIC, partitions=2)
+    send_one_at_a_time(counted_broker.bootstrap_servers, 4, partitions=2)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": counted_broker.bootstrap_servers,
+            "group.id": "idle-reader",
+            "enable.auto.commit": False,  # an idle consumer's commits would be writes of its own
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    try:
+        consumer.subscribe([TOPIC])
+        got: list[bytes] = []
+
+        def all_four() -> bool:
+            got.extend(m.value() or b"" for m in consumer.consume(10, 0.2))
+            return len(got) >= 4
+
+        wait_until(all_four, "the 4 records")
+        consumer.commit(asynchronous=False)
+        proxy.reset()
+        deadline = time.monotonic() + IDLE_WINDOW_S
+        while time.monotonic() < deadline:
+            assert not consumer.consume(10, 0.2), "nothing was produced"
+    finally:
+        consumer.close()
+    assert proxy.counts() == {}, "requests while the consumer idled"
