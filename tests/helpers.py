@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -35,6 +36,26 @@ BOTH_STORES = pytest.mark.parametrize("log_store", ["local", "s3"], indirect=Tru
 def spawn_context() -> SpawnContext:
     """Child processes always start by spawn: deltalake panics in forked children."""
     return multiprocessing.get_context("spawn")
+
+
+def in_threads(target: Callable[[int], object], count: int) -> None:
+    """``target(0) .. target(count - 1)`` at once, a thread each; the first error raised in
+    any of them is raised here once all have ended."""
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            target(index)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 def consumed(message: Message) -> tuple[int, int, bytes]:

@@ -13,6 +13,7 @@ import pytest
 from sparklog.log.storage import LocalTableStorage, ObjectTableStorage, TableStorage
 from sparklog.model.storage_location import StorageSettings, parse_location
 from sparklog.testing.object_stores import MotoS3
+from tests.helpers import in_threads
 
 COMMIT = "_delta_log/00000000000000000001.json"
 
@@ -46,11 +47,7 @@ def test_racing_creates_of_one_version_have_exactly_one_winner(storage: TableSto
         if storage.create(COMMIT, f"writer {writer}\n".encode() * 1000, durable=True):
             won.append(writer)
 
-    threads = [threading.Thread(target=commit, args=(w,)) for w in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(commit, writers)
     assert len(won) == 1, f"writers {won} all created {COMMIT}"
     assert storage.read(COMMIT) == f"writer {won[0]}\n".encode() * 1000  # the winner's, whole
 

@@ -5,7 +5,6 @@ partition's write lease); an idle broker makes no requests at all."""
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from sparklog.testing import BrokerAgents
 from sparklog.testing.metrics import scrape
 from sparklog.testing.object_stores import MotoS3
 from sparklog.testing.store_proxy import CountingProxy
-from tests.helpers import wait_until
+from tests.helpers import in_threads, wait_until
 from tests.wire.conftest import create_led_topic, started_brokers
 
 TOPIC = "counted"
@@ -97,23 +96,14 @@ def test_concurrent_rounds_of_several_partitions_read_nothing_back(
     create_led_topic(cluster, counted_broker, TOPIC, partitions=partitions)
     send_one_at_a_time(counted_broker.bootstrap_servers, 2 * partitions, partitions)  # every lease taken
     proxy.reset()
-    errors: list[BaseException] = []
 
     def produce(partition: int) -> None:
-        try:
-            producer = Producer({"bootstrap.servers": counted_broker.bootstrap_servers, "acks": "all", "linger.ms": 0})
-            for i in range(10):
-                producer.produce(TOPIC, value=b"v%d" % i, partition=partition)
-                assert producer.flush(30) == 0
-        except BaseException as exc:
-            errors.append(exc)
+        producer = Producer({"bootstrap.servers": counted_broker.bootstrap_servers, "acks": "all", "linger.ms": 0})
+        for i in range(10):
+            producer.produce(TOPIC, value=b"v%d" % i, partition=partition)
+            assert producer.flush(30) == 0
 
-    threads = [threading.Thread(target=produce, args=(p,)) for p in range(partitions)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+    in_threads(produce, partitions)
     counts = proxy.counts()
     print(f"store requests for 4 × 10 concurrent one-record sends: {counts}")
     assert counts.keys() == {"PUT", "PUT_IF_ABSENT"}, f"nothing read, probed or refused: {counts}"
