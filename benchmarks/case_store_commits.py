@@ -2,7 +2,7 @@
 and 4 brokers (DESIGN §16), against raw delta-rs commits of the same rounds on the same store.
 
 What it measures: moto's S3 server (a child process) behind the counting proxy
-(:class:`sparklog.testing.store_proxy.CountingProxy`); ``L`` broker agents (L = 1, 2, 4)
+(:class:`sparklog.testing.store_proxy.StoreProxy`); ``L`` broker agents (L = 1, 2, 4)
 share one bucket prefix as their log dir; a topic of :data:`PARTITIONS` partitions, replication
 factor 1, is spread over them, so L brokers lead its partitions and commit to its one Delta
 table. One ``confluent_kafka.Producer`` per partition (a thread each, acks=all, linger 0)
@@ -160,14 +160,14 @@ def _figures(side: dict[str, Any], rounds_kind: str) -> dict[str, float]:
 
 def run(ctx: BenchContext) -> CaseResult:
     from sparklog.testing.object_stores import MotoS3
-    from sparklog.testing.store_proxy import CountingProxy
+    from sparklog.testing.store_proxy import StoreProxy
 
     result = CaseResult(CASE, TITLE, __doc__ or "", params={"leaders": LEADERS, "partitions": PARTITIONS})
     duration_s = max(2.0, DURATION_S * ctx.scale)
     store_dir = Path(ctx.work_dir) / "store-v"
     saved = dict(os.environ)
     try:
-        with MotoS3(store_dir / "moto") as moto, CountingProxy(store_dir / "proxy", moto) as proxy:
+        with MotoS3(store_dir / "moto") as moto, StoreProxy(store_dir / "proxy", moto) as proxy:
             os.environ.update(proxy.environ())
             per_leaders: dict[int, list[tuple[dict[str, float], dict[str, float]]]] = {n: [] for n in LEADERS}
             for run_no in range(1, ctx.runs + 1):

@@ -40,12 +40,10 @@ Invariants:
 * one failing round fails only its own requests; nothing that was not committed is
   reported as appended.
 
-Metrics: every round that appended is reported to the broker's metrics
-(:meth:`~sparklog.broker.metrics.BrokerMetrics.commit_round`): its latency (from the start
-of its build to its acknowledgement, rebuilds and the acks=all wait for the ISR included),
-its records and wire bytes, and the time its append took (files written, fsynced and the
-Delta commit); its producers' records and bytes are Kafka's MessagesInPerSec /
-BytesInPerSec of the topic (:meth:`~sparklog.broker.metrics.BrokerMetrics.bytes_in`).
+Metrics (:meth:`~sparklog.broker.metrics.BrokerMetrics.commit_round`): each round's latency
+(build to acknowledgement, rebuilds and the ISR wait included), records, wire bytes and
+append time (files written and fsynced, the Delta commit); its producers' records and bytes
+are the topic's MessagesInPerSec / BytesInPerSec (``BrokerMetrics.bytes_in``).
 
 Write leases: a round takes the leases of its partitions (owner ``broker-<id>``) and the
 broker keeps them between rounds; a lease another writer waits for is released as soon as
@@ -66,6 +64,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sparklog.broker.append_watchers import AppendWatchers
+from sparklog.broker.held_leases import HeldLeases
 from sparklog.broker.log_tail import LogTails
 from sparklog.broker.metrics import BrokerMetrics
 from sparklog.broker.pending_append import PendingAppend, RoundRows, kafka_producers, partition_rows, read_round
@@ -85,7 +84,6 @@ from sparklog.log.append import (
 )
 from sparklog.log.leader_log import LeaderLog, LeaseSerials
 from sparklog.log.table import CommitConflict, TopicTable
-from sparklog.metadata.lease import WriterLease, broker_lease_owner
 from sparklog.metadata.zkdata import PartitionState
 from sparklog.retries import retry_until
 from sparklog.runtime.produce_request import (
@@ -93,7 +91,6 @@ from sparklog.runtime.produce_request import (
     await_in_sync_replicas,
     check_min_isr,
     hold_leases,
-    release_lease,
     topic_write_settings,
 )
 from sparklog.runtime.replica_manager import METADATA_MAX_AGE_MS, ReplicaManager
@@ -124,7 +121,7 @@ class LeaderAppender:
     ) -> None:
         self.replicas = replicas
         self.broker_id = broker_id
-        self.writer_lease_ms = writer_lease_ms
+        self.leases = HeldLeases(replicas.zk, broker_id, writer_lease_ms)
         self.metrics = metrics
         self.watchers = watchers if watchers is not None else AppendWatchers()
         self.tails = LogTails()
@@ -136,7 +133,6 @@ class LeaderAppender:
         self._isr_waiters: dict[str, Stage] = {}
         self._closed = False
         # Used by a topic's builder thread only:
-        self._leases: dict[str, dict[int, WriterLease]] = {}
         self._in_flight: dict[str, _Round] = {}  # the round its committer has
         # A topic's builder and committer share its LeaderLog (under self._lock):
         self._logs: dict[str, LeaderLog] = {}
@@ -190,7 +186,7 @@ class LeaderAppender:
                     # Nothing to build: settle the round in flight, let go of wanted leases.
                     todo = self._settle(topic)
                     if not todo:
-                        self._release_wanted(topic)
+                        self.leases.release_wanted(topic)
                     continue
                 # acks=all rounds fsync and wait for the ISR: the others don't pay for that.
                 todo = [g for acks_all in (False, True) if (g := [i for i in items if (i.acks == "all") == acks_all])]
@@ -246,13 +242,13 @@ class LeaderAppender:
         items = [i for i in items if i.partition in led and not i.is_done]
         if not items:
             return []
-        leases = [self._lease(topic, p) for p in sorted({i.partition for i in items})]
+        leases = [self.leases.lease(topic, p) for p in sorted({i.partition for i in items})]
         transactional = any(i.transactional or i.marker is not None for i in items)
-        if transactional or not all(lease.held_firmly() for lease in leases) or self._lease_wanted(topic):
+        if transactional or not all(lease.held_firmly() for lease in leases) or self.leases.wanted(topic):
             redo = self._settle(topic)
             if redo:
                 return [*redo, items]
-            self._release_wanted(topic)
+            self.leases.release_wanted(topic)
         table = replicas.replica_table(topic, self.broker_id)
         leader_epochs = {p: states[p].leader_epoch for p in led}
         plan = self.txns.plan(table, leader_epochs, items)
@@ -271,9 +267,9 @@ class LeaderAppender:
         followers = sorted({b for p in merged for b in states[p].isr} - {self.broker_id})
         timeout_ms = max(i.timeout_ms for i in items)
         build_started_s = time.monotonic()
-        leases = [self._lease(topic, p) for p in sorted(merged)]
+        leases = [self.leases.lease(topic, p) for p in sorted(merged)]
         try:
-            epochs = hold_leases(table, leases, timeout_ms, lambda: self._release_wanted(topic, everything=True))
+            epochs = hold_leases(table, leases, timeout_ms, lambda: self.leases.release_wanted(topic, everything=True))
             before = self._in_flight.get(topic)
             serials = {lease.partition: lease.grant_serial for lease in leases}
             view: LogView = self._leader_view(topic, table, serials)
@@ -322,32 +318,11 @@ class LeaderAppender:
         """The log end of a partition this broker appends to, from memory: what its last
         commit recorded, while the partition's write lease has stayed ours and untouched
         since (a ZooKeeper watch: nobody else appended). None: ask the table."""
-        lease = self._leases.get(topic, {}).get(partition)
+        serial = self.leases.undisturbed_serial(topic, partition)
         leader_log = self._logs.get(topic)
-        if lease is None or leader_log is None or not lease.undisturbed():
+        if serial is None or leader_log is None:
             return None
-        return leader_log.recorded_log_end(partition, lease.grant_serial)
-
-    def _lease(self, topic: str, partition: int) -> WriterLease:
-        leases = self._leases.setdefault(topic, {})
-        lease = leases.get(partition)
-        if lease is None:
-            owner = broker_lease_owner(self.broker_id)
-            lease = leases[partition] = WriterLease(self.replicas.zk, topic, partition, owner, self.writer_lease_ms)
-        return lease
-
-    def _lease_wanted(self, topic: str) -> bool:
-        return any(lease.grant is not None and lease.wanted() for lease in self._leases.get(topic, {}).values())
-
-    def _release_wanted(self, topic: str, everything: bool = False) -> None:
-        """Release this topic's held leases that another writer waits for (every held one
-        with ``everything``, before waiting for another's). Nothing may be in flight."""
-        for lease in list(self._leases.get(topic, {}).values()):
-            if lease.grant is not None and (everything or lease.wanted()):
-                try:
-                    release_lease(lease)
-                except Exception as exc:  # noqa: BLE001 - the lease expires; the waiter gets it then
-                    log.warning("releasing the lease of %s-%d failed: %s", topic, lease.partition, exc)
+        return leader_log.recorded_log_end(partition, serial)
 
     def _leader_view(self, topic: str, table: TopicTable, serials: LeaseSerials) -> LogView:
         """The log of ``table`` as the topic's :class:`LeaderLog` knows it, for a round under
@@ -390,12 +365,14 @@ class LeaderAppender:
         From the commit on, the tails know its batches are on their way (``publishing``)."""
         prepared, fsync = round_.prepared, round_.acks == "all"
         started_s = time.monotonic()
+        committing = False
         try:
             if fsync:
                 prepared.make_durable()
             view = self._leader_view(round_.topic, round_.table, round_.lease_serials)
             prepared.check(view)
             publishing.enter_context(self.tails.publishing(round_.topic, prepared.base_offsets))
+            committing = True
             result = prepared.commit(view, fsync)
         except (CommitConflict, FencedError, NotLeaderError) as exc:
             prepared.discard()
@@ -412,8 +389,14 @@ class LeaderAppender:
                 item.rebuilds += 1
             return "rebuild"
         except Exception as exc:  # noqa: BLE001 - answered to the clients as Kafka error codes
-            prepared.discard()
-            self._answer_failed(round_, prepared.storage_error(exc) if isinstance(exc, OSError) else exc)
+            failure: Exception = prepared.storage_error(exc) if isinstance(exc, OSError) else exc
+            if committing and isinstance(failure, StorageError):
+                # No answer, not even read back: the commit may have landed, so its files stay
+                # (vacuum removes them if not); producers' states are read again (ProducerStates).
+                log.warning("a commit round on %s has an unknown outcome: %s", round_.topic, failure)
+            else:
+                prepared.discard()
+            self._answer_failed(round_, failure)
             return "failed"
         round_.append_s += time.monotonic() - started_s
         return result

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sparklog.errors import DuplicateSequenceError, InvalidProducerEpochError, OutOfOrderSequenceError
+from sparklog.errors import DuplicateSequenceError, InvalidProducerEpochError, OutOfOrderSequenceError, StorageError
 from sparklog.log.producer_batches import recent_kafka_batches
 from sparklog.log.table import TopicTable
 from sparklog.log.transactions import kafka_producer_id
@@ -98,6 +98,16 @@ class ProducerStates:
         with self._lock:
             producer = self._producer(table, partition, leader_epoch, batch.producer_id)
             key = (batch.first_sequence, batch.last_sequence)
+            if producer is not None and any(_unknown_outcome(o) for o in producer.pending.values()):
+                # A batch of this producer failed where its commit may have landed all the same
+                # (a store that lost an answer): what this broker remembers may miss it, so
+                # the table, which has it if it landed, is asked again.
+                unfinished = {k: o for k, o in producer.pending.items() if not o.wait_done(0)}
+                del self._partitions[(table.topic, partition)][1][batch.producer_id]
+                producer = self._producer(table, partition, leader_epoch, batch.producer_id)
+                if unfinished:
+                    producer = producer or self._new_producer(table.topic, partition, batch)
+                    producer.pending.update(unfinished)
             original = producer.pending.get(key) if producer is not None else None
             if original is not None and original.wait_done(0) and original.error is not None:
                 assert producer is not None
@@ -183,3 +193,8 @@ class ProducerStates:
             producer = producers[producer_id] = _Producer(recent[-1][0] if recent else -1, stored)
             producer.recent.extend((first, last, base) for _epoch, first, last, base in recent)
         return producer
+
+
+def _unknown_outcome(outcome: Outcome) -> bool:
+    """A batch that failed at the store: its commit may or may not have landed."""
+    return outcome.wait_done(0) and isinstance(outcome.error, StorageError)

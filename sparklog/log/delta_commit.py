@@ -9,7 +9,8 @@ and every read.
 
 Invariants (the same delta-rs gives sparklog with ``max_commit_retries=0``, see DESIGN §6):
 
-* a commit lands at exactly one version, whole, or not at all;
+* a commit lands at exactly one version, whole, or not at all; a create whose answer was
+  lost is read back before anything else is decided (:func:`put_commit`);
 * two commits that touch a common application transaction id never both land: when the
   version we aimed at is taken, the commit there is read, and if it touched any of our app
   ids (every append to ``p`` touches ``sparklog.end.<p>`` and ``sparklog.fence.<p>``) ours
@@ -31,6 +32,7 @@ from collections.abc import Mapping, Sequence
 
 from deltalake import DeltaTable
 
+from sparklog.errors import StorageError
 from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile
 from sparklog.log.storage import TableStorage
@@ -40,6 +42,7 @@ __all__ = ["CHECKPOINT_INTERVAL", "commit_actions", "commit_name", "put_commit"]
 log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL = 100  # the tables' delta.checkpointInterval
+_CREATE_ATTEMPTS = 3  # a commit's create failing without an answer, tried again after a read-back
 _LOG = "_delta_log"
 
 
@@ -108,8 +111,31 @@ def commit_actions(
 
 def put_commit(storage: TableStorage, version: int, data: bytes, fsync: bool) -> tuple[object, ...] | None:
     """Create commit ``version`` with ``data`` if nobody did: its stamp
-    (:meth:`~sparklog.log.storage.TableStorage.stamp`); None when it exists."""
-    stamp = storage.create(commit_name(version), data, durable=fsync)
+    (:meth:`~sparklog.log.storage.TableStorage.stamp`); None when another commit holds it.
+
+    A create whose answer was lost (a timeout or a dropped connection after the store took
+    it; stores do not retry conditional writes) has an unknown outcome: the version is read
+    back. Our bytes there mean it landed; nothing there, it is created again; another
+    commit's bytes, it is taken. The store's error is raised only when even that read fails."""
+    name = commit_name(version)
+    for attempt in range(1, _CREATE_ATTEMPTS + 1):
+        try:
+            stamp = storage.create(name, data, durable=fsync)
+            break
+        except StorageError as lost:
+            try:
+                landed = storage.read(name)
+            except FileNotFoundError:
+                if attempt == _CREATE_ATTEMPTS:
+                    raise lost from None
+                log.info("commit %d of %s: the create failed (%s); creating it again", version, storage.root, lost)
+                continue
+            except StorageError:
+                raise lost from None
+            if landed != data:
+                return None
+            stamp = storage.stamp(name) or ()
+            break
     if stamp is None:
         return None
     if version % CHECKPOINT_INTERVAL == 0:

@@ -107,12 +107,19 @@ class StateView:
             refused += 1
             # One winner is the common case (another leader of the topic): create right after
             # it. Refused again, this leader is behind: read ahead to the newest commit first.
-            version = self._step_over(version, ours, state, read_ahead=refused > 1)
+            after = self._step_over(version, data, ours, state, read_ahead=refused > 1)
+            if after is None:
+                stamp = ()  # the version holds our own commit: a create retried after it landed
+                break
+            version = after
         state.update(transactions)
         self.owner.committed(version, stamp, state, self.serials)
 
-    def _step_over(self, version: int, ours: set[str], state: dict[str, int], read_ahead: bool) -> int:
-        """Others' commits from ``version`` (taken) on join ``state``: the next version to try.
+    def _step_over(
+        self, version: int, mine: bytes, ours: set[str], state: dict[str, int], read_ahead: bool
+    ) -> int | None:
+        """Others' commits from ``version`` (taken) on join ``state``: the next version to try
+        (None: ``version`` holds ``mine``, our own commit).
         A commit that touched one of our app ids invalidates what we read: then every commit
         up to the newest is read (the round is built again on the newest map) and
         ``CommitConflict`` raised. Reading ahead, the window doubles (1, 2, 4, … 16 at once),
@@ -129,6 +136,8 @@ class StateView:
                         self.owner.caught_up(version - 1, state)
                         raise CommitConflict(f"a commit of {self.root} up to {version - 1} touched {sorted(clash)}")
                     return version
+                if version == first and data == mine:
+                    return None
                 theirs = commit_transactions(data)
                 clash |= ours & set(theirs)
                 state.update(theirs)

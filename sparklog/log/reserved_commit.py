@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from deltalake import DeltaTable
+
 from sparklog.errors import FencedError, StorageError
 from sparklog.log.append import MAX_COMMIT_ATTEMPTS, SnapshotView, at_least, check_fences, check_leader_epochs
 from sparklog.log.segment import SegmentFile
@@ -65,8 +67,16 @@ def commit_reserved(
     metadata = dict(custom_metadata or {})
     metadata["sparklog.ranges"] = json.dumps({str(p): list(r) for p, r in sorted(ranges.items())})
     extra = dict(app_transactions or {})
-    for _attempt in range(MAX_COMMIT_ATTEMPTS):
+    ambiguous: StorageError | None = None
+    for attempt in range(MAX_COMMIT_ATTEMPTS):
         dt = table.snapshot()
+        if attempt and _landed(table, dt, segments):
+            # Our own commit is in the log: a create retried after its answer was lost came
+            # back refused (or failed), yet it had landed. Failing now would make a re-run
+            # store the records twice.
+            return ranges
+        if ambiguous is not None:
+            raise ambiguous
         if any(at_least(table.app_version(dt, app_id), version) for app_id, version in extra.items()):
             return None
         check_fences(table, SnapshotView(table, dt), epochs)
@@ -92,4 +102,15 @@ def commit_reserved(
             return ranges
         except CommitConflict:
             continue
+        except StorageError as exc:
+            ambiguous = exc  # the commit may have landed all the same: look before failing
     raise StorageError(f"Spark produce to {table.topic}: commit kept conflicting; nothing committed")
+
+
+def _landed(table: TopicTable, dt: DeltaTable, segments: list[SegmentFile]) -> bool:
+    """Whether every one of ``segments`` is live in ``dt``: their names are unique to this
+    job's tasks, so only our own commit can have added them."""
+    if not segments:
+        return False
+    live = {entry.path for entry in table.files(dt, {seg.partition for seg in segments})}
+    return all(seg.path in live for seg in segments)

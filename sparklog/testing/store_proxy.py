@@ -1,13 +1,27 @@
-"""A counting proxy in front of an S3 server, for tests that check what sparklog asks of a
-store (DESIGN §16: requests per commit round, none while idle).
+"""A proxy in front of an S3 server that counts what sparklog asks of a store and injects the
+faults and latency of a real one (DESIGN §16), for tests and benchmarks.
 
-Runs as a child process (:class:`CountingProxy`; ``python -m sparklog.testing.store_proxy``):
+Runs as a child process (:class:`StoreProxy`; ``python -m sparklog.testing.store_proxy``):
 a proxy in the test's own process would never answer delta-rs calls that hold the GIL
-while they wait. Every request is forwarded as it came and counted by kind — ``LIST``
-(``GET ?list-type=2``), ``GET``, ``HEAD``, ``PUT``, ``PUT_IF_ABSENT`` (a PUT with
-``If-None-Match: *``), ``DELETE``, ``POST`` — and by answer (``PUT_IF_ABSENT 412``).
-``GET /_proxy/counts`` answers the counts as JSON, ``POST /_proxy/reset`` zeroes them (no
-bucket name starts with ``_``, so neither is ever an S3 request).
+while they wait. Every request is counted by kind — ``LIST`` (``GET ?list-type=2``), ``GET``,
+``HEAD``, ``PUT``, ``PUT_IF_ABSENT`` (a PUT with ``If-None-Match: *``), ``DELETE``, ``POST`` —
+and by answer (``PUT_IF_ABSENT 412``), then handled as the :class:`FaultPlan` in force says:
+
+* delayed by a latency drawn from a log-normal distribution with the plan's median and 99th
+  percentile (:data:`EXPRESS`, :data:`STANDARD`: S3 Express One Zone and S3 Standard PUTs);
+* answered ``503 SlowDown`` or ``500 InternalError`` without reaching the store (counted as
+  ``fault 503`` / ``fault 500``);
+* a PUT forwarded (it lands) and its connection then closed unanswered, as a client timing
+  out after its write landed sees it (``fault lost answer``);
+* with ``strip_conditions``, ``If-None-Match`` and ``If-Match`` removed before forwarding: a
+  conditional create then overwrites, as a store that ignores the headers does. The probe
+  objects of sparklog's store proof (``_sparklog/probes/``) are spared, as a store whose bug
+  the proof did not catch: brokers restarted meanwhile still start.
+
+Control requests (no bucket name starts with ``_``, so none is an S3 request):
+``GET /_proxy/counts`` (JSON), ``POST /_proxy/reset`` (zero the counts), ``POST
+/_proxy/faults`` with a plan as JSON (``{}``: none). Decisions are drawn from a seeded random
+generator, one per proxy, so a failing run's faults are the plan's and its seed's.
 """
 
 from __future__ import annotations
@@ -15,23 +29,66 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
+import random
 import sys
 import threading
+import time
 import urllib.parse
 import urllib.request
 from collections import Counter
+from dataclasses import asdict, dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from sparklog.testing.brokers import free_port
 from sparklog.testing.object_stores import S3ServerProcess
 
-__all__ = ["CountingProxy", "request_kind"]
+__all__ = ["EXPRESS", "STANDARD", "FaultPlan", "StoreProxy", "latency_ms", "request_kind"]
 
 _CONTROL = "/_proxy/"
 # Hop-by-hop headers are the proxy's own business (RFC 9110, section 7.6.1).
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
+_CONDITIONS = {"if-none-match", "if-match"}
+_PROBES = "/_sparklog/probes/"  # sparklog.log.object_store's proof objects
+_Z_99 = 2.3263478740408408  # the standard normal's 99th percentile
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """What the proxy does to S3 requests; each fault is a fraction of requests, drawn
+    independently per request."""
+
+    slow_down: float = 0.0  # answered 503 SlowDown, not forwarded
+    internal_error: float = 0.0  # answered 500 InternalError, not forwarded
+    lost_answer: float = 0.0  # of PUTs: forwarded (they land), then the connection closed unanswered
+    latency_p50_ms: float = 0.0  # added to every request: a log-normal with this median ...
+    latency_p99_ms: float = 0.0  # ... and this 99th percentile (0: no latency)
+    strip_conditions: bool = False  # If-None-Match / If-Match removed: conditional creates overwrite
+    seed: int = 0
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> FaultPlan:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"unknown fault plan keys {unknown}; known: {sorted(known)}")
+        return cls(**raw)
+
+
+EXPRESS = FaultPlan(latency_p50_ms=5.0, latency_p99_ms=15.0)  # S3 Express One Zone PUTs
+STANDARD = FaultPlan(latency_p50_ms=60.0, latency_p99_ms=200.0)  # S3 Standard PUTs
+
+
+def latency_ms(plan: FaultPlan, draw: float) -> float:
+    """The latency for a standard-normal ``draw`` under ``plan`` (pure): log-normal with the
+    plan's median and 99th percentile."""
+    if plan.latency_p50_ms <= 0:
+        return 0.0
+    sigma = math.log(max(plan.latency_p99_ms, plan.latency_p50_ms) / plan.latency_p50_ms) / _Z_99
+    return plan.latency_p50_ms * math.exp(sigma * draw)
 
 
 def request_kind(method: str, target: str, if_none_match: str | None) -> str:
@@ -44,19 +101,45 @@ def request_kind(method: str, target: str, if_none_match: str | None) -> str:
     return method
 
 
-class _Counts:
+class _State:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
+        self.plan = FaultPlan()
+        self.random = random.Random(0)
 
-    def add(self, kind: str, status: int) -> None:
+    def count(self, kind: str, status: int | None = None) -> None:
         with self.lock:
             self.counts[kind] += 1
-            if status >= 400:
+            if status is not None and status >= 400:
                 self.counts[f"{kind} {status}"] += 1
 
+    def set_plan(self, plan: FaultPlan) -> None:
+        with self.lock:
+            self.plan, self.random = plan, random.Random(plan.seed)
 
-def _handler(upstream: str, counts: _Counts) -> type[BaseHTTPRequestHandler]:
+    def decide(self, method: str) -> tuple[FaultPlan, float, str | None]:
+        """The plan, a latency (ms) and the fault for one request (None: forward it)."""
+        with self.lock:
+            plan, draw = self.plan, self.random
+            latency = latency_ms(plan, draw.gauss(0.0, 1.0))
+            roll = draw.random()
+        if roll < plan.slow_down:
+            return plan, latency, "503"
+        if roll < plan.slow_down + plan.internal_error:
+            return plan, latency, "500"
+        if method == "PUT" and roll < plan.slow_down + plan.internal_error + plan.lost_answer:
+            return plan, latency, "lost answer"
+        return plan, latency, None
+
+
+_ERRORS = {
+    "503": (503, "SlowDown", "Please reduce your request rate."),
+    "500": (500, "InternalError", "We encountered an internal error. Please try again."),
+}
+
+
+def _handler(upstream: str, state: _State) -> type[BaseHTTPRequestHandler]:
     target_host = urlsplit(upstream)
 
     class Handler(BaseHTTPRequestHandler):
@@ -65,30 +148,56 @@ def _handler(upstream: str, counts: _Counts) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: object) -> None:
             return
 
-        def _control(self) -> None:
+        def _answer(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _control(self, body: bytes | None) -> None:
             if self.path == f"{_CONTROL}counts":
-                with counts.lock:
-                    body = json.dumps(dict(counts.counts)).encode()
+                with state.lock:
+                    answer = json.dumps(dict(state.counts)).encode()
             elif self.path == f"{_CONTROL}reset":
-                with counts.lock:
-                    counts.counts.clear()
-                body = b"{}"
+                with state.lock:
+                    state.counts.clear()
+                answer = b"{}"
+            elif self.path == f"{_CONTROL}faults":
+                try:
+                    state.set_plan(FaultPlan.from_json(json.loads(body or b"{}")))
+                except (ValueError, TypeError) as exc:
+                    self._answer(400, str(exc).encode(), "text/plain")
+                    return
+                answer = b"{}"
             else:
                 self.send_error(404)
                 return
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self._answer(200, answer, "application/json")
 
         def _forward(self) -> None:
-            if self.path.startswith(_CONTROL):
-                self._control()
-                return
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+            if self.path.startswith(_CONTROL):
+                self._control(body)
+                return
+            kind = request_kind(self.command, self.path, self.headers.get("If-None-Match"))
+            plan, latency, fault = state.decide(self.command)
+            if latency:
+                time.sleep(latency / 1000)
+            if fault in _ERRORS:
+                status, code, message = _ERRORS[fault]
+                state.count(kind, status)
+                state.count(f"fault {fault}")
+                xml = f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{message}</Message></Error>'
+                self._answer(status, xml.encode(), "application/xml")
+                return
+            stripped = plan.strip_conditions and _PROBES not in self.path
+            dropped = {k.lower() for k in self.headers} & _CONDITIONS if stripped else set()
+            headers = {
+                k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP and k.lower() not in dropped
+            }
             connection = http.client.HTTPConnection(target_host.hostname or "127.0.0.1", target_host.port, timeout=60)
             try:
                 connection.request(self.command, self.path, body=body, headers=headers)
@@ -96,7 +205,11 @@ def _handler(upstream: str, counts: _Counts) -> type[BaseHTTPRequestHandler]:
                 data = response.read()
             finally:
                 connection.close()
-            counts.add(request_kind(self.command, self.path, self.headers.get("If-None-Match")), response.status)
+            state.count(kind, response.status)
+            if fault == "lost answer":
+                state.count("fault lost answer")
+                self.close_connection = True  # the write landed; its writer never hears of it
+                return
             self.send_response(response.status)
             for key, value in response.getheaders():
                 if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
@@ -111,11 +224,11 @@ def _handler(upstream: str, counts: _Counts) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class CountingProxy(S3ServerProcess):
-    """The proxy as a child process in front of ``upstream`` (an S3 server's endpoint);
-    :attr:`endpoint` is what clients use instead, :meth:`counts` what they asked."""
+class StoreProxy(S3ServerProcess):
+    """The proxy as a child process in front of ``upstream`` (an S3 server); :attr:`endpoint`
+    is what clients use instead, :meth:`counts` what they asked, :meth:`inject` the faults."""
 
-    name = "the counting store proxy"
+    name = "the store proxy"
 
     def __init__(self, directory: Path, upstream: S3ServerProcess) -> None:
         super().__init__(directory)
@@ -126,23 +239,29 @@ class CountingProxy(S3ServerProcess):
         module = "sparklog.testing.store_proxy"
         return [sys.executable, "-m", module, "--upstream", self.upstream.endpoint, "--port", str(self.port)]
 
+    def _call(self, action: str, method: str = "GET", data: bytes | None = None) -> bytes:
+        request = urllib.request.Request(f"{self.endpoint}{_CONTROL}{action}", method=method, data=data)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return bytes(response.read())
+
     def counts(self) -> dict[str, int]:
-        with urllib.request.urlopen(f"{self.endpoint}{_CONTROL}counts", timeout=10) as response:
-            return {str(k): int(v) for k, v in json.loads(response.read()).items()}
+        return {str(k): int(v) for k, v in json.loads(self._call("counts")).items()}
 
     def reset(self) -> None:
-        request = urllib.request.Request(f"{self.endpoint}{_CONTROL}reset", method="POST", data=b"")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            response.read()
+        self._call("reset", "POST", b"")
+
+    def inject(self, plan: FaultPlan) -> None:
+        """From now on, handle requests as ``plan`` says (``FaultPlan()``: forward them as they are)."""
+        self._call("faults", "POST", json.dumps(asdict(plan)).encode())
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="A counting proxy in front of an S3 server (tests only).")
+    parser = argparse.ArgumentParser(description="A counting, fault-injecting proxy in front of an S3 server.")
     parser.add_argument("--upstream", required=True, help="the S3 server's endpoint, http://host:port")
     parser.add_argument("--port", type=int, default=0, help="port to listen on (127.0.0.1); 0 picks a free one")
     arguments = parser.parse_args()
     port = arguments.port or free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(arguments.upstream, _Counts()))
+    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(arguments.upstream, _State()))
     server.daemon_threads = True
     server.serve_forever()
 

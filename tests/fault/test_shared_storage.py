@@ -20,6 +20,7 @@ from sparklog.model.storage_location import StorageSettings, parse_location
 from sparklog.testing import BrokerAgents
 from sparklog.testing.object_stores import MotoS3
 from tests.helpers import consumed, wait_until
+from tests.wire.conftest import shared_store_brokers
 
 TOPIC = "shared"
 PARTITIONS = 2
@@ -28,16 +29,7 @@ SESSION_TIMEOUT_MS = 3_000
 
 @pytest.fixture
 def shared_brokers(zk_connect: str, sparklog_home: Path, tmp_path: Path, log_store: str) -> Iterator[BrokerAgents]:
-    with BrokerAgents(
-        zk_connect,
-        sparklog_home,
-        tmp_path / "brokers",
-        session_timeout_ms=SESSION_TIMEOUT_MS,
-        log_store=log_store,
-        shared_log_dir=True,
-    ) as agents:
-        agents.start(1, 2)
-        agents.wait_controller()
+    with shared_store_brokers(zk_connect, sparklog_home, tmp_path, log_store, SESSION_TIMEOUT_MS) as agents:
         yield agents
 
 

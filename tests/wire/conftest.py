@@ -37,6 +37,21 @@ def started_brokers(
         yield agents
 
 
+def shared_store_brokers(
+    zk_connect: str, home: Path, tmp_path: Path, log_store: str, session_timeout_ms: int
+) -> contextlib.AbstractContextManager[BrokerAgents]:
+    """Brokers 1 and 2 serving ``log_store`` as one shared log dir (DESIGN §16)."""
+    return started_brokers(
+        zk_connect,
+        home,
+        tmp_path,
+        (1, 2),
+        session_timeout_ms=session_timeout_ms,
+        log_store=log_store,
+        shared_log_dir=True,
+    )
+
+
 @pytest.fixture
 def one_broker(zk_connect: str, sparklog_home: Path, tmp_path: Path, log_store: str | None) -> Iterator[BrokerAgents]:
     """One real broker agent (id 1) with its Kafka listener."""

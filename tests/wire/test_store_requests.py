@@ -17,7 +17,7 @@ import sparklog
 from sparklog.testing import BrokerAgents
 from sparklog.testing.metrics import scrape
 from sparklog.testing.object_stores import MotoS3
-from sparklog.testing.store_proxy import CountingProxy
+from sparklog.testing.store_proxy import StoreProxy
 from tests.helpers import in_threads, wait_until
 from tests.wire.conftest import create_led_topic, started_brokers
 
@@ -26,16 +26,16 @@ IDLE_WINDOW_S = 5.0  # a measurement window, not a wait for a condition
 
 
 @pytest.fixture
-def proxy(moto_s3: MotoS3, tmp_path: Path) -> Iterator[CountingProxy]:
-    with CountingProxy(tmp_path / "proxy", moto_s3) as running:
+def proxy(moto_s3: MotoS3, tmp_path: Path) -> Iterator[StoreProxy]:
+    with StoreProxy(tmp_path / "proxy", moto_s3) as running:
         yield running
 
 
 @pytest.fixture
 def counted_broker(
-    zk_connect: str, sparklog_home: Path, tmp_path: Path, proxy: CountingProxy, monkeypatch: pytest.MonkeyPatch
+    zk_connect: str, sparklog_home: Path, tmp_path: Path, proxy: StoreProxy, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[BrokerAgents]:
-    """One broker whose log dir is a bucket reached through :class:`CountingProxy`."""
+    """One broker whose log dir is a bucket reached through :class:`StoreProxy`."""
     bucket = f"counted-{uuid.uuid4().hex[:10]}"
     proxy.upstream.create_bucket(bucket)
     for name, value in proxy.environ().items():
@@ -59,7 +59,7 @@ def counted_by_broker(agents: BrokerAgents) -> dict[str, float]:
 
 
 def test_a_commit_round_is_two_puts_and_no_list(
-    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: CountingProxy
+    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: StoreProxy
 ) -> None:
     create_led_topic(cluster, counted_broker, TOPIC, partitions=1)
     send_one_at_a_time(counted_broker.bootstrap_servers, 3)  # the table and the leader warmed up
@@ -80,7 +80,7 @@ def test_a_commit_round_is_two_puts_and_no_list(
 
 
 def test_an_idle_broker_makes_no_store_requests(
-    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: CountingProxy
+    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: StoreProxy
 ) -> None:
     create_led_topic(cluster, counted_broker, TOPIC, partitions=2)
     send_one_at_a_time(counted_broker.bootstrap_servers, 5)
@@ -90,7 +90,7 @@ def test_an_idle_broker_makes_no_store_requests(
 
 
 def test_concurrent_rounds_of_several_partitions_read_nothing_back(
-    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: CountingProxy
+    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: StoreProxy
 ) -> None:
     partitions = 4
     create_led_topic(cluster, counted_broker, TOPIC, partitions=partitions)
@@ -110,7 +110,7 @@ def test_concurrent_rounds_of_several_partitions_read_nothing_back(
 
 
 def test_an_idle_consumer_makes_no_store_requests(
-    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: CountingProxy
+    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: StoreProxy
 ) -> None:
     """A consumer at the end of an idle topic keeps fetching (long polls the broker holds
     until an append wakes them): none of that reaches the store."""
