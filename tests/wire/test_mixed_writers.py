@@ -428,6 +428,13 @@ def test_sixty_four_producers_and_a_spark_job_write_one_topic(
     try:
         for _ in processes:
             assert started.acquire(timeout=RUN_TIMEOUT_S), "a producer process did not start sending"
+        # The job starts once client records are in every partition, so they land on both
+        # sides of its range (a partition the first keys missed would start with the job).
+        wait_until(
+            lambda: all(end > 0 for _start, end in cluster.partition_offsets(TOPIC).values()),
+            "a client record in every partition",
+            timeout_s=RUN_TIMEOUT_S,
+        )
         df = spark.range(SPARK_ROWS, numPartitions=2).select(
             F.concat(F.lit("k"), (F.col("id") % 17).cast("string")).cast("binary").alias("key"),
             F.concat(F.lit("spark-"), F.col("id").cast("string")).cast("binary").alias("value"),
