@@ -143,9 +143,9 @@ def _baseline_side(leaders: int, proxy: Any, duration_s: float) -> dict[str, Any
     return {"acks": latencies, "counts": proxy.counts(), "seconds": duration_s}
 
 
-def _figures(side: dict[str, Any], rounds_kind: str) -> dict[str, float]:
+def _figures(side: dict[str, Any]) -> dict[str, float]:
     counts: dict[str, int] = side["counts"]
-    rounds = max(1, counts.get(rounds_kind, 0) - counts.get(f"{rounds_kind} 412", 0))
+    rounds = max(1, counts.get("PUT_IF_ABSENT", 0) - counts.get("PUT_IF_ABSENT 412", 0))  # commits that landed
     acks = side["acks"]
     figures = {
         "records_per_s": len(acks) / side["seconds"],
@@ -175,7 +175,7 @@ def run(ctx: BenchContext) -> CaseResult:
                     ctx.log(CASE, f"run {run_no}/{ctx.runs}: {leaders} leader(s)")
                     ours_side = _sparklog_side(ctx, run_no, leaders, proxy, duration_s)
                     raw_side = _baseline_side(leaders, proxy, duration_s)
-                    ours, raw = _figures(ours_side, "PUT_IF_ABSENT"), _figures(raw_side, "PUT_IF_ABSENT")
+                    ours, raw = _figures(ours_side), _figures(raw_side)
                     per_leaders[leaders].append((ours, raw))
                     result.runs.append(
                         {
