@@ -273,6 +273,11 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "group.max.session.timeout.ms": "1800000",
     "transaction.max.timeout.ms": "900000",
     "transactional.id.expiration.ms": "604800000",
+    # How a broker paces its commit rounds when its log dir is an object store
+    # (sparklog/broker/round_pacing.py): each is a bound on requests, and so on cost.
+    "store.round.linger.ms": "5",
+    "store.round.max.bytes": "8388608",
+    "store.rounds.per.second": "50",
 }
 
 _METRICS_PORT = ConfigSpec(
@@ -350,6 +355,9 @@ class ClusterConfig:
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 604_800_000
     storage: tuple[tuple[str, str], ...] = ()  # the storage.* settings given (StorageSettings.values)
+    store_round_linger_ms: int = 5
+    store_round_max_bytes: int = 8 * 1024 * 1024
+    store_rounds_per_second: int = 50  # 0: no budget
 
     def to_options(self) -> dict[str, str]:
         """The settings as string options, e.g. to ship to Spark tasks or data-source options."""
@@ -376,6 +384,9 @@ class ClusterConfig:
             "group.max.session.timeout.ms": str(self.group_max_session_timeout_ms),
             "transaction.max.timeout.ms": str(self.transaction_max_timeout_ms),
             "transactional.id.expiration.ms": str(self.transactional_id_expiration_ms),
+            "store.round.linger.ms": str(self.store_round_linger_ms),
+            "store.round.max.bytes": str(self.store_round_max_bytes),
+            "store.rounds.per.second": str(self.store_rounds_per_second),
         }
         if self.listeners:
             options["listeners"] = ",".join(map(str, self.listeners))
@@ -475,4 +486,7 @@ def resolve_cluster_config(
         transaction_max_timeout_ms=as_int("transaction.max.timeout.ms", 1),
         transactional_id_expiration_ms=as_int("transactional.id.expiration.ms", 1),
         storage=StorageSettings.from_config(merged).values,
+        store_round_linger_ms=as_int("store.round.linger.ms", 0),
+        store_round_max_bytes=as_int("store.round.max.bytes", 1),
+        store_rounds_per_second=as_int("store.rounds.per.second", 0),
     )

@@ -46,6 +46,7 @@ from sparklog.broker.log_manager import LogManager
 from sparklog.broker.metrics import BrokerMetrics, MetricsServer, replica_gauges
 from sparklog.broker.partition import LeaderPartitions
 from sparklog.broker.producer_state import ProducerStates
+from sparklog.broker.round_pacing import RoundBounds
 from sparklog.broker.transactions.coordinator import TransactionCoordinator
 from sparklog.broker.transactions.markers import MarkerWriter
 from sparklog.config import ClusterConfig, Endpoint
@@ -120,6 +121,7 @@ class BrokerAgent:
             config.writer_lease_ms,
             self.metrics,
             watchers=_watchers_of_every_writer(self.replicas, self.broker_id),
+            round_bounds=_round_bounds(config),
         )
         self.producer_states = ProducerStates()
         self.producer_ids = ProducerIdBlocks(self.replicas.zk)
@@ -356,6 +358,13 @@ def _try(fn: object, *args: object) -> BaseException | None:
         return None
     except BaseException as exc:  # noqa: BLE001 - reported by the caller
         return exc
+
+
+def _round_bounds(config: ClusterConfig) -> RoundBounds | None:
+    """Rounds on an object store are paced (each costs requests); on a disk they are not."""
+    if not parse_location(config.log_dir).is_object_store:
+        return None
+    return RoundBounds(config.store_round_linger_ms, config.store_round_max_bytes, config.store_rounds_per_second)
 
 
 def _watchers_of_every_writer(replicas: ReplicaManager, broker_id: int) -> AppendWatchers:

@@ -16,7 +16,9 @@ a thread each:
 While round N is fsynced and committed, round N+1 is built: it continues the log where N
 will leave it (a :class:`~sparklog.log.append.ProjectedView` of the log plus N's commit).
 One round at most is in flight behind the builder. What arrives meanwhile waits for the next
-round, so latency is about one commit and throughput many requests per commit.
+round, so latency is about one commit and throughput many requests per commit. On an object
+store rounds are also paced (linger, size, the broker's rounds-per-second budget:
+:mod:`sparklog.broker.round_pacing`).
 
 Invariants:
 
@@ -68,6 +70,7 @@ from sparklog.broker.held_leases import HeldLeases
 from sparklog.broker.log_tail import LogTails
 from sparklog.broker.metrics import BrokerMetrics
 from sparklog.broker.pending_append import PendingAppend, RoundRows, kafka_producers, partition_rows, read_round
+from sparklog.broker.round_pacing import RoundBounds, RoundBudget, RoundQueues
 from sparklog.broker.stage import Stage
 from sparklog.broker.transactions.partition_txns import PartitionTransactions, RoundPlan
 from sparklog.config import Acks
@@ -118,6 +121,7 @@ class LeaderAppender:
         writer_lease_ms: int,
         metrics: BrokerMetrics,
         watchers: AppendWatchers | None = None,
+        round_bounds: RoundBounds | None = None,
     ) -> None:
         self.replicas = replicas
         self.broker_id = broker_id
@@ -127,11 +131,15 @@ class LeaderAppender:
         self.tails = LogTails()
         self.txns = PartitionTransactions()
         self._lock = threading.Condition()
-        self._queues: dict[str, list[PendingAppend]] = {}
+        # Rounds on an object store are paced (round_bounds None on a disk): linger and size
+        # per topic, one budget of round starts for every topic.
+        self._queues: RoundQueues[PendingAppend] = RoundQueues(round_bounds)
+        self._budget = RoundBudget(round_bounds.rounds_per_second if round_bounds else 0)
         self._threads: dict[str, threading.Thread] = {}
         self._committers: dict[str, Stage] = {}
         self._isr_waiters: dict[str, Stage] = {}
         self._closed = False
+        self._closing = threading.Event()
         # Used by a topic's builder thread only:
         self._in_flight: dict[str, _Round] = {}  # the round its committer has
         # A topic's builder and committer share its LeaderLog (under self._lock):
@@ -144,7 +152,7 @@ class LeaderAppender:
                 for item in items:
                     item.finish(error=self._shutting_down())
                 return
-            self._queues.setdefault(topic, []).extend(items)
+            self._queues.put(topic, items)
             if topic not in self._threads:
                 self._committers[topic] = Stage(f"committer-{topic}")
                 self._isr_waiters[topic] = Stage(f"isr-waiter-{topic}")
@@ -156,6 +164,7 @@ class LeaderAppender:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._closing.set()
             self._lock.notify_all()
         for thread in list(self._threads.values()):
             thread.join(5)
@@ -171,13 +180,19 @@ class LeaderAppender:
         while True:
             if not todo:
                 with self._lock:
-                    while not self._queues.get(topic) and not self._closed:
+                    while not self._closed:
+                        if topic in self._queues:
+                            linger_s = self._queues.linger_left_s(topic)
+                            if linger_s <= 0:
+                                break
+                            self._lock.wait(linger_s)
+                            continue
                         in_flight = self._in_flight.get(topic)
                         if in_flight is not None and in_flight.settled.done():
                             break
                         if not self._lock.wait(_IDLE_CHECK_S) and in_flight is None:
                             break
-                    items = self._queues.pop(topic, [])
+                    items = self._queues.take(topic)
                     closed = self._closed
                 if closed:
                     self._stop(topic, [items])
@@ -194,6 +209,7 @@ class LeaderAppender:
                 self._stop(topic, todo)
                 return
             group = todo.pop(0)
+            self._closing.wait(self._budget.reserve())  # the round's start in the broker's budget
             todo[:0] = self._build_round(topic, group)
 
     def _stop(self, topic: str, todo: list[list[PendingAppend]]) -> None:

@@ -68,6 +68,15 @@ class PendingAppend:
     _done_event: threading.Event | None = None
 
     @property
+    def size_bytes(self) -> int:
+        """The batch's bytes as sent (what bounds a round's size)."""
+        if self.batch is not None:
+            return len(self.batch.raw)
+        if self.wire is not None:
+            return len(self.wire)
+        return self.records.nbytes if self.records is not None else 0
+
+    @property
     def rows(self) -> int:
         if self.records is not None:
             return self.records.num_rows

@@ -5,13 +5,15 @@ partition's write lease); an idle broker makes no requests at all."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 import sparklog
 from sparklog.testing import BrokerAgents
@@ -32,16 +34,36 @@ def proxy(moto_s3: MotoS3, tmp_path: Path) -> Iterator[StoreProxy]:
 
 
 @pytest.fixture
-def counted_broker(
+def counted_brokers(
     zk_connect: str, sparklog_home: Path, tmp_path: Path, proxy: StoreProxy, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[BrokerAgents]:
-    """One broker whose log dir is a bucket reached through :class:`StoreProxy`."""
-    bucket = f"counted-{uuid.uuid4().hex[:10]}"
-    proxy.upstream.create_bucket(bucket)
+) -> Callable[..., contextlib.AbstractContextManager[BrokerAgents]]:
+    """Starts one broker whose log dir is a bucket reached through :class:`StoreProxy`,
+    with the given broker properties."""
     for name, value in proxy.environ().items():
         monkeypatch.setenv(name, value)
-    log_store = f"s3://{bucket}/cluster"
-    with started_brokers(zk_connect, sparklog_home, tmp_path, (1,), log_store=log_store, shared_log_dir=True) as agents:
+
+    def start(properties: Mapping[str, str] | None = None) -> contextlib.AbstractContextManager[BrokerAgents]:
+        bucket = f"counted-{uuid.uuid4().hex[:10]}"
+        proxy.upstream.create_bucket(bucket)
+        return started_brokers(
+            zk_connect,
+            sparklog_home,
+            tmp_path,
+            (1,),
+            log_store=f"s3://{bucket}/cluster",
+            shared_log_dir=True,
+            properties=properties,
+        )
+
+    return start
+
+
+@pytest.fixture
+def counted_broker(
+    counted_brokers: Callable[..., contextlib.AbstractContextManager[BrokerAgents]],
+) -> Iterator[BrokerAgents]:
+    """One broker with the default pacing of rounds."""
+    with counted_brokers() as agents:
         yield agents
 
 
@@ -142,3 +164,98 @@ def test_an_idle_consumer_makes_no_store_requests(
     finally:
         consumer.close()
     assert proxy.counts() == {}, "requests while the consumer idled"
+
+
+# -- pacing: linger, size and the broker's budget of rounds (sparklog/broker/round_pacing.py) --
+StartBrokers = Callable[..., contextlib.AbstractContextManager[BrokerAgents]]
+
+
+def send_together(bootstrap: str, producers: int, value: bytes) -> None:
+    """``producers`` producers (connected, the topic's metadata known) send one record each
+    at the same moment and wait for its acknowledgement."""
+    clients = [Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0}) for _ in range(producers)]
+    for client in clients:
+        client.produce(TOPIC, value=b"warm-up", partition=0)
+        assert client.flush(30) == 0
+    ready = threading.Barrier(producers)
+
+    def send(index: int) -> None:
+        ready.wait(30)
+        clients[index].produce(TOPIC, value=value, partition=0)
+        assert clients[index].flush(30) == 0
+
+    in_threads(send, producers)
+
+
+def high_watermark(bootstrap: str, partition: int) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=30)[1])
+    finally:
+        consumer.close()
+
+
+def test_rounds_linger_so_requests_arriving_together_share_one(
+    cluster: sparklog.Cluster, counted_brokers: StartBrokers, proxy: StoreProxy
+) -> None:
+    with counted_brokers({"store.round.linger.ms": "1000", "store.rounds.per.second": "0"}) as agents:
+        create_led_topic(cluster, agents, TOPIC, partitions=1)
+        send_one_at_a_time(agents.bootstrap_servers, 1)
+        proxy.reset()
+        started_s = time.monotonic()
+        send_one_at_a_time(agents.bootstrap_servers, 1)
+        assert time.monotonic() - started_s >= 1.0, "a lone request's round waits the linger"
+        proxy.reset()
+        send_together(agents.bootstrap_servers, 6, b"together")
+        commits = proxy.counts().get("PUT_IF_ABSENT", 0)
+    # The warm-up records come one round each (ack awaited); the 6 sent together are one round.
+    assert commits == 6 + 1, f"6 warm-up rounds and one round for 6 requests sent together: {commits} commits"
+
+
+def test_a_round_holds_at_most_round_max_bytes(
+    cluster: sparklog.Cluster, counted_brokers: StartBrokers, proxy: StoreProxy
+) -> None:
+    """Six requests of 3 KB arrive within one long linger; with rounds of at most 4 KB each
+    is a round of its own (without the bound they would share one)."""
+    properties = {"store.round.linger.ms": "1000", "store.round.max.bytes": "4096", "store.rounds.per.second": "0"}
+    with counted_brokers(properties) as agents:
+        create_led_topic(cluster, agents, TOPIC, partitions=1)
+        send_together(agents.bootstrap_servers, 6, b"x" * 3000)
+        proxy.reset()
+        send_together(agents.bootstrap_servers, 6, b"y" * 3000)
+        counts = proxy.counts()
+    assert counts.get("PUT_IF_ABSENT", 0) == 6 + 6, f"6 warm-up rounds and one round per 3 KB request: {counts}"
+
+
+def test_a_broker_starts_at_most_its_budget_of_rounds_a_second(
+    cluster: sparklog.Cluster, counted_brokers: StartBrokers, proxy: StoreProxy
+) -> None:
+    """Eight producers sending one record at a time for a few seconds could make a round of
+    each request (about 40 a second on moto); the broker's budget of 10 a second holds,
+    and every record is acknowledged (rounds carry more of them instead)."""
+    rounds_per_second = 10
+    properties = {"store.round.linger.ms": "0", "store.rounds.per.second": str(rounds_per_second)}
+    producers, window_s = 8, 3.0
+    with counted_brokers(properties) as agents:
+        create_led_topic(cluster, agents, TOPIC, partitions=2)
+        send_one_at_a_time(agents.bootstrap_servers, 2, partitions=2)
+        acknowledged = [0] * producers
+        proxy.reset()
+        started_s = time.monotonic()
+
+        def produce(index: int) -> None:
+            producer = Producer({"bootstrap.servers": agents.bootstrap_servers, "acks": "all", "linger.ms": 0})
+            while time.monotonic() - started_s < window_s:
+                producer.produce(TOPIC, value=b"r", partition=index % 2)
+                assert producer.flush(30) == 0
+                acknowledged[index] += 1
+
+        in_threads(produce, producers)
+        elapsed_s = time.monotonic() - started_s
+        commits = proxy.counts().get("PUT_IF_ABSENT", 0)
+        stored = sum(high_watermark(agents.bootstrap_servers, p) for p in (0, 1)) - 2
+    budget = rounds_per_second * elapsed_s + 1
+    print(f"{commits} rounds in {elapsed_s:.1f} s for {sum(acknowledged)} records (budget {budget:.0f})")
+    assert commits <= budget, f"{commits} rounds in {elapsed_s:.1f} s: over the budget of {rounds_per_second}/s"
+    assert sum(acknowledged) > commits, "rounds carry several requests when the budget holds them back"
+    assert stored == sum(acknowledged), f"{stored} records stored, {sum(acknowledged)} acknowledged"

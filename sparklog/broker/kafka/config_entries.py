@@ -138,6 +138,9 @@ _BROKER_TYPES = {
     "group.max.session.timeout.ms": _INT,
     "transaction.max.timeout.ms": _INT,
     "transactional.id.expiration.ms": _INT,
+    "store.round.linger.ms": _INT,
+    "store.round.max.bytes": _INT,
+    "store.rounds.per.second": _INT,
     "listeners": _LIST,
     "advertised.listeners": _LIST,
 }
