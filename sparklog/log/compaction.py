@@ -64,6 +64,7 @@ from sparklog.log.segment import (
 )
 from sparklog.log.table import CommitConflict, FileEntry, TopicTable, cleaned_app_id
 from sparklog.log.txn_log import aborted_ranges, last_stable_offset, visible
+from sparklog.model.storage_location import StorageSettings
 
 __all__ = [
     "OPERATION",
@@ -103,6 +104,9 @@ class CompactionTask:
     compression: str
     write: bool = True  # False: count survivors only (dry run)
     aborted: tuple[tuple[int, int], ...] = ()  # aborted transaction runs [start, end) in the range
+    # The cluster's storage.* settings (StorageSettings.values): an executor has no
+    # variables of the driver's.
+    storage: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,7 @@ def plan_partition(
         segment_bytes=int(configs["segment.bytes"]),
         compression=rewrite_compression(str(configs["compression.type"])),
         write=not dry_run,
+        storage=table.settings.values,
         aborted=tuple(
             (a, b)
             for a, b in aborted_ranges(dt, partition)
@@ -225,7 +230,7 @@ def plan_partition(
 # -- 2. rewrite (any process) --------------------------------------------------------------
 def compact_task(task: CompactionTask) -> TaskOutput:
     """Rewrite the planned files of one partition; returns the new (uncommitted) files."""
-    table = TopicTable(task.log_dir, task.topic)
+    table = TopicTable(task.log_dir, task.topic, StorageSettings(task.storage))
     missing = next((f.path for f in task.files if not table.storage.exists(f.path)), None)
     if missing is not None:
         return TaskOutput(task.partition, missing=missing)

@@ -94,6 +94,7 @@ class TopicTable:
     def __init__(self, log_dir: str, topic: str, settings: StorageSettings = _FROM_ENVIRONMENT) -> None:
         self.topic = topic
         self.root = _table_root(log_dir, topic)
+        self.settings = settings  # how to reach its store: what tasks on other machines need
         self.storage = table_storage(self.root, settings)
         self._options = self.storage.delta_options or None
         self._local = threading.local()

@@ -9,6 +9,12 @@ As the data source: transactions' control rows are filtered out (``timestampType
 read_committed (the default; ``kafka.isolation.level``/``isolation.level``) ends at the last
 stable offset and filters the aborted runs out (docs/transactions.md).
 
+A topic on an object store is read through the ``sparklog`` data source instead, with the
+ranges resolved here: Spark's Parquet reader would need Hadoop's S3 connector on the JVM's
+classpath, which sparklog does not ship; the data source reads through sparklog's storage.
+So ``read``, ``register_topics`` and ``consume_into`` work on every store, at the data
+source's speed there.
+
 :func:`lag_frame` is the ``consumer_lag`` view's DataFrame: the Arrow table of
 :func:`sparklog.admin.groups.consumer_lag` handed to ``createDataFrame``, i.e. a snapshot of
 every group's lag taken when it is built (register the view again for a fresh one).
@@ -75,6 +81,7 @@ def read_topics(spark: SparkSession, options: Mapping[str, str], replicas: Repli
     from sparklog.log.reader import files_for_ranges
     from sparklog.log.txn_log import aborted_ranges
     from sparklog.model.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
+    from sparklog.model.storage_location import parse_location
     from sparklog.spark.options import connect_replicas, option_flag, option_read_committed
     from sparklog.spark.reader import resolve_read_ranges
 
@@ -90,6 +97,9 @@ def read_topics(spark: SparkSession, options: Mapping[str, str], replicas: Repli
         for topic, all_ranges in resolve_read_ranges(replicas, opts).items():
             for table, parts in replicas.leader_tables(topic, all_ranges):
                 ranges = {p: all_ranges[p] for p in parts}
+                if parse_location(table.root).is_object_store:
+                    frames.append(_read_through_the_source(spark, topic, ranges, opts, replicas))
+                    continue
                 dt = table.snapshot()
                 files = files_for_ranges(table, dt, ranges)
                 if not files:
@@ -112,6 +122,33 @@ def read_topics(spark: SparkSession, options: Mapping[str, str], replicas: Repli
     if not frames:
         return spark.createDataFrame([], output_ddl)
     return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+# What a read through the data source keeps of the caller's options (the topics and offsets
+# are the ranges already resolved).
+_CARRIED_OPTIONS = ("includeHeaders", "kafka.isolation.level", "isolation.level")
+
+
+def _read_through_the_source(
+    spark: SparkSession,
+    topic: str,
+    ranges: Mapping[int, tuple[int, int]],
+    options: Mapping[str, str],
+    replicas: ReplicaManager,
+) -> DataFrame:
+    """``ranges`` of a topic on an object store, read by the ``sparklog`` data source: Spark's
+    Parquet reader would need Hadoop's S3 connector on the JVM's classpath, the data source
+    reads through sparklog's storage (the store settings travel with its read slices)."""
+    import json
+
+    carried = {key: options[key] for key in _CARRIED_OPTIONS if key in options}
+    reader = spark.read.format("sparklog").options(**replicas.config.to_options(), **carried)
+    return (
+        reader.option("assign", json.dumps({topic: sorted(ranges)}))
+        .option("startingOffsets", json.dumps({topic: {str(p): start for p, (start, _) in ranges.items()}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): end for p, (_, end) in ranges.items()}}))
+        .load()
+    )
 
 
 def lag_frame(spark: SparkSession, groups: GroupCoordinator) -> DataFrame:

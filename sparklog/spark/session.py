@@ -82,7 +82,10 @@ def get_or_create_session(
     if "PYSPARK_SUBMIT_ARGS" not in os.environ:
         os.environ["PYSPARK_SUBMIT_ARGS"] = f'--driver-java-options "{java_opts}" pyspark-shell'
     builder = SparkSession.builder.appName(app_name)
-    builder = builder.master(master or os.environ.get("SPARK_MASTER", "local[*]"))
+    # Under spark-submit (its driver hands Python a gateway) the master is --master's.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    if master or os.environ.get("SPARK_MASTER") or not submitted:
+        builder = builder.master(master or os.environ.get("SPARK_MASTER", "local[*]"))
     defaults = {
         "spark.driver.extraJavaOptions": java_opts,
         "spark.executor.extraJavaOptions": java_opts,

@@ -9,11 +9,14 @@ a test fails the ways real servers fail.
 * :class:`ChildProcesses` — what both share: processes by id, their logs, signals, reaping;
 * :mod:`sparklog.testing.metrics` — a broker's Prometheus endpoint scraped and parsed;
 * :mod:`sparklog.testing.object_stores` — S3 servers on loopback: moto's (honours conditional
-  writes) and s3rver (ignores them: the store sparklog must refuse).
+  writes) and s3rver (ignores them: the store sparklog must refuse);
+* :class:`SparkStandalone` — a Spark standalone master and workers from the ``pyspark``
+  wheel, for ``spark-submit --master spark://...``.
 """
 
 from sparklog.testing.brokers import BrokerAgents
 from sparklog.testing.processes import ChildProcesses
+from sparklog.testing.spark_standalone import SparkStandalone
 from sparklog.testing.zookeeper import ZooKeeperEnsemble
 
-__all__ = ["BrokerAgents", "ChildProcesses", "ZooKeeperEnsemble"]
+__all__ = ["BrokerAgents", "ChildProcesses", "SparkStandalone", "ZooKeeperEnsemble"]

@@ -27,7 +27,7 @@ from sparklog.errors import (
 )
 from sparklog.log.delta_sink import DataFile, DeltaSink, input_app_id, write_task_files
 from sparklog.spark import consume, consume_into
-from tests.helpers import assert_log_consistent, assert_unchanged, stored_records
+from tests.helpers import BOTH_STORES, assert_log_consistent, assert_unchanged, stored_records
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,6 +70,7 @@ def run_until_empty(
 
 
 # -- consume + commit ----------------------------------------------------------------------
+@BOTH_STORES
 def test_consume_commit_cycles_see_every_record_once(
     spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
 ) -> None:
@@ -222,6 +223,7 @@ def test_consume_into_topic_exactly_once_over_many_runs(
     assert {p: table.app_version(dt, input_app_id("pipe", "in", p)) for p in hw} == hw
 
 
+@BOTH_STORES
 def test_consume_into_delta_exactly_once_and_created_from_the_schema(
     spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
 ) -> None:

@@ -196,6 +196,7 @@ def test_min_partitions_splits_work_without_changing_results(
     same(df, expected(spark, rows_of("clicks", range(3), range(10))))
 
 
+@BOTH_STORES
 def test_sql_view(spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int]) -> None:
     opts = ", ".join(f"`{k}` '{v}'" for k, v in cluster_options.items())
     spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW clicks_view USING sparklog OPTIONS (subscribe 'clicks', {opts})")
@@ -226,6 +227,7 @@ def test_sql_view_is_planned_at_creation_and_refreshed_by_recreating(
 
 
 @pytest.mark.parametrize("native", [True, False])
+@BOTH_STORES
 def test_register_topics_helper(
     spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int], native: bool
 ) -> None:
@@ -251,6 +253,7 @@ def native_and_source(spark: SparkSession, options: dict[str, str], **extra: str
         {"subscribe": "clicks", "startingTimestamp": str(BASE_MS + 7000)},
     ],
 )
+@BOTH_STORES
 def test_native_read_equals_the_data_source(
     spark: SparkSession, cluster_options: dict[str, str], topics: dict[str, int], extra: dict[str, str]
 ) -> None:

@@ -21,7 +21,7 @@ from sparklog.metadata import zkdata
 from sparklog.metadata.zkdata import WriterLeaseRecord
 from sparklog.spark.stream_reader import rate_limit
 from sparklog.spark.stream_writer import SparklogStreamWriter, stream_app_id, write_stream_task
-from tests.helpers import assert_log_consistent, stored_records
+from tests.helpers import BOTH_STORES, assert_log_consistent, stored_records
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -87,6 +87,7 @@ def test_rate_limit_is_exact_and_proportional(limit: int) -> None:
         assert taken[0] >= taken[1] >= taken[2], f"shares follow the backlog (50, 20, 7): {taken}"
 
 
+@BOTH_STORES
 def test_read_stream_sees_every_record_once_across_restarts(
     spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
 ) -> None:
@@ -272,6 +273,7 @@ def copy_query(spark: SparkSession, options: dict[str, str], checkpoint: Path, *
         raise query.exception()  # type: ignore[misc]
 
 
+@BOTH_STORES
 def test_write_stream_is_exactly_once_across_restarts_and_replays(
     spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
 ) -> None:
