@@ -3,7 +3,8 @@
 Cluster settings resolve in one fixed precedence order (highest first):
 
 1. explicit arguments to :func:`sparklog.connect` (or data-source options / ``spark.sparklog.*``),
-2. the environment (``SPARKLOG_HOME``, ``SPARKLOG_ZOOKEEPER``),
+2. the environment (``SPARKLOG_HOME``, ``SPARKLOG_ZOOKEEPER``, ``SPARKLOG_LOG_DIRS``: e.g.
+   ``SPARKLOG_LOG_DIRS=s3://bucket/prefix make demo`` puts the demo's topics on a store),
 3. a properties file (``SPARKLOG_CONF``, else the nearest enclosing ``conf/sparklog.properties``),
 4. the defaults below; the home's default is found by :mod:`sparklog.discovery` (the nearest
    enclosing ``.sparklog``, the project's, else ``~/.sparklog``).
@@ -430,6 +431,8 @@ def resolve_cluster_config(
         from_env["sparklog.home"] = env["SPARKLOG_HOME"]
     if env.get("SPARKLOG_ZOOKEEPER"):
         from_env["zookeeper.connect"] = env["SPARKLOG_ZOOKEEPER"]
+    if env.get("SPARKLOG_LOG_DIRS"):
+        from_env["log.dirs"] = env["SPARKLOG_LOG_DIRS"]
     found = discover(Path.cwd().resolve(), env)
     from_file: dict[str, str] = {}
     if found.properties_file is not None:

@@ -12,9 +12,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import obstore
 import pytest
 
+from sparklog.log.object_store import open_store
+from sparklog.model.storage_location import StorageSettings, parse_location
 from sparklog.testing.brokers import free_port
+from sparklog.testing.object_stores import MotoS3
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -104,3 +108,31 @@ def test_make_demo_runs_end_to_end_twice(embedded_env: tuple[dict[str, str], int
     assert f"broker 0 at 127.0.0.1:{port}" in listing.stdout and "demo-events" in listing.stdout, listing
     stopped = _stop(Path(env["SPARKLOG_HOME"]))
     assert stopped.stdout.startswith("Stopped the embedded broker (pid"), stopped
+
+
+def test_make_demo_runs_on_a_store_by_one_setting(
+    embedded_env: tuple[dict[str, str], int], moto_s3: MotoS3, s3_bucket: str
+) -> None:
+    """The README's one setting: ``SPARKLOG_LOG_DIRS=s3://bucket/prefix make demo`` (the
+    store reached with the usual AWS_* variables) puts the demo's topics, and the embedded
+    broker's, in the bucket."""
+    command = re.search(r"`(SPARKLOG_LOG_DIRS=s3://\S+ make demo)`", README)
+    assert command is not None, "the README shows the demo pointed at a store"
+    setting, _make = command.group(1).split(" ", 1)
+    prefix = f"s3://{s3_bucket}/" + setting.split("/", 3)[3]
+    env, _port = embedded_env
+    env.update(moto_s3.environ(), SPARKLOG_LOG_DIRS=prefix, SPARKLOG_DEMO_RECORDS="20000")
+    done = subprocess.run(
+        ["make", "--no-print-directory", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"make demo on {prefix} failed:\n{output[-4000:]}"
+    for expected in (
+        "Produced 20,000 records in one Delta commit",
+        "Topic demo-events: 20,020 records in 6 partitions",
+    ):
+        assert expected in output, f"{expected!r} missing from:\n{output[-4000:]}"
+    store = open_store(parse_location(prefix), StorageSettings.from_config(moto_s3.settings()))
+    objects = [str(meta["path"]) for batch in obstore.list(store) for meta in batch]
+    assert any("topics/demo-events/_delta_log/" in path for path in objects), objects[:20]
+    assert not (Path(env["SPARKLOG_HOME"]) / "data" / "topics" / "demo-events").exists(), "nothing on the local disk"

@@ -70,6 +70,12 @@ def test_env_overrides_file(props_file: Path, tmp_path: Path) -> None:
     assert config.broker_id == 7  # not in the environment: still from the file
 
 
+def test_log_dirs_from_the_environment_one_setting_for_a_store(props_file: Path) -> None:
+    env = {"SPARKLOG_CONF": str(props_file), "SPARKLOG_LOG_DIRS": "s3://demo-bucket/sparklog/"}
+    assert resolve_cluster_config(environ=env).log_dir == "s3://demo-bucket/sparklog"
+    assert resolve_cluster_config({"log.dirs": "s3://other/x"}, environ=env).log_dir == "s3://other/x"
+
+
 def test_explicit_overrides_env(props_file: Path, tmp_path: Path) -> None:
     env = {
         "SPARKLOG_CONF": str(props_file),
