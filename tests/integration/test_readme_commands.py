@@ -70,16 +70,22 @@ def test_ci_runs_make_test_and_nothing_else() -> None:
     assert commands == ["make test"], commands
 
 
+def make_demo(env: dict[str, str], what: str) -> str:
+    """`make demo` run to its end; its output."""
+    done = subprocess.run(
+        ["make", "--no-print-directory", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"make demo {what} failed:\n{output[-4000:]}"
+    return output
+
+
 def test_make_demo_runs_end_to_end_twice(embedded_env: tuple[dict[str, str], int]) -> None:
     env, port = embedded_env
     env["SPARKLOG_DEMO_RECORDS"] = "20000"
     pids = set()
     for attempt in (1, 2):
-        done = subprocess.run(
-            ["make", "--no-print-directory", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
-        )
-        output = done.stdout + done.stderr
-        assert done.returncode == 0, f"make demo run {attempt} failed:\n{output[-4000:]}"
+        output = make_demo(env, f"run {attempt}")
         for expected in (
             "Created topic demo-events with 6 partitions",
             "Produced 20,000 records in one Delta commit",
@@ -122,11 +128,7 @@ def test_make_demo_runs_on_a_store_by_one_setting(
     prefix = f"s3://{s3_bucket}/" + setting.split("/", 3)[3]
     env, _port = embedded_env
     env.update(moto_s3.environ(), SPARKLOG_LOG_DIRS=prefix, SPARKLOG_DEMO_RECORDS="20000")
-    done = subprocess.run(
-        ["make", "--no-print-directory", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, f"make demo on {prefix} failed:\n{output[-4000:]}"
+    output = make_demo(env, f"on {prefix}")
     for expected in (
         "Produced 20,000 records in one Delta commit",
         "Topic demo-events: 20,020 records in 6 partitions",
