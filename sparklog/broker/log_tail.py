@@ -97,8 +97,7 @@ class LogTails:
     def log_start_hint(self, topic: str, partition: int) -> tuple[int, bool] | None:
         """The log-start last noted for ``partition`` and whether it is younger than
         ``LOG_START_HINT_MS``; None when unknown."""
-        with self._lock:
-            noted = self._log_starts.get((topic, partition))
+        noted = self._noted(topic, partition)
         if noted is None:
             return None
         age_s = time.monotonic() - noted[1]
@@ -108,9 +107,13 @@ class LogTails:
 
     def noted_log_start(self, topic: str, partition: int) -> int | None:
         """The log-start last noted for ``partition``, however old; None when unknown."""
-        with self._lock:
-            noted = self._log_starts.get((topic, partition))
+        noted = self._noted(topic, partition)
         return None if noted is None else noted[0]
+
+    def _noted(self, topic: str, partition: int) -> tuple[int, float] | None:
+        """(log-start, when noted) of ``partition``."""
+        with self._lock:
+            return self._log_starts.get((topic, partition))
 
     def note_log_start(self, topic: str, partition: int, log_start: int) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ through :func:`sparklog.log.reserved_commit.commit_reserved`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,7 +43,7 @@ from sparklog.log.segment import (
     split_for_size,
     write_segment,
 )
-from sparklog.log.storage import fsync_path
+from sparklog.log.storage import fsync_path, in_parallel
 from sparklog.log.table import (
     CommitConflict,
     TopicTable,
@@ -360,36 +361,32 @@ def prepare_append(
     append_ms = clock.now_ms()
     base_offsets = {p: view.log_end(p) for p in pending}
     file_metadata = {PRODUCER_KEY: str(producer_id), SEQUENCE_KEY: str(sequence)} if idempotent else None
-    segments: list[SegmentFile] = []
-    try:
-        for partition, records in sorted(pending.items()):
-            if log_append_time:
-                records = with_append_time(records, append_ms)
-            next_offset = base_offsets[partition]
-            piece_metadata = file_metadata
-            if kafka_producers is not None and kafka_producers.batches.get(partition):
-                listed = [[*b[:4], next_offset + b[4]] for b in kafka_producers.batches[partition]]
-                piece_metadata = {**(file_metadata or {}), KAFKA_BATCHES_KEY: json.dumps(listed)}
-            for piece in split_for_size(records, options.segment_bytes):
-                segments.append(
-                    write_segment(
-                        table.storage,
-                        partition,
-                        next_offset,
-                        piece,
-                        options.compression,
-                        options.fsync,
-                        metadata=piece_metadata,
-                        stage_roots=options.stage_roots,
-                        hard_links=options.hard_links,
-                    )
+    writes: list[Callable[[], SegmentFile]] = []
+    for partition, records in sorted(pending.items()):
+        if log_append_time:
+            records = with_append_time(records, append_ms)
+        next_offset = base_offsets[partition]
+        piece_metadata = file_metadata
+        if kafka_producers is not None and kafka_producers.batches.get(partition):
+            listed = [[*b[:4], next_offset + b[4]] for b in kafka_producers.batches[partition]]
+            piece_metadata = {**(file_metadata or {}), KAFKA_BATCHES_KEY: json.dumps(listed)}
+        for piece in split_for_size(records, options.segment_bytes):
+            writes.append(
+                functools.partial(
+                    write_segment,
+                    table.storage,
+                    partition,
+                    next_offset,
+                    piece,
+                    options.compression,
+                    options.fsync,
+                    metadata=piece_metadata,
+                    stage_roots=options.stage_roots,
+                    hard_links=options.hard_links,
                 )
-                next_offset += piece.num_rows
-    except BaseException as exc:
-        _discard(table, segments)
-        if isinstance(exc, OSError):
-            raise _storage_error(table, pending, exc) from exc
-        raise
+            )
+            next_offset += piece.num_rows
+    segments = _write_segments(table, pending, writes)
     versions = dict(kafka_producers.last_sequences if kafka_producers else {})
     if kafka_producers is not None and kafka_producers.transactions_for is not None:
         versions.update(kafka_producers.transactions_for(base_offsets))
@@ -403,6 +400,31 @@ def prepare_append(
         versions.update({producer_app_id(producer_id, p): sequence for p in pending})
         metadata.update({"sparklog.producer": producer_id, "sparklog.sequence": str(sequence)})
     return PreparedAppend(table, epochs, leader_epochs, base_offsets, segments, versions, metadata, append_ms)
+
+
+def _write_segments(
+    table: TopicTable, pending: Mapping[int, pa.Table], writes: Sequence[Callable[[], SegmentFile]]
+) -> list[SegmentFile]:
+    """Run ``writes``: in order on a disk; at once on a store, where each is a PUT's round
+    trip (a round of many partitions then waits for about one PUT, not one per partition).
+    When one fails, the files written are deleted and its error raised."""
+    segments: list[SegmentFile] = []
+    try:
+        if table.storage.local_path("") is not None:
+            for write in writes:
+                segments.append(write())
+        else:
+            outcomes = in_parallel(writes)
+            segments = [o for o in outcomes if isinstance(o, SegmentFile)]
+            failure = next((o for o in outcomes if isinstance(o, Exception)), None)
+            if failure is not None:
+                raise failure
+    except BaseException as exc:
+        _discard(table, segments)
+        if isinstance(exc, OSError):
+            raise _storage_error(table, pending, exc) from exc
+        raise
+    return segments
 
 
 def _storage_error(table: TopicTable, partitions: Iterable[int], exc: OSError) -> StorageError:

@@ -47,6 +47,7 @@ import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
 from sparklog.errors import StorageError
+from sparklog.log.delta_commit import checkpoint_interval
 from sparklog.log.plans import SegmentLike, optimize_plan
 from sparklog.log.reader import read_files
 from sparklog.log.segment import SegmentFile, discard_segments, resolve_compression, write_placeholder, write_segment
@@ -293,7 +294,8 @@ def log_step(table: TopicTable, history_retention_ms: int) -> LogCheckpoint:
     broker agents run it: make the table's ``delta.logRetentionDuration`` the topic's
     ``history.retention.ms`` (one metadata commit, only when it differs), then
     :func:`checkpoint_log`."""
-    set_history_retention(table.snapshot, history_retention_ms, f"topic {table.topic} at {table.root}")
+    interval = checkpoint_interval(table.storage)
+    set_history_retention(table.snapshot, history_retention_ms, interval, f"topic {table.topic} at {table.root}")
     return checkpoint_log(table)
 
 

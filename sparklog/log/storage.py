@@ -17,14 +17,15 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -37,6 +38,7 @@ __all__ = [
     "ObjectTableStorage",
     "TableStorage",
     "fsync_path",
+    "in_parallel",
     "read_all",
     "storage_of",
     "table_storage",
@@ -244,9 +246,34 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
-MAX_PARALLEL_READS = 16  # objects one caller reads at once (a leader behind others, a replay)
-_readers: tuple[int, ThreadPoolExecutor] | None = None  # (the pid that started it, the pool)
-_readers_lock = threading.Lock()
+MAX_PARALLEL_READS = 16  # objects one caller reads (or writes) at once on a store
+_workers: tuple[int, ThreadPoolExecutor] | None = None  # (the pid that started it, the pool)
+_workers_lock = threading.Lock()
+
+
+_T = TypeVar("_T")
+
+
+def in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T | Exception]:
+    """Run ``calls`` at once (up to :data:`MAX_PARALLEL_READS` at a time): each one's result
+    or the exception it raised, in order. For requests to a store, where each is a round trip
+    and the waits overlap (the store clients release the GIL while they wait)."""
+
+    def outcome(call: Callable[[], _T]) -> _T | Exception:
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - handed to the caller, who decides
+            return exc
+
+    if len(calls) <= 1:
+        return [outcome(c) for c in calls]
+    global _workers
+    with _workers_lock:
+        # A forked child (Spark's Python workers) inherits the pool but not its threads.
+        if _workers is None or _workers[0] != os.getpid():
+            _workers = (os.getpid(), ThreadPoolExecutor(MAX_PARALLEL_READS, thread_name_prefix="object-io"))
+        pool = _workers[1]
+    return list(pool.map(outcome, calls))
 
 
 def read_all(storage: TableStorage, relatives: Sequence[str]) -> list[bytes | None]:
@@ -260,12 +287,8 @@ def read_all(storage: TableStorage, relatives: Sequence[str]) -> list[bytes | No
         except FileNotFoundError:
             return None
 
-    if len(relatives) <= 1:
-        return [read(r) for r in relatives]
-    global _readers
-    with _readers_lock:
-        # A forked child (Spark's Python workers) inherits the pool but not its threads.
-        if _readers is None or _readers[0] != os.getpid():
-            _readers = (os.getpid(), ThreadPoolExecutor(MAX_PARALLEL_READS, thread_name_prefix="object-reader"))
-        pool = _readers[1]
-    return list(pool.map(read, relatives))
+    results = in_parallel([functools.partial(read, r) for r in relatives])
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return [r for r in results if not isinstance(r, Exception)]

@@ -42,7 +42,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from sparklog import clock
 from sparklog.errors import FencedError, StorageError
-from sparklog.log.delta_commit import commit_name
+from sparklog.log.delta_commit import checkpoint_interval, commit_name
 from sparklog.log.files import FileEntry, LiveFiles
 from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile
@@ -119,7 +119,7 @@ class TopicTable:
                 name=self.topic,
                 storage_options=self._options,
                 description=json.dumps({"topic_id": topic_id}),
-                configuration=log_properties(history_retention_ms),
+                configuration=log_properties(history_retention_ms, checkpoint_interval(self.storage)),
             )
         except (DeltaError, OSError) as exc:
             raise StorageError(f"Cannot create the table of topic {self.topic} at {self.root}: {exc}") from exc

@@ -16,7 +16,6 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from sparklog.errors import StorageError
-from sparklog.log.delta_commit import CHECKPOINT_INTERVAL
 from sparklog.retries import TABLE_PROPERTIES
 
 __all__ = ["log_properties", "set_history_retention"]
@@ -24,22 +23,25 @@ __all__ = ["log_properties", "set_history_retention"]
 _LOG_RETENTION = "delta.logRetentionDuration"
 
 
-def log_properties(history_retention_ms: int) -> dict[str, str]:
-    """The Delta table properties of a topic table whose history is kept ``history_retention_ms``."""
+def log_properties(history_retention_ms: int, checkpoint_interval: int) -> dict[str, str]:
+    """The Delta table properties of a topic table whose history is kept ``history_retention_ms``
+    (``checkpoint_interval``: :func:`sparklog.log.delta_commit.checkpoint_interval`)."""
     return {
-        "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
+        "delta.checkpointInterval": str(checkpoint_interval),
         _LOG_RETENTION: f"interval {history_retention_ms} milliseconds",
         "delta.enableExpiredLogCleanup": "false",
     }
 
 
-def set_history_retention(snapshot: Callable[[], DeltaTable], history_retention_ms: int, where: str) -> bool:
+def set_history_retention(
+    snapshot: Callable[[], DeltaTable], history_retention_ms: int, checkpoint_interval: int, where: str
+) -> bool:
     """Make the log properties of the table ``snapshot`` reads (``where``: which, for errors)
     match ``history_retention_ms`` (a topic config change reaches the table at the next
     maintenance run). One metadata commit when
     they differ, retried over concurrent commits (which retry in turn: a metadata change
     fails them once). Returns whether a commit was made."""
-    wanted = log_properties(history_retention_ms)
+    wanted = log_properties(history_retention_ms, checkpoint_interval)
     for _attempt in TABLE_PROPERTIES:
         dt = snapshot()
         configuration = dt.metadata().configuration

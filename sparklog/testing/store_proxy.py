@@ -258,14 +258,18 @@ class StoreProxy(S3ServerProcess):
         self._call("faults", "POST", json.dumps(asdict(plan)).encode())
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # the default backlog of 5 overflowed (SYN flooding) under load
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="A counting, fault-injecting proxy in front of an S3 server.")
     parser.add_argument("--upstream", required=True, help="the S3 server's endpoint, http://host:port")
     parser.add_argument("--port", type=int, default=0, help="port to listen on (127.0.0.1); 0 picks a free one")
     arguments = parser.parse_args()
     port = arguments.port or free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(arguments.upstream, _State()))
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", port), _handler(arguments.upstream, _State()))
     server.serve_forever()
 
 

@@ -12,10 +12,14 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+import obstore
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import sparklog
+from sparklog.log.delta_commit import STORE_CHECKPOINT_INTERVAL
+from sparklog.log.object_store import open_store
+from sparklog.model.storage_location import StorageSettings, parse_location
 from sparklog.testing import BrokerAgents
 from sparklog.testing.metrics import scrape
 from sparklog.testing.object_stores import MotoS3
@@ -74,6 +78,31 @@ def send_one_at_a_time(bootstrap: str, count: int, partitions: int = 1) -> None:
         assert producer.flush(30) == 0
 
 
+def newest_commit(agents: BrokerAgents, moto_s3: MotoS3) -> tuple[int, int]:
+    """The newest commit of the topic's table and the newest checkpoint's version (-1: none),
+    listed on moto itself (not through the proxy, which would count the LIST)."""
+    assert agents.log_store is not None
+    table = parse_location(agents.log_store).child("topics", TOPIC)
+    store = open_store(table, StorageSettings.from_config(moto_s3.settings()))
+    names = [str(meta["path"]) for batch in obstore.list(store, "_delta_log/") for meta in batch]
+    commits = [int(n.rsplit("/", 1)[1][:20]) for n in names if n.endswith(".json")]
+    checkpoints = [int(n.rsplit("/", 1)[1][:20]) for n in names if n.endswith(".checkpoint.parquet")]
+    return max(commits), max(checkpoints, default=-1)
+
+
+def clear_of_checkpoints(agents: BrokerAgents, moto_s3: MotoS3, rounds: int) -> None:
+    """Produce (one record a round) until the table's next ``rounds`` versions hold no
+    checkpoint, and wait for the checkpoint before them: delta-rs writes those in the
+    background (it reads the log since the last one again), which a count of what rounds
+    cost must leave out."""
+    assert rounds < STORE_CHECKPOINT_INTERVAL
+    version, _ = newest_commit(agents, moto_s3)
+    due = (version // STORE_CHECKPOINT_INTERVAL + 1) * STORE_CHECKPOINT_INTERVAL
+    if version + rounds >= due:
+        send_one_at_a_time(agents.bootstrap_servers, due - version)
+        wait_until(lambda: newest_commit(agents, moto_s3)[1] >= due, f"the checkpoint at version {due}")
+
+
 def counted_by_broker(agents: BrokerAgents) -> dict[str, float]:
     """The broker's own ``sparklog_store_requests_total`` by kind."""
     series = scrape(agents.metrics_url(1)).series("sparklog_store_requests_total")
@@ -81,13 +110,14 @@ def counted_by_broker(agents: BrokerAgents) -> dict[str, float]:
 
 
 def test_a_commit_round_is_two_puts_and_no_list(
-    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: StoreProxy
+    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: StoreProxy, moto_s3: MotoS3
 ) -> None:
     create_led_topic(cluster, counted_broker, TOPIC, partitions=1)
     send_one_at_a_time(counted_broker.bootstrap_servers, 3)  # the table and the leader warmed up
+    rounds = 15
+    clear_of_checkpoints(counted_broker, moto_s3, rounds)
     proxy.reset()
     before = counted_by_broker(counted_broker)
-    rounds = 20
     send_one_at_a_time(counted_broker.bootstrap_servers, rounds)
     counts = proxy.counts()
     after = counted_by_broker(counted_broker)
@@ -112,22 +142,23 @@ def test_an_idle_broker_makes_no_store_requests(
 
 
 def test_concurrent_rounds_of_several_partitions_read_nothing_back(
-    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: StoreProxy
+    cluster: sparklog.Cluster, counted_broker: BrokerAgents, proxy: StoreProxy, moto_s3: MotoS3
 ) -> None:
-    partitions = 4
+    partitions, sends = 4, 4
     create_led_topic(cluster, counted_broker, TOPIC, partitions=partitions)
     send_one_at_a_time(counted_broker.bootstrap_servers, 2 * partitions, partitions)  # every lease taken
+    clear_of_checkpoints(counted_broker, moto_s3, partitions * sends)
     proxy.reset()
 
     def produce(partition: int) -> None:
         producer = Producer({"bootstrap.servers": counted_broker.bootstrap_servers, "acks": "all", "linger.ms": 0})
-        for i in range(10):
+        for i in range(sends):
             producer.produce(TOPIC, value=b"v%d" % i, partition=partition)
             assert producer.flush(30) == 0
 
     in_threads(produce, partitions)
     counts = proxy.counts()
-    print(f"store requests for 4 × 10 concurrent one-record sends: {counts}")
+    print(f"store requests for {partitions} × {sends} concurrent one-record sends: {counts}")
     assert counts.keys() == {"PUT", "PUT_IF_ABSENT"}, f"nothing read, probed or refused: {counts}"
 
 
