@@ -24,15 +24,13 @@ for the same time: the commit sequence delta-rs itself gives concurrent writers.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import BenchContext, CaseResult, Metric, median, percentile
+from benchmarks.store import delta_rs_commits, landed_commits, new_bucket, proxied_s3
 
 CASE = "v"
 TITLE = "Shared object storage: one topic's commits with partitions led by 1, 2, 4 brokers, vs raw delta-rs"
@@ -64,8 +62,7 @@ def _sparklog_side(ctx: BenchContext, run: int, leaders: int, proxy: Any, durati
     import sparklog
     from sparklog.testing import BrokerAgents
 
-    bucket = f"bench-v-{uuid.uuid4().hex[:8]}"
-    proxy.upstream.create_bucket(bucket)
+    bucket = new_bucket(proxy, "bench-v")
     topic = "shared-commits"
     with (
         ctx.fresh_env(CASE, f"{run}-{leaders}") as env,
@@ -108,44 +105,9 @@ def _sparklog_side(ctx: BenchContext, run: int, leaders: int, proxy: Any, durati
     return {"acks": acks, "counts": counts, "seconds": duration_s}
 
 
-def _delta_rs_writer(uri: str, until: float, out: Any) -> None:
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
-    latencies: list[float] = []
-    row = pa.table({"value": pa.array([b"v"], pa.binary())})
-    while not latencies or time.monotonic() < until:  # at least one: the first writer creates the table
-        started = time.monotonic()
-        write_deltalake(uri, row, mode="append")
-        latencies.append((time.monotonic() - started) * 1000)
-    out.put(latencies)
-
-
-def _baseline_side(leaders: int, proxy: Any, duration_s: float) -> dict[str, Any]:
-    bucket = f"bench-v-raw-{uuid.uuid4().hex[:8]}"
-    proxy.upstream.create_bucket(bucket)
-    uri = f"s3://{bucket}/raw"
-    spawn = multiprocessing.get_context("spawn")
-    out = spawn.Queue()
-    first = spawn.Process(target=_delta_rs_writer, args=(uri, 0.0, out))  # creates the table
-    first.start()
-    out.get(timeout=120)
-    first.join()
-    start = time.monotonic() + 3.0  # the writers' interpreters started and deltalake imported by then
-    writers = [spawn.Process(target=_delta_rs_writer, args=(uri, start + duration_s, out)) for _ in range(leaders)]
-    for writer in writers:
-        writer.start()
-    time.sleep(max(0.0, start - time.monotonic()))
-    proxy.reset()
-    latencies = [x for _ in writers for x in out.get(timeout=duration_s + 120)]
-    for writer in writers:
-        writer.join()
-    return {"acks": latencies, "counts": proxy.counts(), "seconds": duration_s}
-
-
 def _figures(side: dict[str, Any]) -> dict[str, float]:
     counts: dict[str, int] = side["counts"]
-    rounds = max(1, counts.get("PUT_IF_ABSENT", 0) - counts.get("PUT_IF_ABSENT 412", 0))  # commits that landed
+    rounds = max(1, landed_commits(counts))
     acks = side["acks"]
     figures = {
         "records_per_s": len(acks) / side["seconds"],
@@ -159,36 +121,26 @@ def _figures(side: dict[str, Any]) -> dict[str, float]:
 
 
 def run(ctx: BenchContext) -> CaseResult:
-    from sparklog.testing.object_stores import MotoS3
-    from sparklog.testing.store_proxy import StoreProxy
-
     result = CaseResult(CASE, TITLE, __doc__ or "", params={"leaders": LEADERS, "partitions": PARTITIONS})
     duration_s = max(2.0, DURATION_S * ctx.scale)
-    store_dir = Path(ctx.work_dir) / "store-v"
-    saved = dict(os.environ)
-    try:
-        with MotoS3(store_dir / "moto") as moto, StoreProxy(store_dir / "proxy", moto) as proxy:
-            os.environ.update(proxy.environ())
-            per_leaders: dict[int, list[tuple[dict[str, float], dict[str, float]]]] = {n: [] for n in LEADERS}
-            for run_no in range(1, ctx.runs + 1):
-                for leaders in LEADERS:
-                    ctx.log(CASE, f"run {run_no}/{ctx.runs}: {leaders} leader(s)")
-                    ours_side = _sparklog_side(ctx, run_no, leaders, proxy, duration_s)
-                    raw_side = _baseline_side(leaders, proxy, duration_s)
-                    ours, raw = _figures(ours_side), _figures(raw_side)
-                    per_leaders[leaders].append((ours, raw))
-                    result.runs.append(
-                        {
-                            "run": run_no,
-                            "leaders": leaders,
-                            "sparklog": ours,
-                            "baseline": raw,
-                            "requests": {"sparklog": ours_side["counts"], "baseline": raw_side["counts"]},
-                        }
-                    )
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    per_leaders: dict[int, list[tuple[dict[str, float], dict[str, float]]]] = {n: [] for n in LEADERS}
+    with proxied_s3(Path(ctx.work_dir) / "store-v") as proxy:
+        for run_no in range(1, ctx.runs + 1):
+            for leaders in LEADERS:
+                ctx.log(CASE, f"run {run_no}/{ctx.runs}: {leaders} leader(s)")
+                ours_side = _sparklog_side(ctx, run_no, leaders, proxy, duration_s)
+                raw_side = delta_rs_commits(proxy, "bench-v-raw", leaders, duration_s)
+                ours, raw = _figures(ours_side), _figures(raw_side)
+                per_leaders[leaders].append((ours, raw))
+                result.runs.append(
+                    {
+                        "run": run_no,
+                        "leaders": leaders,
+                        "sparklog": ours,
+                        "baseline": raw,
+                        "requests": {"sparklog": ours_side["counts"], "baseline": raw_side["counts"]},
+                    }
+                )
     for leaders, pairs in per_leaders.items():
         for key, unit, higher in (
             ("records_per_s", "rec/s", True),

@@ -51,6 +51,7 @@ from benchmarks import (
     case_spark_produce,
     case_sql_scan,
     case_store_commits,
+    case_store_latency,
     case_wire_commit,
     case_wire_consume,
     case_wire_cpu,
@@ -86,6 +87,7 @@ CASES: dict[str, ModuleType] = {
     case_wire_commit.CASE: case_wire_commit,
     case_wire_cpu.CASE: case_wire_cpu,
     case_store_commits.CASE: case_store_commits,
+    case_store_latency.CASE: case_store_latency,
 }
 DEFAULT_OUTPUT = Path("benchmarks/results/latest.json")
 SPARK_MASTER = "local[2]"

@@ -115,14 +115,26 @@ class Broker:
 
 @contextlib.contextmanager
 def sparklog_broker(
-    env: RunEnv, topic: str, partitions: int = PARTITIONS, properties: dict[str, str] | None = None
+    env: RunEnv,
+    topic: str,
+    partitions: int = PARTITIONS,
+    properties: dict[str, str] | None = None,
+    log_dir: str | None = None,
 ) -> Iterator[Broker]:
-    """One broker agent process (id 1) in ``env``'s cluster and ``topic`` (RF 1) led by it."""
+    """One broker agent process (id 1) in ``env``'s cluster and ``topic`` (RF 1) led by it. Its
+    log dir is ``log_dir`` (e.g. an ``s3://`` prefix, case (w)) or else a directory under
+    ``env``'s scratch space."""
     import sparklog
     from sparklog.testing import BrokerAgents
 
     with BrokerAgents(
-        env.zk_connect, env.home, env.scratch / "brokers", log_level="WARNING", properties=properties
+        env.zk_connect,
+        env.home,
+        env.scratch / "brokers",
+        log_level="WARNING",
+        properties=properties,
+        log_store=log_dir,
+        shared_log_dir=log_dir is not None,
     ) as agents:
         agents.start(1)
         agents.wait_controller()
