@@ -51,6 +51,7 @@ from sparklog.broker.transactions.coordinator import TransactionCoordinator
 from sparklog.broker.transactions.markers import MarkerWriter
 from sparklog.config import ClusterConfig, Endpoint
 from sparklog.errors import ConfigError, SparklogError
+from sparklog.log.checkpoints import checkpoint_in_a_child_process
 from sparklog.log.object_store import prove_conditional_create, store_requests
 from sparklog.log.storage import fsync_path
 from sparklog.metadata.broker_registration import BrokerRegistration
@@ -149,6 +150,9 @@ class BrokerAgent:
         return list(self._listeners)
 
     def start(self) -> BrokerAgent:
+        # Checkpoints (delta-rs holds the GIL while it waits for the store) must not stall
+        # the requests this process serves.
+        checkpoint_in_a_child_process()
         # The persistent registry says where this broker's storage is, also while it is down.
         self.replicas.metadata.register_broker(self.broker_id, self.config.log_dir, self.config.broker_rack)
         self._network.start()

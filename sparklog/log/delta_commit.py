@@ -19,41 +19,25 @@ Invariants (the same delta-rs gives sparklog with ``max_commit_retries=0``, see 
 * the commit files follow the Delta protocol (``commitInfo``, ``txn``, ``add`` actions with
   partition values and the segments' stats), so delta-rs, Spark and every Delta reader read
   them as their own; with ``fsync`` the commit file and ``_delta_log/`` are fsynced;
-* every ``checkpoint_interval`` versions a checkpoint is written in the background by
-  delta-rs, as its own commits would (``delta.checkpointInterval``), one at a time per table
-  in a process.
+* every ``delta.checkpointInterval`` versions a checkpoint is written in the background
+  (:mod:`sparklog.log.checkpoints`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 
-from deltalake import DeltaTable
-
 from sparklog.errors import StorageError
+from sparklog.log.checkpoints import checkpoint_if_due
 from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile
 from sparklog.log.storage import TableStorage
 
-__all__ = ["CHECKPOINT_INTERVAL", "checkpoint_interval", "commit_actions", "commit_name", "put_commit"]
+__all__ = ["commit_actions", "commit_name", "put_commit"]
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_INTERVAL = 100  # the tables' delta.checkpointInterval on a disk
-# On a store: a process's first read of a table fetches every commit since the checkpoint
-# (twice, with delta-rs), a round trip each; a checkpoint costs about the same per commit
-# whatever the interval (delta-rs reads the commits since the last one again), so a short
-# interval makes first reads cheap at nearly no cost per commit.
-STORE_CHECKPOINT_INTERVAL = 20
-
-
-def checkpoint_interval(storage: TableStorage) -> int:
-    """``delta.checkpointInterval`` of a table on ``storage``."""
-    return CHECKPOINT_INTERVAL if storage.local_path("") is not None else STORE_CHECKPOINT_INTERVAL
-
 
 _CREATE_ATTEMPTS = 3  # a commit's create failing without an answer, tried again after a read-back
 _LOG = "_delta_log"
@@ -151,27 +135,5 @@ def put_commit(storage: TableStorage, version: int, data: bytes, fsync: bool) ->
             break
     if stamp is None:
         return None
-    if version % checkpoint_interval(storage) == 0:
-        with _checkpointing_lock:
-            # One at a time per table: delta-rs reads the log since the last checkpoint about
-            # four times over, and overlapping ones (a fast table on a slow store) multiply
-            # that; a checkpoint skipped is made good by the next one.
-            start = storage.root not in _checkpointing
-            _checkpointing.add(storage.root)
-        if start:
-            threading.Thread(target=_checkpoint, args=(storage, version), name="delta-checkpoint", daemon=True).start()
+    checkpoint_if_due(storage, version)
     return stamp
-
-
-_checkpointing: set[str] = set()  # roots of tables with a checkpoint being written
-_checkpointing_lock = threading.Lock()
-
-
-def _checkpoint(storage: TableStorage, version: int) -> None:
-    try:
-        DeltaTable(storage.root, version=version, storage_options=storage.delta_options or None).create_checkpoint()
-    except Exception as exc:  # noqa: BLE001 - a missed checkpoint only makes reads slower; maintenance writes the next
-        log.warning("checkpoint of %s at version %d failed: %s", storage.root, version, exc)
-    finally:
-        with _checkpointing_lock:
-            _checkpointing.discard(storage.root)

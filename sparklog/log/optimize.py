@@ -47,7 +47,7 @@ import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
 from sparklog.errors import StorageError
-from sparklog.log.delta_commit import checkpoint_interval
+from sparklog.log.checkpoints import checkpoint_interval
 from sparklog.log.plans import SegmentLike, optimize_plan
 from sparklog.log.reader import read_files
 from sparklog.log.segment import SegmentFile, discard_segments, resolve_compression, write_placeholder, write_segment

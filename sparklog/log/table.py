@@ -42,7 +42,8 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from sparklog import clock
 from sparklog.errors import FencedError, StorageError
-from sparklog.log.delta_commit import checkpoint_interval, commit_name
+from sparklog.log.checkpoints import checkpoint_interval
+from sparklog.log.delta_commit import commit_name
 from sparklog.log.files import FileEntry, LiveFiles
 from sparklog.log.plans import SegmentLike
 from sparklog.log.segment import SegmentFile

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import sparklog
-from sparklog.log.delta_commit import STORE_CHECKPOINT_INTERVAL
+from sparklog.log.checkpoints import STORE_CHECKPOINT_INTERVAL
 from sparklog.log.object_store import open_store
 from sparklog.model.storage_location import StorageSettings, parse_location
 from sparklog.testing import BrokerAgents
