@@ -16,9 +16,8 @@ a thread each:
 While round N is fsynced and committed, round N+1 is built: it continues the log where N
 will leave it (a :class:`~sparklog.log.append.ProjectedView` of the log plus N's commit).
 One round at most is in flight behind the builder. What arrives meanwhile waits for the next
-round, so latency is about one commit and throughput many requests per commit. On an object
-store rounds are also paced (linger, size, the broker's rounds-per-second budget:
-:mod:`sparklog.broker.round_pacing`).
+round, so latency is about one commit and throughput many requests per commit; on a store
+rounds are paced too (:mod:`sparklog.broker.round_pacing`).
 
 Invariants:
 
@@ -43,14 +42,12 @@ Invariants:
   reported as appended.
 
 Metrics (:meth:`~sparklog.broker.metrics.BrokerMetrics.commit_round`): each round's latency
-(build to acknowledgement, rebuilds and the ISR wait included), records, wire bytes and
-append time (files written and fsynced, the Delta commit); its producers' records and bytes
-are the topic's MessagesInPerSec / BytesInPerSec (``BrokerMetrics.bytes_in``).
+(build to acknowledgement), records, wire bytes and append time; its producers' records and
+bytes are the topic's MessagesInPerSec / BytesInPerSec (``BrokerMetrics.bytes_in``).
 
-Write leases: a round takes the leases of its partitions (owner ``broker-<id>``) and the
-broker keeps them between rounds; a lease another writer waits for is released as soon as
-no round built under it is in flight, so Spark jobs and light producers writing the same
-topic queue for the same leases and offsets stay unique and contiguous whoever writes.
+Write leases: a round takes the leases of its partitions (owner ``broker-<id>``), kept
+between rounds; one another writer waits for is released once no round built under it is in
+flight, so all writers of a topic queue for the same leases and offsets stay contiguous.
 """
 
 from __future__ import annotations
@@ -339,6 +336,11 @@ class LeaderAppender:
         if serial is None or leader_log is None:
             return None
         return leader_log.recorded_log_end(partition, serial)
+
+    def only_own_commits_since(self, topic: str, version: int) -> bool:
+        """:meth:`LeaderLog.only_own_commits_since` of ``topic``'s table (False: not known)."""
+        leader_log = self._logs.get(topic)
+        return leader_log is not None and leader_log.only_own_commits_since(version)
 
     def _leader_view(self, topic: str, table: TopicTable, serials: LeaseSerials) -> LogView:
         """The log of ``table`` as the topic's :class:`LeaderLog` knows it, for a round under

@@ -66,7 +66,8 @@ class LogTails:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._tails: dict[tuple[str, int], _Tail] = {}
-        self._log_starts: dict[tuple[str, int], tuple[int, float]] = {}
+        # (log-start, when noted, the table version it was read at, None: not known)
+        self._log_starts: dict[tuple[str, int], tuple[int, float, int | None]] = {}
         self._publishing: dict[tuple[str, int], int] = {}
 
     @contextlib.contextmanager
@@ -110,14 +111,21 @@ class LogTails:
         noted = self._noted(topic, partition)
         return None if noted is None else noted[0]
 
-    def _noted(self, topic: str, partition: int) -> tuple[int, float] | None:
-        """(log-start, when noted) of ``partition``."""
+    def noted_log_start_at(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """The log-start last noted for ``partition`` and the table version it was read at;
+        None when unknown, or read at no known version."""
+        noted = self._noted(topic, partition)
+        return None if noted is None or noted[2] is None else (noted[0], noted[2])
+
+    def _noted(self, topic: str, partition: int) -> tuple[int, float, int | None] | None:
+        """(log-start, when noted, version read at) of ``partition``."""
         with self._lock:
             return self._log_starts.get((topic, partition))
 
-    def note_log_start(self, topic: str, partition: int, log_start: int) -> None:
+    def note_log_start(self, topic: str, partition: int, log_start: int, version: int | None = None) -> None:
+        """``partition``'s log-start as of now, read at table ``version`` (None: not known)."""
         with self._lock:
-            self._log_starts[(topic, partition)] = (log_start, time.monotonic())
+            self._log_starts[(topic, partition)] = (log_start, time.monotonic(), version)
 
     def append(self, topic: str, partition: int, leader_epoch: int, base_offset: int, count: int, wire: bytes) -> None:
         """Add a committed batch (``wire``: the producer's bytes) stored at ``base_offset``."""

@@ -29,6 +29,7 @@ import bisect
 import functools
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -100,7 +101,7 @@ class LeaderPartitions:
         self.watchers = appender.watchers  # who waits for appends to these partitions
         self.producer_states = producer_states
         self.transactions = transactions
-        self.log_starts = LogStartRefresher(replicas, appender.tails)
+        self.log_starts = LogStartRefresher(replicas, appender.tails, appender.only_own_commits_since)
 
     def get(self, topic: str, partition: int) -> LeaderPartition:
         """``topic``-``partition`` when this broker leads it (see :func:`check_leader`)."""
@@ -288,11 +289,20 @@ class LeaderPartition:
 class LogStartRefresher:
     """Reads led partitions' log-start from the table on a stage of its own and notes it in
     the tails, one refresh per partition at a time: a Fetch served from the tail uses the
-    value noted last instead of waiting for a snapshot refresh and a file listing."""
+    value noted last instead of waiting for a snapshot refresh and a file listing.
 
-    def __init__(self, replicas: ReplicaManager, tails: LogTails) -> None:
+    A refresh reads nothing when every commit since the version the log-start was read at
+    is this leader's own append (``only_own_commits_since``: what the leader recorded, and
+    one look for a commit after its last): appends never move a log-start, and retention,
+    DeleteRecords and compaction are commits of their own. On a store that saves a delta-rs
+    refresh a second per partition read, which holds the GIL while it waits for the store."""
+
+    def __init__(
+        self, replicas: ReplicaManager, tails: LogTails, only_own_commits_since: Callable[[str, int], bool]
+    ) -> None:
         self._replicas = replicas
         self._tails = tails
+        self._only_own_commits_since = only_own_commits_since
         self._wanted: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
         self._stage: Stage | None = None
@@ -310,11 +320,15 @@ class LogStartRefresher:
     def note(self, topic: str, partition: int, at: LeaderSnapshot) -> int:
         """``at``'s log-start (at most its high watermark), noted for the tail's readers."""
         log_start = min(at.table.log_start(at.snapshot, partition), at.high_watermark)
-        self._tails.note_log_start(topic, partition, log_start)
+        self._tails.note_log_start(topic, partition, log_start, at.snapshot.version())
         return log_start
 
     def _refresh(self, topic: str, partition: int) -> None:
         try:
+            noted = self._tails.noted_log_start_at(topic, partition)
+            if noted is not None and self._only_own_commits_since(topic, noted[1]):
+                self._tails.note_log_start(topic, partition, *noted)
+                return
             self.note(topic, partition, self._replicas.fetch_positions(topic, [partition])[partition])
         except Exception as exc:  # noqa: BLE001 - the next fetch's table path reports it
             log.debug("refreshing the log-start of %s-%d failed: %s", topic, partition, exc)

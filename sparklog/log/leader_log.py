@@ -113,7 +113,7 @@ class StateView:
                 break
             version = after
         state.update(transactions)
-        self.owner.committed(version, stamp, state, self.serials)
+        self.owner.committed(version, stamp, state, self.serials, base=self.version)
 
     def _step_over(
         self, version: int, mine: bytes, ours: set[str], state: dict[str, int], read_ahead: bool
@@ -158,6 +158,9 @@ class LeaderLog:
         self._known_stamp: tuple[object, ...] | None = None  # TopicTable.commit_stamp of known_version
         self._table_id: str | None = None
         self._record: _Record | None = None
+        # Every commit after _own_since up to _last_own is ours (None: not known).
+        self._own_since: int | None = None
+        self._last_own: int | None = None
         self._lock = threading.Lock()  # the builder and the committer probe through one log
 
     def view(self, serials: LeaseSerials | None = None) -> LogView | None:
@@ -208,9 +211,20 @@ class LeaderLog:
         self.known_version = version
         self._known_stamp = stamp if stamp is not None else self.table.commit_stamp(version)
 
+    def only_own_commits_since(self, version: int) -> bool:
+        """Whether every commit of the table after ``version`` is one of this leader's (its
+        appends: they never move a log-start), asked with one look for the commit after its
+        last. False when not known."""
+        with self._lock:
+            own_since, last_own = self._own_since, self._last_own
+            if own_since is None or last_own is None or version < own_since or self.known_version != last_own:
+                return False
+        return not self.storage.exists(commit_name(last_own + 1))
+
     def distrust(self, version: int) -> None:
         """What we recorded is in doubt from commit ``version`` on: probe from it next time."""
         with self._lock:
+            self._own_since = None
             self._record = None
             self.known_version, self._known_stamp = version, None
 
@@ -218,6 +232,7 @@ class LeaderLog:
         """Every commit up to ``version`` was read into ``state`` (a round that lost to one of
         them is built again on it)."""
         with self._lock:
+            self._own_since = None
             held = self._record.serials if self._record is not None else {}
             self._record = _Record(version, state, held, None)
             self.known_version, self._known_stamp = version, None
@@ -225,11 +240,20 @@ class LeaderLog:
                 record_commit(self.storage, self._table_id, version, state)
 
     def committed(
-        self, version: int, stamp: tuple[object, ...], state: Mapping[str, int], serials: LeaseSerials | None
+        self,
+        version: int,
+        stamp: tuple[object, ...],
+        state: Mapping[str, int],
+        serials: LeaseSerials | None,
+        base: int,
     ) -> None:
         """Our commit landed as ``version`` and ``state`` is the table's whole app-transaction
-        map there (recorded, not read back); ``serials``: the leases it was made under."""
+        map there (recorded, not read back); ``serials``: the leases it was made under;
+        ``base``: the version the round was built on."""
         with self._lock:
+            if self._own_since is None or base != self._last_own or version != base + 1:
+                self._own_since = version - 1  # others' commits up to it were read, or may be
+            self._last_own = version
             self.known_version, self._known_stamp = version, stamp
             held = self._record.serials if self._record is not None else {}
             self._record = _Record(version, state, {**held, **serials}, stamp) if serials else None

@@ -79,3 +79,27 @@ def test_the_append_retries_a_conflict_from_the_new_log_end(cluster: sparklog.Cl
     result = append(table, {0: 1}, {0: segment_batch([b"mine"])}, views=lambda: next(calls)())
     assert result.base_offsets == {0: 1}
     assert [r.value for r in assert_log_consistent(cluster, TOPIC)] == [b"between", b"mine"]
+
+
+@BOTH_STORES
+def test_a_leader_knows_when_only_its_own_appends_followed_a_version(cluster: sparklog.Cluster) -> None:
+    """What the broker's log-start refresher asks before it reads the table: appends never
+    move a log-start, so while every commit since the version a log-start was read at is the
+    leader's own append, the log-start stands; anyone else's commit (retention,
+    DeleteRecords, compaction, a Spark job) means read again."""
+    cluster.create_topic(TOPIC, partitions=2)
+    table = cluster.replicas.leader_table(TOPIC)
+    leader_log = LeaderLog(table)
+    append(table, {0: 1}, {0: segment_batch([b"a"])}, views=leader_log.view)
+    first = leader_log.known_version
+    assert first is not None
+    assert not leader_log.only_own_commits_since(first - 2), "before the version its first commit was built on"
+    for i in range(3):
+        append(table, {0: 1}, {0: segment_batch([b"b%d" % i])}, views=leader_log.view)
+    assert leader_log.only_own_commits_since(first - 1) and leader_log.only_own_commits_since(first + 3)
+    append(table, {1: 1}, {1: segment_batch([b"other"])})  # another writer, after the leader's last
+    assert not leader_log.only_own_commits_since(first + 3), "a commit after the leader's last is seen"
+    append(table, {0: 1}, {0: segment_batch([b"c"])}, views=leader_log.view)  # steps over it
+    assert leader_log.known_version == first + 5
+    assert not leader_log.only_own_commits_since(first + 3), "the other writer's commit is in between"
+    assert leader_log.only_own_commits_since(first + 4)
