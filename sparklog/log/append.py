@@ -410,15 +410,15 @@ def _write_segments(
     When one fails, the files written are deleted and its error raised."""
     segments: list[SegmentFile] = []
     try:
-        if table.storage.local_path("") is not None:
-            for write in writes:
-                segments.append(write())
-        else:
+        if table.storage.is_object_store:
             outcomes = in_parallel(writes)
             segments = [o for o in outcomes if isinstance(o, SegmentFile)]
             failure = next((o for o in outcomes if isinstance(o, Exception)), None)
             if failure is not None:
                 raise failure
+        else:
+            for write in writes:
+                segments.append(write())
     except BaseException as exc:
         _discard(table, segments)
         if isinstance(exc, OSError):

@@ -51,7 +51,7 @@ _child: ProcessPoolExecutor | None = None
 
 def checkpoint_interval(storage: TableStorage) -> int:
     """``delta.checkpointInterval`` of a table on ``storage``."""
-    return CHECKPOINT_INTERVAL if storage.local_path("") is not None else STORE_CHECKPOINT_INTERVAL
+    return STORE_CHECKPOINT_INTERVAL if storage.is_object_store else CHECKPOINT_INTERVAL
 
 
 def checkpoint_in_a_child_process() -> None:

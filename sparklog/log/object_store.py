@@ -252,6 +252,8 @@ class ObjectTableStorage:
     proven honoured by :func:`prove_conditional_create` before the first), every write
     single-part, so no reader sees a partial object; a PUT the store acknowledged is durable."""
 
+    is_object_store = True
+
     def __init__(self, location: StorageLocation, settings: StorageSettings = _FROM_ENVIRONMENT) -> None:
         self.location = location
         self.settings = settings

@@ -59,6 +59,10 @@ class TableStorage(Protocol):
     def delta_options(self) -> dict[str, str]:
         """delta-rs's ``storage_options`` for :attr:`root` (empty on a local disk)."""
 
+    @property
+    def is_object_store(self) -> bool:
+        """On a store (each request a billed round trip), not a local disk."""
+
     def local_path(self, relative: str) -> str | None:
         """The file's path on a local disk; None on a store."""
 
@@ -104,6 +108,7 @@ class LocalTableStorage:
     file)."""
 
     root: str
+    is_object_store = False
 
     @property
     def delta_options(self) -> dict[str, str]:

@@ -25,7 +25,7 @@ _LOG_RETENTION = "delta.logRetentionDuration"
 
 def log_properties(history_retention_ms: int, checkpoint_interval: int) -> dict[str, str]:
     """The Delta table properties of a topic table whose history is kept ``history_retention_ms``
-    (``checkpoint_interval``: :func:`sparklog.log.delta_commit.checkpoint_interval`)."""
+    (``checkpoint_interval``: :func:`sparklog.log.checkpoints.checkpoint_interval`)."""
     return {
         "delta.checkpointInterval": str(checkpoint_interval),
         _LOG_RETENTION: f"interval {history_retention_ms} milliseconds",

@@ -81,7 +81,6 @@ def read_topics(spark: SparkSession, options: Mapping[str, str], replicas: Repli
     from sparklog.log.reader import files_for_ranges
     from sparklog.log.txn_log import aborted_ranges
     from sparklog.model.schema import SPARK_READ_DDL, SPARK_READ_DDL_WITH_HEADERS
-    from sparklog.model.storage_location import parse_location
     from sparklog.spark.options import connect_replicas, option_flag, option_read_committed
     from sparklog.spark.reader import resolve_read_ranges
 
@@ -97,7 +96,7 @@ def read_topics(spark: SparkSession, options: Mapping[str, str], replicas: Repli
         for topic, all_ranges in resolve_read_ranges(replicas, opts).items():
             for table, parts in replicas.leader_tables(topic, all_ranges):
                 ranges = {p: all_ranges[p] for p in parts}
-                if parse_location(table.root).is_object_store:
+                if table.storage.is_object_store:
                     frames.append(_read_through_the_source(spark, topic, ranges, opts, replicas))
                     continue
                 dt = table.snapshot()
