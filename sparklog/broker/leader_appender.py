@@ -337,10 +337,9 @@ class LeaderAppender:
             return None
         return leader_log.recorded_log_end(partition, serial)
 
-    def only_own_commits_since(self, topic: str, version: int) -> bool:
-        """:meth:`LeaderLog.only_own_commits_since` of ``topic``'s table (False: not known)."""
-        leader_log = self._logs.get(topic)
-        return leader_log is not None and leader_log.only_own_commits_since(version)
+    def leader_log(self, topic: str) -> LeaderLog | None:
+        """``topic``'s :class:`LeaderLog`, once a round was built for it."""
+        return self._logs.get(topic)
 
     def _leader_view(self, topic: str, table: TopicTable, serials: LeaseSerials) -> LogView:
         """The log of ``table`` as the topic's :class:`LeaderLog` knows it, for a round under
@@ -371,6 +370,9 @@ class LeaderAppender:
                 return outcome
             round_.plan.apply(outcome.base_offsets)
             bases = self._placed(round_, outcome)
+            leader_log = self._logs.get(round_.topic)
+            if leader_log is not None and (own := leader_log.own_commits()) is not None:
+                self.tails.log_starts_held(round_.topic, outcome.base_offsets, own)
         if round_.acks == "all" and round_.followers:
             deadline = time.monotonic() + round_.timeout_ms / 1000
             self._isr_waiters[round_.topic].submit(functools.partial(self._await_isr, round_, bases, outcome, deadline))
@@ -458,10 +460,8 @@ class LeaderAppender:
     def _answer(self, round_: _Round, bases: list[int], result: AppendResult) -> None:
         items = round_.items
         wire_bytes = sum(len(i.wire) for i in items if i.wire is not None)
-        records = sum(i.rows for i in items)
-        self.metrics.commit_round(
-            round_.topic, time.monotonic() - round_.started_s, records, wire_bytes, round_.append_s
-        )
+        latency_s = time.monotonic() - round_.started_s
+        self.metrics.commit_round(round_.topic, latency_s, sum(i.rows for i in items), wire_bytes, round_.append_s)
         # Kafka's BytesInPerSec / MessagesInPerSec: what producers got appended.
         self.metrics.bytes_in(round_.topic, wire_bytes, sum(i.rows for i in items if i.marker is None))
         append_ms = result.log_append_time_ms if round_.settings.log_append_time else -1

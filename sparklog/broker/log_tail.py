@@ -127,6 +127,19 @@ class LogTails:
         with self._lock:
             self._log_starts[(topic, partition)] = (log_start, time.monotonic(), version)
 
+    def log_starts_held(self, topic: str, partitions: Iterable[int], own: tuple[int, int]) -> None:
+        """The log-starts of ``partitions`` noted at a version after ``own[0]`` still hold at
+        ``own[1]``, the leader's newest commit (only its appends came between, and appends
+        never move a log-start): noted again as of now, so a producing partition's hint
+        stays fresh without a look at the store."""
+        since, version = own
+        now = time.monotonic()
+        with self._lock:
+            for partition in partitions:
+                noted = self._log_starts.get((topic, partition))
+                if noted is not None and noted[2] is not None and since <= noted[2] <= version:
+                    self._log_starts[(topic, partition)] = (noted[0], now, version)
+
     def append(self, topic: str, partition: int, leader_epoch: int, base_offset: int, count: int, wire: bytes) -> None:
         """Add a committed batch (``wire``: the producer's bytes) stored at ``base_offset``."""
         data = bytearray(wire)

@@ -44,6 +44,7 @@ from sparklog.broker.stage import Stage
 from sparklog.broker.transactions.coordinator import TransactionCoordinator
 from sparklog.config import Acks
 from sparklog.errors import NotLeaderError, OffsetOutOfRangeError, RecordTooLargeError
+from sparklog.log.leader_log import LeaderLog
 from sparklog.log.reader import read_ranges
 from sparklog.metadata.zkdata import PartitionState
 from sparklog.model.sizes import record_sizes
@@ -101,7 +102,7 @@ class LeaderPartitions:
         self.watchers = appender.watchers  # who waits for appends to these partitions
         self.producer_states = producer_states
         self.transactions = transactions
-        self.log_starts = LogStartRefresher(replicas, appender.tails, appender.only_own_commits_since)
+        self.log_starts = LogStartRefresher(replicas, appender.tails, appender.leader_log)
 
     def get(self, topic: str, partition: int) -> LeaderPartition:
         """``topic``-``partition`` when this broker leads it (see :func:`check_leader`)."""
@@ -122,10 +123,13 @@ class LeaderPartition:
         """The request's batches for this partition, checked, as appends for the topic's next
         commit round (a duplicate of a stored batch comes back answered)."""
         leader = self._leader
+        log_starts = leader.log_starts
         if leader.appender.tails.log_start_hint(self.topic, self.partition) is None:
             # Consumers of what this produces read from the tail, which needs the log-start:
-            # read it now, off the request path, not in their first Fetch.
-            leader.log_starts.refresh(self.topic, self.partition)
+            # read it now, off the request path, not in their first Fetch; unless this
+            # append's commit will note it again.
+            if not log_starts.held_by_own_commits(self.topic, self.partition):
+                log_starts.refresh(self.topic, self.partition)
         batches = check_batches(data)  # the records are read with the rest of the commit round's
         config = leader.replicas.topic_config(self.topic, METADATA_MAX_AGE_MS)
         max_message_bytes = int(config["max.message.bytes"])
@@ -292,17 +296,19 @@ class LogStartRefresher:
     value noted last instead of waiting for a snapshot refresh and a file listing.
 
     A refresh reads nothing when every commit since the version the log-start was read at
-    is this leader's own append (``only_own_commits_since``: what the leader recorded, and
-    one look for a commit after its last): appends never move a log-start, and retention,
-    DeleteRecords and compaction are commits of their own. On a store that saves a delta-rs
-    refresh a second per partition read, which holds the GIL while it waits for the store."""
+    is this leader's own append (``LeaderLog.only_own_commits_since``: what the leader
+    recorded, and one look for a commit after its last): appends never move a log-start, and
+    retention, DeleteRecords and compaction are commits of their own. On a store that saves
+    a delta-rs refresh a second per partition read, which holds the GIL while it waits for
+    the store. The leader's own commits note the log-starts of their partitions again
+    (``LogTails.log_starts_held``), so a partition being produced to needs no refresh."""
 
     def __init__(
-        self, replicas: ReplicaManager, tails: LogTails, only_own_commits_since: Callable[[str, int], bool]
+        self, replicas: ReplicaManager, tails: LogTails, leader_log: Callable[[str], LeaderLog | None]
     ) -> None:
         self._replicas = replicas
         self._tails = tails
-        self._only_own_commits_since = only_own_commits_since
+        self._leader_log = leader_log
         self._wanted: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
         self._stage: Stage | None = None
@@ -317,6 +323,15 @@ class LogStartRefresher:
             stage = self._stage
         stage.submit(functools.partial(self._refresh, topic, partition))
 
+    def held_by_own_commits(self, topic: str, partition: int) -> bool:
+        """Whether only this leader's appends followed the version ``partition``'s log-start
+        was noted at, as far as the leader knows (nothing is asked): its next commit notes
+        the log-start again."""
+        noted = self._tails.noted_log_start_at(topic, partition)
+        leader_log = self._leader_log(topic)
+        own = leader_log.own_commits() if leader_log is not None else None
+        return noted is not None and own is not None and own[0] <= noted[1]
+
     def note(self, topic: str, partition: int, at: LeaderSnapshot) -> int:
         """``at``'s log-start (at most its high watermark), noted for the tail's readers."""
         log_start = min(at.table.log_start(at.snapshot, partition), at.high_watermark)
@@ -326,7 +341,8 @@ class LogStartRefresher:
     def _refresh(self, topic: str, partition: int) -> None:
         try:
             noted = self._tails.noted_log_start_at(topic, partition)
-            if noted is not None and self._only_own_commits_since(topic, noted[1]):
+            leader_log = self._leader_log(topic)
+            if noted is not None and leader_log is not None and leader_log.only_own_commits_since(noted[1]):
                 self._tails.note_log_start(topic, partition, *noted)
                 return
             self.note(topic, partition, self._replicas.fetch_positions(topic, [partition])[partition])

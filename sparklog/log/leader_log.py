@@ -211,15 +211,23 @@ class LeaderLog:
         self.known_version = version
         self._known_stamp = stamp if stamp is not None else self.table.commit_stamp(version)
 
+    def own_commits(self) -> tuple[int, int] | None:
+        """``(since, last)``: every commit after ``since`` up to ``last``, the newest this
+        leader knows of, is its own; None when not known. Nothing is asked of the store."""
+        with self._lock:
+            own_since, last_own = self._own_since, self._last_own
+            if own_since is None or last_own is None or self.known_version != last_own:
+                return None
+            return own_since, last_own
+
     def only_own_commits_since(self, version: int) -> bool:
         """Whether every commit of the table after ``version`` is one of this leader's (its
         appends: they never move a log-start), asked with one look for the commit after its
         last. False when not known."""
-        with self._lock:
-            own_since, last_own = self._own_since, self._last_own
-            if own_since is None or last_own is None or version < own_since or self.known_version != last_own:
-                return False
-        return not self.storage.exists(commit_name(last_own + 1))
+        own = self.own_commits()
+        if own is None or version < own[0]:
+            return False
+        return not self.storage.exists(commit_name(own[1] + 1))
 
     def distrust(self, version: int) -> None:
         """What we recorded is in doubt from commit ``version`` on: probe from it next time."""

@@ -97,9 +97,12 @@ def test_a_leader_knows_when_only_its_own_appends_followed_a_version(cluster: sp
     for i in range(3):
         append(table, {0: 1}, {0: segment_batch([b"b%d" % i])}, views=leader_log.view)
     assert leader_log.only_own_commits_since(first - 1) and leader_log.only_own_commits_since(first + 3)
+    assert leader_log.own_commits() == (first - 1, first + 3), "what it recorded, nothing asked"
     append(table, {1: 1}, {1: segment_batch([b"other"])})  # another writer, after the leader's last
     assert not leader_log.only_own_commits_since(first + 3), "a commit after the leader's last is seen"
+    assert leader_log.own_commits() == (first - 1, first + 3), "not seen until its next commit"
     append(table, {0: 1}, {0: segment_batch([b"c"])}, views=leader_log.view)  # steps over it
     assert leader_log.known_version == first + 5
     assert not leader_log.only_own_commits_since(first + 3), "the other writer's commit is in between"
     assert leader_log.only_own_commits_since(first + 4)
+    assert leader_log.own_commits() == (first + 4, first + 5)
