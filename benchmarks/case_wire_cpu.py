@@ -75,6 +75,7 @@ PRODUCE, PRODUCE_VERSION = 0, 3
 ACKS_ALL = -1
 TARGET_US = 50.0
 REQUEST_CPU = "sparklog_request_cpu_seconds"  # the broker's per-request thread CPU (a summary)
+_NOT_READY = {5, 6}  # LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
 _COUNTED_WAIT_S = 10.0  # a request is counted once its answer is written: just after the client read it
 
 
@@ -110,13 +111,41 @@ def produce_body(topic: str, partition: int, batch: bytes) -> bytes:
     )
 
 
-def _check_answer(frame: bytes, correlation_id: int) -> None:
-    """Correlation id, then topics[0].partitions[0].error_code of a Produce v3 answer."""
+def _error_code(frame: bytes, correlation_id: int) -> int:
+    """topics[0].partitions[0].error_code of a Produce v3 answer, its correlation id checked."""
     got, _topics = struct.unpack_from(">ii", frame)
     name_len = struct.unpack_from(">h", frame, 8)[0]
     _partitions, _partition, error_code = struct.unpack_from(">iih", frame, 10 + name_len)
-    if got != correlation_id or error_code != 0:
+    if got != correlation_id:
         raise AssertionError(f"answer {got} (expected {correlation_id}): error code {error_code}")
+    return int(error_code)
+
+
+def _check_answer(frame: bytes, correlation_id: int) -> None:
+    error_code = _error_code(frame, correlation_id)
+    if error_code != 0:
+        raise AssertionError(f"answer {correlation_id}: error code {error_code}")
+
+
+def await_produce_accepted(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
+    """One Produce to each partition, again while the answer is NOT_LEADER_OR_FOLLOWER or
+    LEADER_NOT_AVAILABLE: a Kafka broker names itself leader in Metadata a moment before its
+    replica manager takes Produce requests, and the raw client does not retry as clients do."""
+    host, port = bootstrap.rsplit(":", 1)
+    deadline = time.monotonic() + timeout_s
+    with socket.create_connection((host, int(port)), timeout=60) as sock, sock.makefile("rb") as stream:
+        correlation_id = 0
+        for partition in range(PARTITIONS):
+            body = produce_body(topic, partition, record_batch(1, seed=partition))
+            while True:
+                correlation_id += 1
+                sock.sendall(kafka_request(PRODUCE, PRODUCE_VERSION, correlation_id, body))
+                error_code = _error_code(read_frame(stream), correlation_id)
+                if error_code == 0:
+                    break
+                if error_code not in _NOT_READY or time.monotonic() > deadline:
+                    raise AssertionError(f"{topic}-{partition}: Produce answered error code {error_code}")
+                time.sleep(0.1)
 
 
 def pipelined_produce(bootstrap: str, topic: str, records: int, requests: int, first_id: int = 0) -> float:
@@ -184,6 +213,7 @@ def measure(requests: int, endpoint: Endpoint) -> Figures:
 def _measure(requests: int, endpoint: Endpoint) -> Figures:
     assert endpoint.pid is not None
     figures: Figures = {}
+    await_produce_accepted(endpoint.bootstrap_servers, endpoint.topic)
     for records in RECORDS_PER_REQUEST:
         pipelined_produce(endpoint.bootstrap_servers, endpoint.topic, records, WARMUP)
         idle_start = cpu_seconds(endpoint.pid)
