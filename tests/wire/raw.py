@@ -66,3 +66,46 @@ def call(port: int, body: Any, correlation_id: int = 1) -> Any:
     assert header.correlation_id == correlation_id
     response, _ = entity_reader(response_type)(payload, size)
     return response
+
+
+# -- Produce v3 frames built by hand: a client that pipelines without waiting ----------------
+PRODUCE_V3 = (0, 3)
+
+
+def one_record_batch(value: bytes) -> bytes:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    builder.append(0, timestamp=None, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def produce_frame(topic: str, correlation_id: int, value: bytes) -> bytes:
+    """A whole Produce v3 frame (acks=all, 30 s timeout) of one one-record batch to partition 0."""
+    name = topic.encode()
+    batch = one_record_batch(value)
+    body = (
+        struct.pack(">hhi", -1, -1, 30_000)
+        + struct.pack(">ih", 1, len(name))
+        + name
+        + struct.pack(">iii", 1, 0, len(batch))
+        + batch
+    )
+    header = struct.pack(">hhih", *PRODUCE_V3, correlation_id, 3) + b"raw"
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def produce_answer(frame: bytes) -> tuple[int, int, int]:
+    """(correlation id, error code, base offset) of a one-partition Produce v3 response."""
+    correlation_id, _topics, name_len = struct.unpack_from(">iih", frame)
+    at = 10 + name_len
+    _partitions, _partition, error_code, base_offset = struct.unpack_from(">iihq", frame, at)
+    return correlation_id, error_code, base_offset

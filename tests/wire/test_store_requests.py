@@ -6,6 +6,7 @@ partition's write lease); an idle broker makes no requests at all."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 import uuid
@@ -26,6 +27,7 @@ from sparklog.testing.object_stores import MotoS3
 from sparklog.testing.store_proxy import StoreProxy
 from tests.helpers import in_threads, wait_until
 from tests.wire.conftest import create_led_topic, started_brokers
+from tests.wire.raw import produce_answer, produce_frame, recv_frame
 
 TOPIC = "counted"
 IDLE_WINDOW_S = 5.0  # a measurement window, not a wait for a condition
@@ -241,6 +243,26 @@ def test_rounds_linger_so_requests_arriving_together_share_one(
         commits = proxy.counts().get("PUT_IF_ABSENT", 0)
     # The warm-up records come one round each (ack awaited); the 6 sent together are one round.
     assert commits == 6 + 1, f"6 warm-up rounds and one round for 6 requests sent together: {commits} commits"
+
+
+def test_one_connections_pipelined_requests_share_rounds(
+    cluster: sparklog.Cluster, counted_brokers: StartBrokers, proxy: StoreProxy
+) -> None:
+    """A client at linger.ms=0 sends a request per record without waiting: its backlog is a
+    run of tiny requests in the socket. The broker reads far enough ahead that they share a
+    lingering round; read 16 at a time they made 25 rounds of a store's latency each."""
+    requests = 400
+    with counted_brokers({"store.round.linger.ms": "300", "store.rounds.per.second": "0"}) as agents:
+        create_led_topic(cluster, agents, TOPIC, partitions=1)
+        send_one_at_a_time(agents.bootstrap_servers, 1)
+        proxy.reset()
+        with socket.create_connection(("127.0.0.1", agents.port(1)), timeout=60) as sock:
+            sock.sendall(b"".join(produce_frame(TOPIC, i, b"p%d" % i) for i in range(requests)))
+            answers = [produce_answer(recv_frame(sock)) for _ in range(requests)]
+        commits = proxy.counts().get("PUT_IF_ABSENT", 0)
+    assert [a[:2] for a in answers] == [(i, 0) for i in range(requests)], "answered in order, without errors"
+    assert [a[2] for a in answers] == list(range(1, requests + 1)), "stored in request order"
+    assert commits <= 2, f"{requests} requests sent at once took {commits} rounds"
 
 
 def test_a_round_holds_at_most_round_max_bytes(

@@ -9,10 +9,10 @@ in Kafka:
   :class:`~sparklog.broker.kafka.request_channel.RequestChannel`, and the connection's
   next frame is read only once that request was answered — or, when it may be pipelined
   (Produce without idempotent batches: its successors can join the same commit round),
-  once it was started, up to :data:`MAX_PIPELINED_REQUESTS` unanswered. Responses are
-  written in request order. A client sending faster than that keeps its records in its
-  socket and its own queue, where they batch up, instead of the broker drowning in tiny
-  requests;
+  once it was started, up to :data:`MAX_PIPELINED_REQUESTS` (and :data:`MAX_PIPELINED_BYTES`)
+  unanswered. Responses are written in request order. A client sending faster than that
+  keeps the rest in its socket; enough is read ahead that a round's latency does not cap a
+  connection's requests per second;
 * a response whose bytes the client does not take (the socket's send buffer full) also
   holds the next request back: memory per connection stays one request and one response;
 * whatever goes wrong with one connection — an oversized or truncated frame, an unknown
@@ -49,8 +49,13 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 # Unanswered requests one connection may have started, when they may share commit rounds
 # (Produce without idempotent batches); any other request is read only once the earlier ones
-# are answered, as Kafka's muted channel does.
-MAX_PIPELINED_REQUESTS = 16
+# are answered, as Kafka's muted channel does. A client at linger.ms=0 sends one small request
+# per record, and its backlog sits in the kernel's socket buffers as such requests, not in its
+# own queue: the connection's throughput is this many requests per commit round's latency
+# (16 held a producer to ~160 requests/s on a store's 100 ms rounds). The bytes bound keeps a
+# connection's memory to about one round (store.round.max.bytes' default).
+MAX_PIPELINED_REQUESTS = 1024
+MAX_PIPELINED_BYTES = 8 * 1024 * 1024
 
 
 class NetworkThread:
@@ -189,6 +194,7 @@ class _KafkaConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._slots: deque[_Slot] = deque()  # read, not yet answered; in request order
+        self._slots_bytes = 0  # their payloads' bytes
         self._write_paused = False
         self._eof = False
         self._closing = False
@@ -277,7 +283,7 @@ class _KafkaConnection(asyncio.Protocol):
                 self._fail(self._failure)
             return
         buffer = self._buffer
-        while len(slots) < MAX_PIPELINED_REQUESTS and len(buffer) >= _SIZE.size:
+        while self._room() and len(buffer) >= _SIZE.size:
             (size,) = _SIZE.unpack_from(buffer)
             if size < 0 or size > self.listener.max_bytes:
                 self._fail(
@@ -288,6 +294,7 @@ class _KafkaConnection(asyncio.Protocol):
             if len(buffer) < _SIZE.size + size:
                 break
             slots.append(_Slot(self, bytes(buffer[_SIZE.size : _SIZE.size + size])))
+            self._slots_bytes += size
             del buffer[: _SIZE.size + size]
         batch = []
         waiting = False  # a request read but held back until an earlier one is answered
@@ -308,10 +315,14 @@ class _KafkaConnection(asyncio.Protocol):
                     len(buffer),
                 )
             self.close()
-        elif self._write_paused or waiting or len(slots) >= MAX_PIPELINED_REQUESTS:
+        elif self._write_paused or waiting or not self._room():
             transport.pause_reading()  # the socket holds the rest: the client batches meanwhile
         else:
             transport.resume_reading()
+
+    def _room(self) -> bool:
+        """Whether another request may be read while the unanswered ones wait."""
+        return len(self._slots) < MAX_PIPELINED_REQUESTS and self._slots_bytes < MAX_PIPELINED_BYTES
 
     def close(self) -> None:
         self._closing = True
@@ -334,6 +345,7 @@ class _KafkaConnection(asyncio.Protocol):
         slots = self._slots
         while slots and slots[0].answered:
             done = slots.popleft()
+            self._slots_bytes -= len(done.payload)
             if done.frame is not None:
                 self._outbox += (_SIZE.pack(len(done.frame)), done.frame)
 
@@ -345,8 +357,9 @@ class _KafkaConnection(asyncio.Protocol):
             self._failure = reason
         slots = self._slots
         if slot in slots:
-            while slots.pop() is not slot:
-                pass
+            while (dropped := slots.pop()) is not slot:
+                self._slots_bytes -= len(dropped.payload)
+            self._slots_bytes -= len(slot.payload)
         if self._transport is not None:
             self._transport.pause_reading()
 
