@@ -130,6 +130,11 @@ class LeaderPartition:
             # append's commit will note it again.
             if not log_starts.held_by_own_commits(self.topic, self.partition):
                 log_starts.refresh(self.topic, self.partition)
+        txns = leader.appender.txns
+        if not txns.is_loaded(self.topic, self.partition, self.state.leader_epoch):  # the tail's readers need it
+            txns.preload(
+                leader.replicas.replica_table(self.topic, leader.broker_id), self.partition, self.state.leader_epoch
+            )
         batches = check_batches(data)  # the records are read with the rest of the commit round's
         config = leader.replicas.topic_config(self.topic, METADATA_MAX_AGE_MS)
         max_message_bytes = int(config["max.message.bytes"])

@@ -2,7 +2,8 @@
 
 Used where work must leave a request's thread and keep its order: the commit rounds'
 committer and ISR waiter per topic (:mod:`sparklog.broker.leader_appender`), the log-start
-refreshes of the partitions a broker leads (:mod:`sparklog.broker.partition`). A call that
+refreshes of the partitions a broker leads (:mod:`sparklog.broker.partition`) and the loads of
+their transaction state (:mod:`sparklog.broker.transactions.partition_txns`). A call that
 raises is logged and the stage goes on with the next.
 """
 

@@ -161,3 +161,13 @@ def test_a_stale_log_start_is_refreshed_off_the_fetch_path(cluster: sparklog.Clu
         "the log-start refreshed after the hint went stale",
     )
     assert tails.log_start_hint(TOPIC, 1) == (2, True)
+
+
+def test_a_leaders_first_append_loads_the_transaction_state_off_the_fetch_path(leader: LeaderPartitions) -> None:
+    """A tail read needs the partition's last stable offset, so its transaction state: the
+    first append has it loaded in the background, and the first consumer does not wait for
+    the table to be read (on a store a delta-rs load per partition, one after another)."""
+    epoch = leader.get(TOPIC, 0).state.leader_epoch
+    assert not leader.appender.txns.is_loaded(TOPIC, 0, epoch)
+    appended(leader, 0, batch([b"a"]))
+    wait_until(lambda: leader.appender.txns.is_loaded(TOPIC, 0, epoch), "the state loaded without a read")

@@ -30,12 +30,15 @@ Thread-safe; :meth:`plan` is called by a topic's committer thread only.
 from __future__ import annotations
 
 import bisect
+import functools
+import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from sparklog.broker.producer_state import ProducerBatch
+from sparklog.broker.stage import Stage
 from sparklog.errors import InvalidProducerEpochError, TransactionCoordinatorFencedError
 from sparklog.log.table import TopicTable
 from sparklog.log.transactions import aborted_app_id, open_txn_app_id
@@ -44,6 +47,8 @@ from sparklog.log.txn_log import ControlRecord, aborted_ranges, open_transaction
 __all__ = ["PartitionTransactions", "PendingItem", "RoundPlan"]
 
 Run = tuple[int, int]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -100,6 +105,40 @@ class PartitionTransactions:
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()
         self._partitions: dict[tuple[str, int], _Partition] = {}
+        self._preloading: set[tuple[str, int, int]] = set()  # (topic, partition, leader epoch)
+        self._preloader: Stage | None = None
+
+    def is_loaded(self, topic: str, partition: int, leader_epoch: int) -> bool:
+        """Whether the partition's state for ``leader_epoch`` is in memory."""
+        with self._lock:
+            state = self._partitions.get((topic, partition))
+            return state is not None and state.leader_epoch == leader_epoch
+
+    def preload(self, table: TopicTable, partition: int, leader_epoch: int) -> None:
+        """Load the partition's state for ``leader_epoch`` on a thread of its own, unless it
+        is loaded or loading: a leader's first append calls this, so its consumers' first
+        tail read (which needs the last stable offset) does not wait for the table to be read
+        — on a store a delta-rs load, hundreds of ms, each partition's in turn."""
+        key = (table.topic, partition, leader_epoch)
+        if self.is_loaded(table.topic, partition, leader_epoch):
+            return
+        with self._lock:
+            if key in self._preloading:
+                return
+            self._preloading.add(key)
+            if self._preloader is None:
+                self._preloader = Stage("transaction-state-loader")
+            stage = self._preloader
+        stage.submit(functools.partial(self._preload, table, partition, leader_epoch))
+
+    def _preload(self, table: TopicTable, partition: int, leader_epoch: int) -> None:
+        try:
+            self._state(table, partition, leader_epoch)
+        except Exception as exc:  # noqa: BLE001 - whoever needs the state loads it and reports
+            log.debug("loading the transaction state of %s-%d failed: %s", table.topic, partition, exc)
+        finally:
+            with self._lock:
+                self._preloading.discard((table.topic, partition, leader_epoch))
 
     # -- readers ---------------------------------------------------------------------------
     def last_stable_offset(self, table: TopicTable, partition: int, leader_epoch: int, high_watermark: int) -> int:
