@@ -27,7 +27,8 @@ log dir is an ``s3://`` prefix reached through the proxy, a topic of 6 partition
    **Target: ≥ 0.8 × local disk.**
 4. **store requests** the proxy counted: per commit round (a round = one landed conditional
    PUT of a ``_delta_log`` commit) in (1a), by kind (PUT, PUT_IF_ABSENT, GET, HEAD, LIST);
-   during 60 s idle right after (1a), per minute (**target: 0**); and the requests' cost per
+   during 60 s idle after (1a), once the store saw no request for 3 s (the checkpoint the
+   last commits started is theirs), per minute (**target: 0**); and the requests' cost per
    GiB of payload produced in (3) and in (1b) at S3 Standard list prices
    (:data:`benchmarks.store.PRICE_PER_1000`: PUT/POST/LIST $0.005 per 1,000, GET/HEAD
    $0.0004 per 1,000). Every phase's raw counts are in the JSON.
@@ -97,6 +98,7 @@ BULK_RECORDS = 500_000
 BULK_PROCESSES = 2
 BULK_RECORD_BYTES = VALUE_BYTES + 8  # benchmarks.wire.record_pool: 8-byte keys
 IDLE_S = 60.0
+QUIET_S = 3.0  # no store request for this long: the broker is done with the last commits
 BASELINE_S = 20.0
 PRODUCER_CONFIG: dict[str, Any] = {"acks": "all", "linger.ms": 0, "message.timeout.ms": 60_000}
 CONSUMER_CONFIG: dict[str, Any] = {"fetch.wait.max.ms": 500}  # librdkafka's default: a long poll
@@ -177,12 +179,27 @@ def measure_local(ctx: BenchContext, fleet: Fleet, run_no: int, size: Sizes) -> 
         return bulk(fleet, _endpoint(broker), size)
 
 
+def store_quiet(proxy: StoreProxy, quiet_s: float = QUIET_S, limit_s: float = 120.0) -> float:
+    """Wait until the proxy has seen no request for ``quiet_s`` (the checkpoint the last
+    commits started, in the broker's child process, is their cost, not the idle period's);
+    -> seconds waited, at most ``limit_s``."""
+    started = time.monotonic()
+    seen, since = proxy.counts(), time.monotonic()
+    while time.monotonic() - since < quiet_s and time.monotonic() - started < limit_s:
+        time.sleep(0.2)
+        now = proxy.counts()
+        if now != seen:
+            seen, since = now, time.monotonic()
+    return time.monotonic() - started
+
+
 def _one_at_a_time(proxy: StoreProxy, bootstrap: str, size: Sizes) -> dict[str, Any]:
-    """(1a) one record at a time, then (4) the idle period right after it."""
+    """(1a) one record at a time, then (4) an idle period once the store is quiet."""
     sequential_sends(bootstrap, TOPIC, WARMUP_SENDS, PRODUCER_CONFIG, warmup=0)
     proxy.reset()
     acks = sequential_sends(bootstrap, TOPIC, size.sends, PRODUCER_CONFIG, warmup=0)
     counts = proxy.counts()
+    quiet_after_s = store_quiet(proxy)
     proxy.reset()
     time.sleep(size.idle_s)
     idle = proxy.counts()
@@ -196,6 +213,7 @@ def _one_at_a_time(proxy: StoreProxy, bootstrap: str, size: Sizes) -> dict[str, 
         "rounds_per_record": rounds["rounds"] / size.sends,
         "one_at_a_time_cost_per_gib": cost_per_gib(counts, size.sends * VALUE_BYTES),
         "idle_requests_per_min": sum(n for kind, n in idle.items() if " " not in kind) * 60 / size.idle_s,
+        "quiet_after_s": quiet_after_s,
         "requests": {"one_at_a_time": counts, "idle": idle},
     }
 
