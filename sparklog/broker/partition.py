@@ -334,8 +334,7 @@ class LogStartRefresher:
         the log-start again."""
         noted = self._tails.noted_log_start_at(topic, partition)
         leader_log = self._leader_log(topic)
-        own = leader_log.own_commits() if leader_log is not None else None
-        return noted is not None and own is not None and own[0] <= noted[1]
+        return noted is not None and leader_log is not None and leader_log.only_own_commits_since(noted[1], look=False)
 
     def note(self, topic: str, partition: int, at: LeaderSnapshot) -> int:
         """``at``'s log-start (at most its high watermark), noted for the tail's readers."""

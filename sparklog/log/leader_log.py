@@ -220,14 +220,14 @@ class LeaderLog:
                 return None
             return own_since, last_own
 
-    def only_own_commits_since(self, version: int) -> bool:
+    def only_own_commits_since(self, version: int, look: bool = True) -> bool:
         """Whether every commit of the table after ``version`` is one of this leader's (its
         appends: they never move a log-start), asked with one look for the commit after its
-        last. False when not known."""
+        last; ``look`` False: as far as the leader knows, nothing asked. False when not known."""
         own = self.own_commits()
         if own is None or version < own[0]:
             return False
-        return not self.storage.exists(commit_name(own[1] + 1))
+        return not look or not self.storage.exists(commit_name(own[1] + 1))
 
     def distrust(self, version: int) -> None:
         """What we recorded is in doubt from commit ``version`` on: probe from it next time."""

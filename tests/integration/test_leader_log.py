@@ -101,6 +101,7 @@ def test_a_leader_knows_when_only_its_own_appends_followed_a_version(cluster: sp
     append(table, {1: 1}, {1: segment_batch([b"other"])})  # another writer, after the leader's last
     assert not leader_log.only_own_commits_since(first + 3), "a commit after the leader's last is seen"
     assert leader_log.own_commits() == (first - 1, first + 3), "not seen until its next commit"
+    assert leader_log.only_own_commits_since(first + 3, look=False), "without a look, what it recorded"
     append(table, {0: 1}, {0: segment_batch([b"c"])}, views=leader_log.view)  # steps over it
     assert leader_log.known_version == first + 5
     assert not leader_log.only_own_commits_since(first + 3), "the other writer's commit is in between"

@@ -111,8 +111,12 @@ class PartitionTransactions:
     def is_loaded(self, topic: str, partition: int, leader_epoch: int) -> bool:
         """Whether the partition's state for ``leader_epoch`` is in memory."""
         with self._lock:
-            state = self._partitions.get((topic, partition))
-            return state is not None and state.leader_epoch == leader_epoch
+            return self._loaded(topic, partition, leader_epoch) is not None
+
+    def _loaded(self, topic: str, partition: int, leader_epoch: int) -> _Partition | None:
+        """The partition's state for ``leader_epoch`` if in memory (under ``self._lock``)."""
+        state = self._partitions.get((topic, partition))
+        return state if state is not None and state.leader_epoch == leader_epoch else None
 
     def preload(self, table: TopicTable, partition: int, leader_epoch: int) -> None:
         """Load the partition's state for ``leader_epoch`` on a thread of its own, unless it
@@ -120,10 +124,8 @@ class PartitionTransactions:
         tail read (which needs the last stable offset) does not wait for the table to be read
         — on a store a delta-rs load, hundreds of ms, each partition's in turn."""
         key = (table.topic, partition, leader_epoch)
-        if self.is_loaded(table.topic, partition, leader_epoch):
-            return
         with self._lock:
-            if key in self._preloading:
+            if self._loaded(*key) is not None or key in self._preloading:
                 return
             self._preloading.add(key)
             if self._preloader is None:
@@ -287,17 +289,14 @@ class PartitionTransactions:
     def _state(self, table: TopicTable, partition: int, leader_epoch: int) -> _Partition:
         """The partition's state for ``leader_epoch``, loaded from the table once (under a
         lock of its own, so a fetch and the committer never load it twice)."""
-        key = (table.topic, partition)
         with self._lock:
-            state = self._partitions.get(key)
-            if state is not None and state.leader_epoch == leader_epoch:
-                return state
+            state = self._loaded(table.topic, partition, leader_epoch)
+        if state is not None:
+            return state
         with self._load_lock:
             with self._lock:
-                state = self._partitions.get(key)
-                if state is not None and state.leader_epoch == leader_epoch:
-                    return state
-            return self._load(table, partition, leader_epoch)
+                state = self._loaded(table.topic, partition, leader_epoch)
+            return state if state is not None else self._load(table, partition, leader_epoch)
 
     def _load(self, table: TopicTable, partition: int, leader_epoch: int) -> _Partition:
         key = (table.topic, partition)
