@@ -176,9 +176,12 @@ def assert_log_consistent(cluster: Cluster, topic: str, expected_log_start: int 
 
 
 def assert_values_unique(records: Iterable[StoredRecord]) -> None:
-    counts = Counter(r.value for r in records)
-    twice = [(v, n) for v, n in counts.items() if n > 1]
-    assert not twice, f"{len(twice)} values stored more than once, e.g. {twice[0][0]!r} stored {twice[0][1]}x"
+    places: dict[bytes | None, list[tuple[int, int]]] = {}
+    for r in records:
+        places.setdefault(r.value, []).append((r.partition, r.offset))
+    twice = sorted((sorted(at), v) for v, at in places.items() if len(at) > 1)
+    shown = "; ".join(f"{v!r} at (partition, offset) {at}" for at, v in twice[:5])
+    assert not twice, f"{len(twice)} values stored more than once, the first: {shown}"
 
 
 def assert_acks_stored(records: Iterable[StoredRecord], acks: Iterable[Ack]) -> None:

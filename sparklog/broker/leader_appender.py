@@ -15,9 +15,11 @@ a thread each:
 
 While round N is fsynced and committed, round N+1 is built: it continues the log where N
 will leave it (a :class:`~sparklog.log.append.ProjectedView` of the log plus N's commit).
-One round at most is in flight behind the builder. What arrives meanwhile waits for the next
-round, so latency is about one commit and throughput many requests per commit; on a store
-rounds are paced too (:mod:`sparklog.broker.round_pacing`).
+On a disk one round at most is in flight behind the builder; on a store a round is handed
+over while its segments are PUT, and several may be in flight
+(:mod:`sparklog.broker.rounds_in_flight`). What arrives meanwhile waits for the next round,
+so latency is about one commit and throughput many requests per commit; on a store rounds
+are paced too (:mod:`sparklog.broker.round_pacing`).
 
 Invariants:
 
@@ -58,36 +60,31 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Literal
 
 from sparklog.broker.append_watchers import AppendWatchers
 from sparklog.broker.held_leases import HeldLeases
 from sparklog.broker.log_tail import LogTails
 from sparklog.broker.metrics import BrokerMetrics
 from sparklog.broker.pending_append import PendingAppend, RoundRows, kafka_producers, partition_rows, read_round
+from sparklog.broker.producer_state import follows_a_failed_batch
 from sparklog.broker.round_pacing import RoundBounds, RoundBudget, RoundQueues
+from sparklog.broker.rounds_in_flight import CommitRound, RoundsInFlight, Settled
 from sparklog.broker.stage import Stage
-from sparklog.broker.transactions.partition_txns import PartitionTransactions, RoundPlan
+from sparklog.broker.transactions.partition_txns import PartitionTransactions
 from sparklog.config import Acks
 from sparklog.errors import FencedError, LeaderNotAvailableError, NotLeaderError, StorageError
 from sparklog.log.append import (
     MAX_COMMIT_ATTEMPTS,
     AppendResult,
     LogView,
-    PreparedAppend,
-    ProjectedView,
     SnapshotView,
     WriteOptions,
     prepare_append,
 )
 from sparklog.log.leader_log import LeaderLog, LeaseSerials
 from sparklog.log.table import CommitConflict, TopicTable
-from sparklog.metadata.zkdata import PartitionState
 from sparklog.retries import retry_until
 from sparklog.runtime.produce_request import (
-    TopicWriteSettings,
     await_in_sync_replicas,
     check_min_isr,
     hold_leases,
@@ -101,8 +98,6 @@ log = logging.getLogger(__name__)
 
 _RETRY_BACKOFF_S = 0.05
 _IDLE_CHECK_S = 0.1  # an idle builder lets go of leases other writers wait for this often
-
-Settled = Literal["committed", "failed", "rebuild"]
 
 
 class LeaderAppender:
@@ -137,8 +132,8 @@ class LeaderAppender:
         self._isr_waiters: dict[str, Stage] = {}
         self._closed = False
         self._closing = threading.Event()
-        # Used by a topic's builder thread only:
-        self._in_flight: dict[str, _Round] = {}  # the round its committer has
+        # Used by a topic's builder thread only: the rounds its committer has.
+        self._in_flight = RoundsInFlight(round_bounds.rounds_in_flight if round_bounds else 1)
         # A topic's builder and committer share its LeaderLog (under self._lock):
         self._logs: dict[str, LeaderLog] = {}
 
@@ -184,10 +179,9 @@ class LeaderAppender:
                                 break
                             self._lock.wait(linger_s)
                             continue
-                        in_flight = self._in_flight.get(topic)
-                        if in_flight is not None and in_flight.settled.done():
+                        if self._in_flight.oldest_settled(topic):
                             break
-                        if not self._lock.wait(_IDLE_CHECK_S) and in_flight is None:
+                        if not self._lock.wait(_IDLE_CHECK_S) and not self._in_flight.count(topic):
                             break
                     items = self._queues.take(topic)
                     closed = self._closed
@@ -195,9 +189,9 @@ class LeaderAppender:
                     self._stop(topic, [items])
                     return
                 if not items:
-                    # Nothing to build: settle the round in flight, let go of wanted leases.
-                    todo = self._settle(topic)
-                    if not todo:
+                    # Nothing to build: settle the rounds done, let go of wanted leases.
+                    todo = self._in_flight.settle_done(topic)
+                    if not todo and not self._in_flight.count(topic):
                         self.leases.release_wanted(topic)
                     continue
                 # acks=all rounds fsync and wait for the ISR: the others don't pay for that.
@@ -214,12 +208,9 @@ class LeaderAppender:
             self._fail(items, self._shutting_down())
 
     def _settle(self, topic: str) -> list[list[PendingAppend]]:
-        """Wait until the topic's round in flight is settled: [its items] when they must be
-        built again, else nothing."""
-        round_ = self._in_flight.pop(topic, None)
-        if round_ is None or round_.settled.result() != "rebuild":
-            return []
-        return [[i for i in round_.items if not i.is_done]]
+        """Wait until none of the topic's rounds is in flight: the items of those that must
+        be built again, a list per round, in order."""
+        return self._in_flight.settle(topic)[0]
 
     def _build_round(self, topic: str, items: list[PendingAppend]) -> list[list[PendingAppend]]:
         """Build ``items`` into a round and hand it to the committer; the rounds to build
@@ -252,6 +243,11 @@ class LeaderAppender:
                 f"epoch {states[p].leader_epoch}); refresh the metadata"
             )
             self._fail([i for i in items if i.partition == p], error)
+        for item in items:
+            if item.producer is not None and (
+                gap := follows_a_failed_batch(item.follows, item.partition, item.producer)
+            ):
+                item.finish(error=gap)
         items = [i for i in items if i.partition in led and not i.is_done]
         if not items:
             return []
@@ -283,11 +279,8 @@ class LeaderAppender:
         leases = [self.leases.lease(topic, p) for p in sorted(merged)]
         try:
             epochs = hold_leases(table, leases, timeout_ms, lambda: self.leases.release_wanted(topic, everything=True))
-            before = self._in_flight.get(topic)
             serials = {lease.partition: lease.grant_serial for lease in leases}
-            view: LogView = self._leader_view(topic, table, serials)
-            if before is not None:
-                view = ProjectedView(view, before.prepared.transactions)
+            view = self._in_flight.projected(topic, self._leader_view(topic, table, serials))
             options = WriteOptions(
                 leader_epochs={p: leader_epochs[p] for p in merged},
                 log_append_time=settings.log_append_time,
@@ -298,13 +291,14 @@ class LeaderAppender:
                 stage_roots=[replicas.replica_table(topic, b).root for b in followers] if acks == "all" else [],
                 hard_links=replicas.config.replica_hard_links_enable,
                 kafka_producers=kafka_producers(items, plan.transactions),
+                in_background=self._in_flight.limit > 1,
             )
             prepared = prepare_append(table, view, epochs, merged, options)
         except FencedError:
             for lease in leases:
                 lease.drop()  # a newer writer's epoch is in the log: read the lease again next time
             raise
-        round_ = _Round(
+        round_ = CommitRound(
             topic,
             table,
             items,
@@ -319,11 +313,13 @@ class LeaderAppender:
             time.monotonic() - build_started_s,
             serials,
         )
-        redo = self._settle(topic)
-        if before is not None and (redo or before.settled.result() != "committed"):
-            prepared.discard()  # it continues a log the round before did not leave
+        redo, committed = self._in_flight.settle(topic, keep=self._in_flight.limit - 1)
+        if not committed:
+            # It continues a log a round before it did not leave: build it again after them.
+            redo += self._settle(topic)
+            prepared.discard()
             return [*redo, items]
-        self._in_flight[topic] = round_
+        self._in_flight.add(round_)
         self._committers[topic].submit(functools.partial(self._commit, round_))
         return self._settle(topic) if transactional else []
 
@@ -352,7 +348,7 @@ class LeaderAppender:
         return view if view is not None else SnapshotView(table, table.snapshot())
 
     # -- the committer -----------------------------------------------------------------------
-    def _commit(self, round_: _Round) -> None:
+    def _commit(self, round_: CommitRound) -> None:
         settled: Settled = "failed"
         try:
             settled = self._try_commit(round_)
@@ -363,7 +359,7 @@ class LeaderAppender:
             with self._lock:
                 self._lock.notify_all()  # an idle builder settles it
 
-    def _try_commit(self, round_: _Round) -> Settled:
+    def _try_commit(self, round_: CommitRound) -> Settled:
         with contextlib.ExitStack() as publishing:
             outcome = self._commit_round(round_, publishing)
             if isinstance(outcome, str):
@@ -380,13 +376,14 @@ class LeaderAppender:
             self._answer(round_, bases, outcome)
         return "committed"
 
-    def _commit_round(self, round_: _Round, publishing: contextlib.ExitStack) -> AppendResult | Settled:
+    def _commit_round(self, round_: CommitRound, publishing: contextlib.ExitStack) -> AppendResult | Settled:
         """Make the round durable and commit it: its result, or how it settled otherwise.
         From the commit on, the tails know its batches are on their way (``publishing``)."""
         prepared, fsync = round_.prepared, round_.acks == "all"
         started_s = time.monotonic()
         committing = False
         try:
+            prepared.written.result()  # a store's segment PUTs may still be on their way
             if fsync:
                 prepared.make_durable()
             view = self._leader_view(round_.topic, round_.table, round_.lease_serials)
@@ -421,7 +418,7 @@ class LeaderAppender:
         round_.append_s += time.monotonic() - started_s
         return result
 
-    def _placed(self, round_: _Round, result: AppendResult) -> list[int]:
+    def _placed(self, round_: CommitRound, result: AppendResult) -> list[int]:
         """Each item's base offset; tells the items and the partitions' tails where they went."""
         next_offset = dict(result.base_offsets)
         bases = []
@@ -437,7 +434,7 @@ class LeaderAppender:
                 self.tails.drop(round_.topic, item.partition)
         return bases
 
-    def _await_isr(self, round_: _Round, bases: list[int], result: AppendResult, deadline: float) -> None:
+    def _await_isr(self, round_: CommitRound, bases: list[int], result: AppendResult, deadline: float) -> None:
         prepared = round_.prepared
         try:
             await_in_sync_replicas(
@@ -457,7 +454,7 @@ class LeaderAppender:
             return
         self._answer(round_, bases, result)
 
-    def _answer(self, round_: _Round, bases: list[int], result: AppendResult) -> None:
+    def _answer(self, round_: CommitRound, bases: list[int], result: AppendResult) -> None:
         items = round_.items
         wire_bytes = sum(len(i.wire) for i in items if i.wire is not None)
         latency_s = time.monotonic() - round_.started_s
@@ -469,7 +466,7 @@ class LeaderAppender:
             item.finish(base, append_ms)
         self.watchers.appended(round_.topic, {i.partition for i in items})
 
-    def _answer_failed(self, round_: _Round, error: BaseException) -> None:
+    def _answer_failed(self, round_: CommitRound, error: BaseException) -> None:
         self._fail(round_.items, error)
         self.watchers.appended(round_.topic, {i.partition for i in round_.items})
 
@@ -478,23 +475,3 @@ class LeaderAppender:
         for item in items:
             if not item.is_done:
                 item.finish(error=error)
-
-
-@dataclass(eq=False)
-class _Round:
-    """A built round: its items (in commit order), its files and commit, how to answer it."""
-
-    topic: str
-    table: TopicTable
-    items: list[PendingAppend]
-    plan: RoundPlan[PendingAppend]
-    prepared: PreparedAppend
-    settings: TopicWriteSettings
-    states: Mapping[int, PartitionState]  # of the round's partitions, as built
-    acks: Acks
-    followers: bool  # acks=all waits for in-sync followers
-    started_s: float
-    timeout_ms: int
-    append_s: float  # files written; the committer adds fsync and commit
-    lease_serials: LeaseSerials  # the write-lease grants it was built under
-    settled: Future[Settled] = field(default_factory=Future)

@@ -56,6 +56,9 @@ class PendingAppend:
     batch: RecordBatch | None = None
     # A retry of an idempotent batch still being appended: answered as that one ends.
     duplicate_of: Outcome | None = None
+    # The producer's batch before this one, still being appended when this one was accepted:
+    # if it fails, this one is refused (producer_state.follows_a_failed_batch).
+    follows: Outcome | None = None
     # Times its round was built again because the log moved under it before its commit.
     rebuilds: int = 0
     is_done: bool = False

@@ -13,6 +13,13 @@ its last five batches (first and last sequence, base offset). A new batch of tha
   (stored, offsets unknown; clients count it as delivered);
 * anything else → OUT_OF_ORDER_SEQUENCE_NUMBER, nothing appended.
 
+A batch accepted behind one of its producer's batches that is still being appended
+*follows* it (``follows`` of :meth:`ProducerStates.check`): if that one fails, this one is
+refused with OUT_OF_ORDER_SEQUENCE_NUMBER when its round is built
+(:func:`follows_a_failed_batch`), as Kafka's log refuses a batch whose predecessor it never
+stored. Storing it would leave a gap in the producer's sequence, and the client, which
+re-sends every batch behind a failed one under a new epoch, would store it twice.
+
 A batch being appended is *pending*: the same batch arriving meanwhile (a client's retry
 on a new connection while the original request is still being served on the old one) is
 not appended but answered as the original ends — its offsets, or its error (the client then
@@ -42,7 +49,7 @@ from sparklog.log.producer_batches import recent_kafka_batches
 from sparklog.log.table import TopicTable
 from sparklog.log.transactions import kafka_producer_id
 
-__all__ = ["Outcome", "ProducerBatch", "ProducerStates"]
+__all__ = ["Outcome", "ProducerBatch", "ProducerStates", "follows_a_failed_batch"]
 
 _RECENT_BATCHES = 5
 _MAX_SEQUENCE = 2**31 - 1
@@ -89,12 +96,20 @@ class ProducerStates:
         self._partitions: dict[tuple[str, int], tuple[int, dict[int, _Producer]]] = {}
 
     def check(
-        self, table: TopicTable, partition: int, leader_epoch: int, batch: ProducerBatch, outcome: Outcome
+        self,
+        table: TopicTable,
+        partition: int,
+        leader_epoch: int,
+        batch: ProducerBatch,
+        outcome: Outcome,
+        follows: Callable[[Outcome], None] | None = None,
     ) -> int | Outcome | None:
         """None: append ``batch`` (registered as pending until ``outcome`` ends); an offset:
         ``batch`` is a duplicate stored at that base offset; an :class:`Outcome`: the same
         batch is still being appended (an earlier copy of it) — answer this copy as that one
-        ends, without appending it. Raises the sequence errors of the module doc."""
+        ends, without appending it. Raises the sequence errors of the module doc.
+        ``follows`` is called with the pending batch an appended ``batch`` continues, if its
+        predecessor is not stored yet."""
         with self._lock:
             producer = self._producer(table, partition, leader_epoch, batch.producer_id)
             key = (batch.first_sequence, batch.last_sequence)
@@ -117,6 +132,9 @@ class ProducerStates:
                 return original
             verdict = self._check(table, partition, batch, producer)
             if verdict is None and producer is not None:
+                before = _pending_before(producer, batch)
+                if before is not None and follows is not None:
+                    follows(before)
                 producer.pending[key] = outcome
             elif verdict is None:
                 self._new_producer(table.topic, partition, batch).pending[key] = outcome
@@ -193,6 +211,29 @@ class ProducerStates:
             producer = producers[producer_id] = _Producer(recent[-1][0] if recent else -1, stored)
             producer.recent.extend((first, last, base) for _epoch, first, last, base in recent)
         return producer
+
+
+def _pending_before(producer: _Producer, batch: ProducerBatch) -> Outcome | None:
+    """The pending batch ``batch`` continues, when its predecessor is not stored yet."""
+    if batch.producer_epoch != producer.epoch or batch.first_sequence == 0:
+        return None
+    previous = batch.first_sequence - 1
+    if producer.last_sequence == previous:
+        return None
+    return next((o for (_first, last), o in producer.pending.items() if last == previous), None)
+
+
+def follows_a_failed_batch(
+    follows: Outcome | None, partition: int, batch: ProducerBatch
+) -> OutOfOrderSequenceError | None:
+    """The error to refuse ``batch`` with when the batch it followed (``follows``) failed:
+    it can no longer continue its producer's sequence (see the module doc)."""
+    if follows is None or not follows.wait_done(0) or follows.error is None:
+        return None
+    return OutOfOrderSequenceError(
+        f"producer {batch.producer_id} batch {batch.first_sequence}..{batch.last_sequence} to partition "
+        f"{partition} follows a batch that failed ({follows.error}); send them again in order"
+    )
 
 
 def _unknown_outcome(outcome: Outcome) -> bool:

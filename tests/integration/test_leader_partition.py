@@ -14,7 +14,14 @@ import sparklog
 from sparklog.broker.partition import LeaderPartitions
 from sparklog.broker.pending_append import PendingAppend
 from sparklog.broker.producer_state import ProducerStates
-from sparklog.errors import NotLeaderError, OffsetOutOfRangeError, RecordTooLargeError, UnknownPartitionError
+from sparklog.errors import (
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+    StorageError,
+    UnknownPartitionError,
+)
 from sparklog.model.kafka_batches import CorruptBatchError
 from tests.helpers import wait_until
 from tests.integration.conftest import LEADER_TOPIC as TOPIC
@@ -118,6 +125,23 @@ def test_an_idempotent_batch_sent_again_is_answered_with_its_first_offsets(leade
     assert again.is_done and again.base_offset == original.base_offset == 1, "answered at once, not appended"
     read = leader.get(TOPIC, 0).read(0, 1 << 20, first=True, read_committed=False)
     assert [v for _, v in values_of(read.records)] == [b"before", b"once", b"only"]
+
+
+def test_a_batch_behind_one_that_failed_is_refused_not_stored_after_a_gap(leader: LeaderPartitions) -> None:
+    """A producer's second batch is accepted while its first is still being appended; the
+    first then fails at the store. Storing the second would leave a gap in the producer's
+    sequence (and the client re-sends it under a new epoch: stored twice), so its round
+    refuses it with OUT_OF_ORDER_SEQUENCE_NUMBER, as Kafka's log does."""
+    partition = leader.get(TOPIC, 1)
+    [first] = partition.prepare_append(batch([b"first"], producer_id=77, base_sequence=0), "all", 30_000)
+    [second] = partition.prepare_append(batch([b"second"], producer_id=77, base_sequence=1), "all", 30_000)
+    assert second.follows is first, "accepted behind the first, still pending"
+    first.finish(error=StorageError("the store lost the segment's PUT"))
+    leader.appender.append(TOPIC, [second])
+    assert second.wait_done(WAIT_S), "the commit round did not answer"
+    assert isinstance(second.error, OutOfOrderSequenceError), second.error
+    read = partition.read(0, 1 << 20, first=True, read_committed=False)
+    assert values_of(read.records) == [], "nothing stored"
 
 
 def test_offsets_outside_the_log_are_out_of_range(leader: LeaderPartitions) -> None:
