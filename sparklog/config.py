@@ -279,7 +279,6 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "store.round.linger.ms": "5",
     "store.round.max.bytes": "8388608",
     "store.rounds.per.second": "50",
-    "store.rounds.in.flight": "4",
 }
 
 _METRICS_PORT = ConfigSpec(
@@ -360,7 +359,6 @@ class ClusterConfig:
     store_round_linger_ms: int = 5
     store_round_max_bytes: int = 8 * 1024 * 1024
     store_rounds_per_second: int = 50  # 0: no budget
-    store_rounds_in_flight: int = 4  # a topic's rounds handed to its committer, not settled
 
     def to_options(self) -> dict[str, str]:
         """The settings as string options, e.g. to ship to Spark tasks or data-source options."""
@@ -390,7 +388,6 @@ class ClusterConfig:
             "store.round.linger.ms": str(self.store_round_linger_ms),
             "store.round.max.bytes": str(self.store_round_max_bytes),
             "store.rounds.per.second": str(self.store_rounds_per_second),
-            "store.rounds.in.flight": str(self.store_rounds_in_flight),
         }
         if self.listeners:
             options["listeners"] = ",".join(map(str, self.listeners))
@@ -495,5 +492,4 @@ def resolve_cluster_config(
         store_round_linger_ms=as_int("store.round.linger.ms", 0),
         store_round_max_bytes=as_int("store.round.max.bytes", 1),
         store_rounds_per_second=as_int("store.rounds.per.second", 0),
-        store_rounds_in_flight=as_int("store.rounds.in.flight", 1),
     )

@@ -368,12 +368,7 @@ def _round_bounds(config: ClusterConfig) -> RoundBounds | None:
     """Rounds on an object store are paced (each costs requests); on a disk they are not."""
     if not parse_location(config.log_dir).is_object_store:
         return None
-    return RoundBounds(
-        config.store_round_linger_ms,
-        config.store_round_max_bytes,
-        config.store_rounds_per_second,
-        config.store_rounds_in_flight,
-    )
+    return RoundBounds(config.store_round_linger_ms, config.store_round_max_bytes, config.store_rounds_per_second)
 
 
 def _watchers_of_every_writer(replicas: ReplicaManager, broker_id: int) -> AppendWatchers:

@@ -15,11 +15,9 @@ a thread each:
 
 While round N is fsynced and committed, round N+1 is built: it continues the log where N
 will leave it (a :class:`~sparklog.log.append.ProjectedView` of the log plus N's commit).
-On a disk one round at most is in flight behind the builder; on a store a round is handed
-over while its segments are PUT, and several may be in flight
-(:mod:`sparklog.broker.rounds_in_flight`). What arrives meanwhile waits for the next round,
-so latency is about one commit and throughput many requests per commit; on a store rounds
-are paced too (:mod:`sparklog.broker.round_pacing`).
+One round at most is in flight behind the builder. What arrives meanwhile waits for the next
+round, so latency is about one commit and throughput many requests per commit; on a store
+rounds are paced too (:mod:`sparklog.broker.round_pacing`).
 
 Invariants:
 
@@ -62,13 +60,19 @@ import time
 from collections.abc import Mapping, Sequence
 
 from sparklog.broker.append_watchers import AppendWatchers
+from sparklog.broker.commit_round import CommitRound, Settled
 from sparklog.broker.held_leases import HeldLeases
 from sparklog.broker.log_tail import LogTails
 from sparklog.broker.metrics import BrokerMetrics
-from sparklog.broker.pending_append import PendingAppend, RoundRows, kafka_producers, partition_rows, read_round
-from sparklog.broker.producer_state import follows_a_failed_batch
+from sparklog.broker.pending_append import (
+    PendingAppend,
+    RoundRows,
+    kafka_producers,
+    partition_rows,
+    read_round,
+    refuse_gaps,
+)
 from sparklog.broker.round_pacing import RoundBounds, RoundBudget, RoundQueues
-from sparklog.broker.rounds_in_flight import CommitRound, RoundsInFlight, Settled
 from sparklog.broker.stage import Stage
 from sparklog.broker.transactions.partition_txns import PartitionTransactions
 from sparklog.config import Acks
@@ -77,6 +81,7 @@ from sparklog.log.append import (
     MAX_COMMIT_ATTEMPTS,
     AppendResult,
     LogView,
+    ProjectedView,
     SnapshotView,
     WriteOptions,
     prepare_append,
@@ -132,8 +137,8 @@ class LeaderAppender:
         self._isr_waiters: dict[str, Stage] = {}
         self._closed = False
         self._closing = threading.Event()
-        # Used by a topic's builder thread only: the rounds its committer has.
-        self._in_flight = RoundsInFlight(round_bounds.rounds_in_flight if round_bounds else 1)
+        # Used by a topic's builder thread only:
+        self._in_flight: dict[str, CommitRound] = {}  # the round its committer has
         # A topic's builder and committer share its LeaderLog (under self._lock):
         self._logs: dict[str, LeaderLog] = {}
 
@@ -179,9 +184,10 @@ class LeaderAppender:
                                 break
                             self._lock.wait(linger_s)
                             continue
-                        if self._in_flight.oldest_settled(topic):
+                        in_flight = self._in_flight.get(topic)
+                        if in_flight is not None and in_flight.settled.done():
                             break
-                        if not self._lock.wait(_IDLE_CHECK_S) and not self._in_flight.count(topic):
+                        if not self._lock.wait(_IDLE_CHECK_S) and in_flight is None:
                             break
                     items = self._queues.take(topic)
                     closed = self._closed
@@ -189,9 +195,9 @@ class LeaderAppender:
                     self._stop(topic, [items])
                     return
                 if not items:
-                    # Nothing to build: settle the rounds done, let go of wanted leases.
-                    todo = self._in_flight.settle_done(topic)
-                    if not todo and not self._in_flight.count(topic):
+                    # Nothing to build: settle the round in flight, let go of wanted leases.
+                    todo = self._settle(topic)
+                    if not todo:
                         self.leases.release_wanted(topic)
                     continue
                 # acks=all rounds fsync and wait for the ISR: the others don't pay for that.
@@ -208,9 +214,12 @@ class LeaderAppender:
             self._fail(items, self._shutting_down())
 
     def _settle(self, topic: str) -> list[list[PendingAppend]]:
-        """Wait until none of the topic's rounds is in flight: the items of those that must
-        be built again, a list per round, in order."""
-        return self._in_flight.settle(topic)[0]
+        """Wait until the topic's round in flight is settled: [its items] when they must be
+        built again, else nothing."""
+        round_ = self._in_flight.pop(topic, None)
+        if round_ is None or round_.settled.result() != "rebuild":
+            return []
+        return [[i for i in round_.items if not i.is_done]]
 
     def _build_round(self, topic: str, items: list[PendingAppend]) -> list[list[PendingAppend]]:
         """Build ``items`` into a round and hand it to the committer; the rounds to build
@@ -243,11 +252,7 @@ class LeaderAppender:
                 f"epoch {states[p].leader_epoch}); refresh the metadata"
             )
             self._fail([i for i in items if i.partition == p], error)
-        for item in items:
-            if item.producer is not None and (
-                gap := follows_a_failed_batch(item.follows, item.partition, item.producer)
-            ):
-                item.finish(error=gap)
+        refuse_gaps(items)  # batches behind one of their producer's that failed
         items = [i for i in items if i.partition in led and not i.is_done]
         if not items:
             return []
@@ -279,8 +284,11 @@ class LeaderAppender:
         leases = [self.leases.lease(topic, p) for p in sorted(merged)]
         try:
             epochs = hold_leases(table, leases, timeout_ms, lambda: self.leases.release_wanted(topic, everything=True))
+            before = self._in_flight.get(topic)
             serials = {lease.partition: lease.grant_serial for lease in leases}
-            view = self._in_flight.projected(topic, self._leader_view(topic, table, serials))
+            view: LogView = self._leader_view(topic, table, serials)
+            if before is not None:
+                view = ProjectedView(view, before.prepared.transactions)
             options = WriteOptions(
                 leader_epochs={p: leader_epochs[p] for p in merged},
                 log_append_time=settings.log_append_time,
@@ -291,7 +299,6 @@ class LeaderAppender:
                 stage_roots=[replicas.replica_table(topic, b).root for b in followers] if acks == "all" else [],
                 hard_links=replicas.config.replica_hard_links_enable,
                 kafka_producers=kafka_producers(items, plan.transactions),
-                in_background=self._in_flight.limit > 1,
             )
             prepared = prepare_append(table, view, epochs, merged, options)
         except FencedError:
@@ -313,13 +320,11 @@ class LeaderAppender:
             time.monotonic() - build_started_s,
             serials,
         )
-        redo, committed = self._in_flight.settle(topic, keep=self._in_flight.limit - 1)
-        if not committed:
-            # It continues a log a round before it did not leave: build it again after them.
-            redo += self._settle(topic)
-            prepared.discard()
+        redo = self._settle(topic)
+        if before is not None and (redo or before.settled.result() != "committed"):
+            prepared.discard()  # it continues a log the round before did not leave
             return [*redo, items]
-        self._in_flight.add(round_)
+        self._in_flight[topic] = round_
         self._committers[topic].submit(functools.partial(self._commit, round_))
         return self._settle(topic) if transactional else []
 
@@ -383,7 +388,6 @@ class LeaderAppender:
         started_s = time.monotonic()
         committing = False
         try:
-            prepared.written.result()  # a store's segment PUTs may still be on their way
             if fsync:
                 prepared.make_durable()
             view = self._leader_view(round_.topic, round_.table, round_.lease_serials)

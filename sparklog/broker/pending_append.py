@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sparklog.broker.producer_state import Outcome, ProducerBatch
+from sparklog.broker.producer_state import Outcome, ProducerBatch, follows_a_failed_batch
 from sparklog.config import Acks
 from sparklog.log.append import KafkaProducerBatches
 from sparklog.log.transactions import kafka_producer_id, producer_app_id
 from sparklog.log.txn_log import ControlRecord
 from sparklog.model.kafka_batches import RecordBatch, decode_records
 
-__all__ = ["PendingAppend", "RoundRows", "kafka_producers", "partition_rows", "read_round"]
+__all__ = ["PendingAppend", "RoundRows", "kafka_producers", "partition_rows", "read_round", "refuse_gaps"]
 
 # Guards registering and running PendingAppend callbacks (held for a list operation only).
 _DONE_LOCK = threading.Lock()
@@ -183,3 +183,12 @@ def kafka_producers(
             (batch.producer_id, batch.producer_epoch, batch.first_sequence, batch.last_sequence, row)
         )
     return KafkaProducerBatches(last_sequences, batches, transactions_for)
+
+
+def refuse_gaps(items: Sequence[PendingAppend]) -> None:
+    """Refuse each idempotent batch whose producer's batch before it failed after it was
+    accepted (:func:`~sparklog.broker.producer_state.follows_a_failed_batch`): at a round's
+    build, so it is never stored after the gap."""
+    for item in items:
+        if item.producer is not None and (gap := follows_a_failed_batch(item.follows, item.partition, item.producer)):
+            item.finish(error=gap)

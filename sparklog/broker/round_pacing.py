@@ -12,11 +12,7 @@ are bounded the way object-storage Kafkas bound their flushes:
   starts the next round at once (its linger has passed);
 * **budget**: all rounds of one broker, every topic's, start at most ``rounds_per_second``
   times a second, each start at least one interval after the one before (no bursts), so a
-  broker's request rate has a ceiling whatever its clients do;
-* **rounds in flight**: a topic hands a round to its committer while its segments are still
-  being PUT and builds the next one, up to ``rounds_in_flight`` rounds handed over and not
-  settled (:mod:`sparklog.broker.rounds_in_flight`): a round trip to the store holds up
-  that many rounds, not one, once a topic's load fills rounds faster than they commit.
+  broker's request rate has a ceiling whatever its clients do.
 
 Invariants:
 
@@ -50,7 +46,6 @@ class RoundBounds:
     round_linger_ms: int = 5
     round_max_bytes: int = 8 * 1024 * 1024
     rounds_per_second: int = 50  # 0: no budget
-    rounds_in_flight: int = 4  # a topic's rounds handed to its committer and not settled
 
 
 def linger_left_s(first_queued_s: float, queued_bytes: int, now_s: float, bounds: RoundBounds) -> float:

@@ -26,7 +26,6 @@ import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,7 +43,7 @@ from sparklog.log.segment import (
     split_for_size,
     write_segment,
 )
-from sparklog.log.storage import fsync_path, in_background, in_parallel
+from sparklog.log.storage import fsync_path, in_parallel
 from sparklog.log.table import (
     CommitConflict,
     TopicTable,
@@ -262,16 +261,10 @@ class PreparedAppend:
     epochs: Mapping[int, int]
     leader_epochs: Mapping[int, int] | None
     base_offsets: dict[int, int]
-    written: Future[list[SegmentFile]]  # the segments, once written (WriteOptions.in_background)
+    segments: list[SegmentFile]
     transactions: dict[str, int]
     metadata: dict[str, str]
     append_ms: int
-
-    @property
-    def segments(self) -> list[SegmentFile]:
-        """The round's segment files, waiting until they are written; raises what failed
-        the writes (the files written are deleted then)."""
-        return self.written.result()
 
     def check(self, view: LogView) -> None:
         """Fail unless ``view`` is the log these segments continue: fences and leader epochs
@@ -306,8 +299,7 @@ class PreparedAppend:
         return AppendResult(dict(self.base_offsets), self.append_ms)
 
     def discard(self) -> None:
-        if self.written.exception() is None:  # a failed write deleted what it wrote
-            _discard(self.table, self.segments)
+        _discard(self.table, self.segments)
 
     def storage_error(self, exc: OSError) -> StorageError:
         return _storage_error(self.table, self.base_offsets, exc)
@@ -352,8 +344,6 @@ class WriteOptions:
     stage_roots: Sequence[str] = ()
     hard_links: bool = True
     kafka_producers: KafkaProducerBatches | None = None
-    # On a store: return once the segments' PUTs are started; PreparedAppend.segments waits.
-    in_background: bool = False
 
 
 def prepare_append(
@@ -396,12 +386,7 @@ def prepare_append(
                 )
             )
             next_offset += piece.num_rows
-    written: Future[list[SegmentFile]]
-    if options.in_background and table.storage.is_object_store:
-        written = in_background(functools.partial(_write_segments, table, pending, writes))
-    else:
-        written = Future()
-        written.set_result(_write_segments(table, pending, writes))
+    segments = _write_segments(table, pending, writes)
     versions = dict(kafka_producers.last_sequences if kafka_producers else {})
     if kafka_producers is not None and kafka_producers.transactions_for is not None:
         versions.update(kafka_producers.transactions_for(base_offsets))
@@ -414,7 +399,7 @@ def prepare_append(
     if producer_id is not None and sequence is not None:
         versions.update({producer_app_id(producer_id, p): sequence for p in pending})
         metadata.update({"sparklog.producer": producer_id, "sparklog.sequence": str(sequence)})
-    return PreparedAppend(table, epochs, leader_epochs, base_offsets, written, versions, metadata, append_ms)
+    return PreparedAppend(table, epochs, leader_epochs, base_offsets, segments, versions, metadata, append_ms)
 
 
 def _write_segments(

@@ -23,7 +23,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 from urllib.parse import unquote, urlparse
@@ -38,7 +38,6 @@ __all__ = [
     "ObjectTableStorage",
     "TableStorage",
     "fsync_path",
-    "in_background",
     "in_parallel",
     "read_all",
     "storage_of",
@@ -253,27 +252,11 @@ def fsync_path(path: str) -> None:
 
 
 MAX_PARALLEL_READS = 16  # objects one caller reads (or writes) at once on a store
-MAX_BACKGROUND_WRITES = 8  # groups of writes started by in_background and not finished
-_pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}  # name -> (the pid that started it, the pool)
-_pools_lock = threading.Lock()
-
-
-def _pool(name: str, threads: int) -> ThreadPoolExecutor:
-    with _pools_lock:
-        started = _pools.get(name)
-        # A forked child (Spark's Python workers) inherits the pool but not its threads.
-        if started is None or started[0] != os.getpid():
-            started = _pools[name] = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix=name))
-        return started[1]
+_workers: tuple[int, ThreadPoolExecutor] | None = None  # (the pid that started it, the pool)
+_workers_lock = threading.Lock()
 
 
 _T = TypeVar("_T")
-
-
-def in_background(call: Callable[[], _T]) -> Future[_T]:
-    """Start ``call`` (a group of store writes, itself using :func:`in_parallel`) on a thread
-    of its own pool, so the caller goes on while it waits for the store."""
-    return _pool("object-writes", MAX_BACKGROUND_WRITES).submit(call)
 
 
 def in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T | Exception]:
@@ -289,7 +272,13 @@ def in_parallel(calls: Sequence[Callable[[], _T]]) -> list[_T | Exception]:
 
     if len(calls) <= 1:
         return [outcome(c) for c in calls]
-    return list(_pool("object-io", MAX_PARALLEL_READS).map(outcome, calls))
+    global _workers
+    with _workers_lock:
+        # A forked child (Spark's Python workers) inherits the pool but not its threads.
+        if _workers is None or _workers[0] != os.getpid():
+            _workers = (os.getpid(), ThreadPoolExecutor(MAX_PARALLEL_READS, thread_name_prefix="object-io"))
+        pool = _workers[1]
+    return list(pool.map(outcome, calls))
 
 
 def read_all(storage: TableStorage, relatives: Sequence[str]) -> list[bytes | None]:

@@ -19,8 +19,7 @@ and by answer (``PUT_IF_ABSENT 412``), then handled as the :class:`FaultPlan` in
   the proof did not catch: brokers restarted meanwhile still start.
 
 Control requests (no bucket name starts with ``_``, so none is an S3 request):
-``GET /_proxy/counts`` (JSON), ``GET /_proxy/peaks`` (JSON: the most requests of each kind
-that were being handled at once), ``POST /_proxy/reset`` (zero both), ``POST
+``GET /_proxy/counts`` (JSON), ``POST /_proxy/reset`` (zero the counts), ``POST
 /_proxy/faults`` with a plan as JSON (``{}``: none). Decisions are drawn from a seeded random
 generator, one per proxy, so a failing run's faults are the plan's and its seed's.
 """
@@ -106,8 +105,6 @@ class _State:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
-        self.handling: Counter[str] = Counter()  # kind -> requests being handled now
-        self.peaks: Counter[str] = Counter()  # kind -> the most handled at once since a reset
         self.plan = FaultPlan()
         self.random = random.Random(0)
 
@@ -116,15 +113,6 @@ class _State:
             self.counts[kind] += 1
             if status is not None and status >= 400:
                 self.counts[f"{kind} {status}"] += 1
-
-    def started(self, kind: str) -> None:
-        with self.lock:
-            self.handling[kind] += 1
-            self.peaks[kind] = max(self.peaks[kind], self.handling[kind])
-
-    def finished(self, kind: str) -> None:
-        with self.lock:
-            self.handling[kind] -= 1
 
     def set_plan(self, plan: FaultPlan) -> None:
         with self.lock:
@@ -175,13 +163,9 @@ def _handler(upstream: str, state: _State) -> type[BaseHTTPRequestHandler]:
             if self.path == f"{_CONTROL}counts":
                 with state.lock:
                     answer = json.dumps(dict(state.counts)).encode()
-            elif self.path == f"{_CONTROL}peaks":
-                with state.lock:
-                    answer = json.dumps(dict(state.peaks)).encode()
             elif self.path == f"{_CONTROL}reset":
                 with state.lock:
                     state.counts.clear()
-                    state.peaks.clear()
                 answer = b"{}"
             elif self.path == f"{_CONTROL}faults":
                 try:
@@ -202,13 +186,6 @@ def _handler(upstream: str, state: _State) -> type[BaseHTTPRequestHandler]:
                 self._control(body)
                 return
             kind = request_kind(self.command, self.path, self.headers.get("If-None-Match"))
-            state.started(kind)
-            try:
-                self._relay(kind, body)
-            finally:
-                state.finished(kind)
-
-        def _relay(self, kind: str, body: bytes | None) -> None:
             plan, latency, fault = state.decide(self.command)
             if latency:
                 time.sleep(latency / 1000)
@@ -272,10 +249,6 @@ class StoreProxy(S3ServerProcess):
 
     def counts(self) -> dict[str, int]:
         return {str(k): int(v) for k, v in json.loads(self._call("counts")).items()}
-
-    def peaks(self) -> dict[str, int]:
-        """The most requests of each kind handled at once since the last :meth:`reset`."""
-        return {str(k): int(v) for k, v in json.loads(self._call("peaks")).items()}
 
     def reset(self) -> None:
         self._call("reset", "POST", b"")

@@ -25,7 +25,7 @@ from sparklog.model.storage_location import StorageSettings, parse_location
 from sparklog.testing import BrokerAgents
 from sparklog.testing.metrics import scrape
 from sparklog.testing.object_stores import MotoS3
-from sparklog.testing.store_proxy import FaultPlan, StoreProxy
+from sparklog.testing.store_proxy import StoreProxy
 from tests.helpers import in_threads, wait_until
 from tests.wire.conftest import create_led_topic, started_brokers
 from tests.wire.raw import produce_answer, produce_frame, recv_frame
@@ -316,41 +316,3 @@ def test_a_broker_starts_at_most_its_budget_of_rounds_a_second(
     assert commits <= budget, f"{commits} rounds in {elapsed_s:.1f} s: over the budget of {rounds_per_second}/s"
     assert sum(acknowledged) > commits, "rounds carry several requests when the budget holds them back"
     assert stored == sum(acknowledged), f"{stored} records stored, {sum(acknowledged)} acknowledged"
-
-
-@pytest.mark.parametrize("rounds_in_flight", [1, 4])
-def test_a_topic_has_several_rounds_in_flight_on_a_slow_store(
-    cluster: sparklog.Cluster, counted_brokers: StartBrokers, proxy: StoreProxy, rounds_in_flight: int
-) -> None:
-    """Eight requests of 3 KB sent at once on one connection, in rounds of at most 4 KB: each
-        is a round of its own, one segment PUT each (one partition). On a store that takes 300 ms
-        a request, the builder hands a round over while its PUT is on its way and builds the
-        next, so the PUTs of up to ``store.rounds.in.flight`` rounds handed over and the one being
-    built overlap; with 1 they never do.
-        Answers and offsets keep the request order either way."""
-    requests = 8
-    properties = {
-        "store.round.linger.ms": "0",
-        "store.round.max.bytes": "4096",
-        "store.rounds.per.second": "0",
-        "store.rounds.in.flight": str(rounds_in_flight),
-    }
-    with counted_brokers(properties) as agents:
-        create_led_topic(cluster, agents, TOPIC, partitions=1)
-        send_one_at_a_time(agents.bootstrap_servers, 1)
-        proxy.inject(FaultPlan(latency_p50_ms=300, latency_p99_ms=300))
-        proxy.reset()
-        with socket.create_connection(("127.0.0.1", agents.port(1)), timeout=60) as sock:
-            sock.sendall(b"".join(produce_frame(TOPIC, i, b"%d" % i * 3000) for i in range(requests)))
-            answers = [produce_answer(recv_frame(sock)) for _ in range(requests)]
-        peaks, counts = proxy.peaks(), proxy.counts()
-        proxy.inject(FaultPlan())
-    assert [a[:2] for a in answers] == [(i, 0) for i in range(requests)], "answered in order, without errors"
-    assert [a[2] for a in answers] == list(range(1, requests + 1)), f"stored in request order: {answers}"
-    assert counts.get("PUT_IF_ABSENT") == requests, f"a round per request: {counts}"
-    # The round being built PUTs its segment too: one more than the rounds handed over.
-    most = peaks.get("PUT", 0)
-    if rounds_in_flight == 1:
-        assert most == 1, f"a round's segment is written before it is handed over: {peaks}"
-    else:
-        assert 2 <= most <= rounds_in_flight + 1, f"segment PUTs at once, {rounds_in_flight} rounds in flight: {peaks}"

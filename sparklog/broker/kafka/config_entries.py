@@ -141,7 +141,6 @@ _BROKER_TYPES = {
     "store.round.linger.ms": _INT,
     "store.round.max.bytes": _INT,
     "store.rounds.per.second": _INT,
-    "store.rounds.in.flight": _INT,
     "listeners": _LIST,
     "advertised.listeners": _LIST,
 }
