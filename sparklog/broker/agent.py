@@ -39,7 +39,12 @@ from sparklog.broker.append_watchers import AppendWatchers
 from sparklog.broker.controller.controller import Controller, ControllerSettings
 from sparklog.broker.groups.coordinator import BrokerGroups
 from sparklog.broker.kafka.context import BrokerContext
-from sparklog.broker.kafka.listener import KafkaListener, NetworkThread
+from sparklog.broker.kafka.listener import (
+    DISK_PIPELINED_REQUESTS,
+    STORE_PIPELINED_REQUESTS,
+    KafkaListener,
+    NetworkThread,
+)
 from sparklog.broker.kafka.request_channel import RequestChannel
 from sparklog.broker.leader_appender import LeaderAppender
 from sparklog.broker.log_manager import LogManager
@@ -175,6 +180,7 @@ class BrokerAgent:
                 self.config.socket_request_max_bytes,
                 self._network,
                 self._requests,
+                pipelined_requests=_pipelined_requests(self.config),
             )
             for endpoint in self.config.listeners
         ]
@@ -362,6 +368,11 @@ def _try(fn: object, *args: object) -> BaseException | None:
         return None
     except BaseException as exc:  # noqa: BLE001 - reported by the caller
         return exc
+
+
+def _pipelined_requests(config: ClusterConfig) -> int:
+    """How many Produce requests a connection may have started unanswered (see the listener)."""
+    return STORE_PIPELINED_REQUESTS if parse_location(config.log_dir).is_object_store else DISK_PIPELINED_REQUESTS
 
 
 def _round_bounds(config: ClusterConfig) -> RoundBounds | None:

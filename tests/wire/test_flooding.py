@@ -9,6 +9,7 @@ from pathlib import Path
 
 import sparklog
 from sparklog.testing.brokers import BrokerAgents
+from sparklog.testing.metrics import scrape
 from tests.wire.conftest import create_led_topic
 from tests.wire.raw import produce_answer, produce_frame, recv_frame
 
@@ -56,3 +57,24 @@ def test_ten_thousand_pipelined_one_record_produces(one_broker: BrokerAgents, cl
     assert wrong == [], f"records not stored once each at their request's offset: {wrong}"
     grown_mib = (peak_rss - rss_before) / 2**20
     assert grown_mib < 200, f"the broker grew {grown_mib:.0f} MiB while the client flooded it"
+
+
+def test_a_disk_brokers_connection_reads_sixteen_produce_requests_ahead(
+    one_broker: BrokerAgents, cluster: sparklog.Cluster
+) -> None:
+    """400 one-record requests sent at once on one connection to a broker on a local disk:
+    16 may be unanswered at a time, so each commit round carries at most 16 of them and at
+    least 25 rounds are made. Reading 1,024 ahead they shared a few rounds, and a flooding
+    librdkafka client's backlog came into the broker as one-record requests instead of being
+    batched in the client's queue (case (n): half the records delivered)."""
+    import socket
+
+    requests = 400
+    create_led_topic(cluster, one_broker, TOPIC, 1)
+    with socket.create_connection(("127.0.0.1", one_broker.port(1)), timeout=60) as sock:
+        sock.sendall(b"".join(produce_frame(TOPIC, i, b"d%d" % i) for i in range(requests)))
+        answers = [produce_answer(recv_frame(sock)) for _ in range(requests)]
+    assert [a[:2] for a in answers] == [(i, 0) for i in range(requests)], "answered in order, without errors"
+    rounds = scrape(one_broker.metrics_url(1)).series("sparklog_commit_round_records_count")
+    made = sum(count for labels, count in rounds.items() if dict(labels).get("topic") == TOPIC)
+    assert made >= requests / 16, f"{made} commit rounds for {requests} requests: more than 16 read ahead"

@@ -9,8 +9,9 @@ in Kafka:
   :class:`~sparklog.broker.kafka.request_channel.RequestChannel`, and the connection's
   next frame is read only once that request was answered — or, when it may be pipelined
   (Produce without idempotent batches: its successors can join the same commit round),
-  once it was started, up to :data:`MAX_PIPELINED_REQUESTS` (and :data:`MAX_PIPELINED_BYTES`)
-  unanswered. Responses are written in request order. A client sending faster than that
+  once it was started, up to :data:`DISK_PIPELINED_REQUESTS` or, on an object store,
+  :data:`STORE_PIPELINED_REQUESTS` (and :data:`MAX_PIPELINED_BYTES`) unanswered. Responses
+  are written in request order. A client sending faster than that
   keeps the rest in its socket; enough is read ahead that a round's latency does not cap a
   connection's requests per second;
 * a response whose bytes the client does not take (the socket's send buffer full) also
@@ -42,7 +43,7 @@ from sparklog.broker.kafka.request_channel import RequestChannel
 from sparklog.config import Endpoint
 from sparklog.errors import ConfigError
 
-__all__ = ["KafkaListener", "NetworkThread"]
+__all__ = ["DISK_PIPELINED_REQUESTS", "STORE_PIPELINED_REQUESTS", "KafkaListener", "NetworkThread"]
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +51,15 @@ _SIZE = struct.Struct(">i")
 # Unanswered requests one connection may have started, when they may share commit rounds
 # (Produce without idempotent batches); any other request is read only once the earlier ones
 # are answered, as Kafka's muted channel does. A client at linger.ms=0 sends one small request
-# per record, and its backlog sits in the kernel's socket buffers as such requests, not in its
-# own queue: the connection's throughput is this many requests per commit round's latency
-# (16 held a producer to ~160 requests/s on a store's 100 ms rounds). The bytes bound keeps a
-# connection's memory to about one round (store.round.max.bytes' default).
-MAX_PIPELINED_REQUESTS = 1024
+# per record while the broker reads them. On a store the connection's throughput is this many
+# requests per commit round's latency: 16 held a producer to ~160 requests/s on 100 ms rounds.
+# On a disk (rounds of a millisecond or two) reading that far ahead only moves a flooding
+# client's backlog out of its own queue, where librdkafka batches it, into the broker as
+# one-record requests: case (n)'s 16 producers at 50k records/s got 3.6k delivered with 1,024
+# (Kafka 17.1k in the same runs), 7.5k with 16 (Kafka 14.7k) (DESIGN §15). The bytes bound keeps a connection's memory to about one
+# round (store.round.max.bytes' default).
+DISK_PIPELINED_REQUESTS = 16
+STORE_PIPELINED_REQUESTS = 1024
 MAX_PIPELINED_BYTES = 8 * 1024 * 1024
 
 
@@ -90,10 +95,12 @@ class KafkaListener:
         socket_request_max_bytes: int,
         network: NetworkThread,
         channel: RequestChannel,
+        pipelined_requests: int = DISK_PIPELINED_REQUESTS,
     ) -> None:
         self.endpoint = endpoint
         self.cluster = cluster
         self.max_bytes = socket_request_max_bytes
+        self.pipelined_requests = pipelined_requests
         self._network = network
         self._channel = channel
         host = endpoint.host or "0.0.0.0"
@@ -322,7 +329,7 @@ class _KafkaConnection(asyncio.Protocol):
 
     def _room(self) -> bool:
         """Whether another request may be read while the unanswered ones wait."""
-        return len(self._slots) < MAX_PIPELINED_REQUESTS and self._slots_bytes < MAX_PIPELINED_BYTES
+        return len(self._slots) < self.listener.pipelined_requests and self._slots_bytes < MAX_PIPELINED_BYTES
 
     def close(self) -> None:
         self._closing = True
