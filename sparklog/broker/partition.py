@@ -39,7 +39,7 @@ from sparklog.broker.kafka.records import encode_batches as encode_rows
 from sparklog.broker.leader_appender import LeaderAppender
 from sparklog.broker.log_tail import LogTails
 from sparklog.broker.pending_append import PendingAppend
-from sparklog.broker.producer_state import Outcome, ProducerBatch, ProducerStates
+from sparklog.broker.producer_state import ProducerBatch, ProducerStates
 from sparklog.broker.stage import Stage
 from sparklog.broker.transactions.coordinator import TransactionCoordinator
 from sparklog.config import Acks
@@ -183,11 +183,7 @@ class LeaderPartition:
         states = leader.producer_states
         sequenced = ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.count)
         table = leader.replicas.replica_table(topic, leader.broker_id)
-
-        def follows(before: Outcome) -> None:
-            item.follows = before
-
-        original = states.check(table, partition, leader_epoch, sequenced, item, follows=follows)
+        original = states.check(table, partition, leader_epoch, sequenced, item)
         if isinstance(original, int):
             item.finish(original)
             return

@@ -14,7 +14,7 @@ its last five batches (first and last sequence, base offset). A new batch of tha
 * anything else → OUT_OF_ORDER_SEQUENCE_NUMBER, nothing appended.
 
 A batch accepted behind one of its producer's batches that is still being appended
-*follows* it (``follows`` of :meth:`ProducerStates.check`): if that one fails, this one is
+*follows* it (``Outcome.follows``, set by :meth:`ProducerStates.check`): if that one fails, this one is
 refused with OUT_OF_ORDER_SEQUENCE_NUMBER when its round is built
 (:func:`follows_a_failed_batch`), as Kafka's log refuses a batch whose predecessor it never
 stored. Storing it would leave a gap in the producer's sequence, and the client, which
@@ -73,6 +73,7 @@ class Outcome(Protocol):
     error: BaseException | None
     base_offset: int
     log_append_time_ms: int
+    follows: Outcome | None  # set by ProducerStates.check: the pending batch this one continues
 
     def wait_done(self, timeout_s: float) -> bool: ...
 
@@ -102,14 +103,13 @@ class ProducerStates:
         leader_epoch: int,
         batch: ProducerBatch,
         outcome: Outcome,
-        follows: Callable[[Outcome], None] | None = None,
     ) -> int | Outcome | None:
         """None: append ``batch`` (registered as pending until ``outcome`` ends); an offset:
         ``batch`` is a duplicate stored at that base offset; an :class:`Outcome`: the same
         batch is still being appended (an earlier copy of it) — answer this copy as that one
-        ends, without appending it. Raises the sequence errors of the module doc.
-        ``follows`` is called with the pending batch an appended ``batch`` continues, if its
-        predecessor is not stored yet."""
+        ends, without appending it. Raises the sequence errors of the module doc. An
+        appended ``batch`` whose predecessor is not stored yet *follows* the pending batch it
+        continues (``outcome.follows``)."""
         with self._lock:
             producer = self._producer(table, partition, leader_epoch, batch.producer_id)
             key = (batch.first_sequence, batch.last_sequence)
@@ -132,9 +132,7 @@ class ProducerStates:
                 return original
             verdict = self._check(table, partition, batch, producer)
             if verdict is None and producer is not None:
-                before = _pending_before(producer, batch)
-                if before is not None and follows is not None:
-                    follows(before)
+                outcome.follows = _pending_before(producer, batch)
                 producer.pending[key] = outcome
             elif verdict is None:
                 self._new_producer(table.topic, partition, batch).pending[key] = outcome

@@ -56,8 +56,8 @@ _SIZE = struct.Struct(">i")
 # On a disk (rounds of a millisecond or two) reading that far ahead only moves a flooding
 # client's backlog out of its own queue, where librdkafka batches it, into the broker as
 # one-record requests: case (n)'s 16 producers at 50k records/s got 3.6k delivered with 1,024
-# (Kafka 17.1k in the same runs), 7.5k with 16 (Kafka 14.7k) (DESIGN §15). The bytes bound keeps a connection's memory to about one
-# round (store.round.max.bytes' default).
+# (Kafka 17.1k in the same runs), 7.5k with 16 (Kafka 14.7k) (DESIGN §15). The bytes bound
+# keeps a connection's memory to about one round (store.round.max.bytes' default).
 DISK_PIPELINED_REQUESTS = 16
 STORE_PIPELINED_REQUESTS = 1024
 MAX_PIPELINED_BYTES = 8 * 1024 * 1024
