@@ -23,6 +23,7 @@ import sparklog
 from sparklog.metadata import embedded
 from sparklog.testing import ZooKeeperEnsemble
 from sparklog.testing.object_stores import MotoS3
+from sparklog.testing.store_proxy import StoreProxy
 
 for _var in ("SPARKLOG_HOME", "SPARKLOG_ZOOKEEPER", "SPARKLOG_CONF"):
     os.environ.pop(_var, None)
@@ -70,6 +71,13 @@ def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
     test takes a bucket of its own (``s3_bucket``, ``log_store``)."""
     with MotoS3(tmp_path_factory.mktemp("moto")) as server:
         yield server
+
+
+@pytest.fixture
+def proxy(moto_s3: MotoS3, tmp_path: Path) -> Iterator[StoreProxy]:
+    """A counting, fault-injecting proxy in front of ``moto_s3``, the test's own."""
+    with StoreProxy(tmp_path / "proxy", moto_s3) as running:
+        yield running
 
 
 @pytest.fixture

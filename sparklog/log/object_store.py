@@ -283,7 +283,8 @@ class ObjectTableStorage:
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
-        self.prove()
+        if create or not relative.startswith("_delta_log/"):
+            self.prove()  # before the first commit or data file; a checkpoint only restates commits
         payload = data if isinstance(data, bytes) else data.to_pybytes()  # obstore takes bytes, not Arrow buffers
         _count("PUT_IF_ABSENT" if create else "PUT")
         try:

@@ -128,6 +128,11 @@ class StorageSettings:
                 values.append((key, str(value)))
         return cls(tuple(sorted(values)))
 
+    @classmethod
+    def from_variables(cls, variables: Mapping[str, str]) -> StorageSettings:
+        """Settings that give exactly these ``AWS_*`` ``variables`` (those of :meth:`variables`)."""
+        return cls(tuple(sorted((key, variables[var]) for key, var in STORAGE_SETTINGS.items() if var in variables)))
+
     def variables(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
         """The effective ``AWS_*`` variables: the environment's, overridden by the settings."""
         env = os.environ if environ is None else environ

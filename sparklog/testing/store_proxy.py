@@ -16,7 +16,9 @@ and by answer (``PUT_IF_ABSENT 412``), then handled as the :class:`FaultPlan` in
 * with ``strip_conditions``, ``If-None-Match`` and ``If-Match`` removed before forwarding: a
   conditional create then overwrites, as a store that ignores the headers does. The probe
   objects of sparklog's store proof (``_sparklog/probes/``) are spared, as a store whose bug
-  the proof did not catch: brokers restarted meanwhile still start.
+  the proof did not catch: brokers restarted meanwhile still start. A stripped create of a
+  ``_delta_log`` commit that replaces one already there is counted ``overwritten``: the race a
+  conditional create would have refused, so a test can wait until the bug really struck.
 
 Control requests (no bucket name starts with ``_``, so none is an S3 request):
 ``GET /_proxy/counts`` (JSON), ``POST /_proxy/reset`` (zero the counts), ``POST
@@ -31,6 +33,7 @@ import http.client
 import json
 import math
 import random
+import re
 import sys
 import threading
 import time
@@ -53,6 +56,7 @@ _CONTROL = "/_proxy/"
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 _CONDITIONS = {"if-none-match", "if-match"}
 _PROBES = "/_sparklog/probes/"  # sparklog.log.object_store's proof objects
+_COMMIT = re.compile(r"/_delta_log/\d{20}\.json$")
 _Z_99 = 2.3263478740408408  # the standard normal's 99th percentile
 
 
@@ -201,6 +205,8 @@ def _handler(upstream: str, state: _State) -> type[BaseHTTPRequestHandler]:
             headers = {
                 k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP and k.lower() not in dropped
             }
+            if "if-none-match" in dropped and _COMMIT.search(urlsplit(self.path).path) and self._exists_upstream():
+                state.count("overwritten")
             connection = http.client.HTTPConnection(target_host.hostname or "127.0.0.1", target_host.port, timeout=60)
             try:
                 connection.request(self.command, self.path, body=body, headers=headers)
@@ -221,6 +227,16 @@ def _handler(upstream: str, state: _State) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)
+
+        def _exists_upstream(self) -> bool:
+            connection = http.client.HTTPConnection(target_host.hostname or "127.0.0.1", target_host.port, timeout=60)
+            try:
+                connection.request("HEAD", self.path)  # the test's store checks no signatures
+                response = connection.getresponse()
+                response.read()
+                return response.status == 200
+            finally:
+                connection.close()
 
         do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = _forward
 

@@ -5,6 +5,7 @@ nothing behind (no topic, no objects)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -15,9 +16,11 @@ from deltalake import DeltaTable
 
 import sparklog
 from sparklog.errors import StorageError
-from sparklog.log.object_store import open_store
+from sparklog.log.checkpoints import STORE_CHECKPOINT_INTERVAL, write_checkpoint
+from sparklog.log.object_store import open_store, store_requests
 from sparklog.model.storage_location import STORAGE_SETTINGS, StorageSettings, parse_location
 from sparklog.testing.object_stores import MotoS3, S3rver
+from tests.helpers import spawn_context, wait_until
 
 ON_S3 = pytest.mark.parametrize("log_store", ["s3"], indirect=True)
 
@@ -101,3 +104,62 @@ def test_a_missing_bucket_is_named_and_no_topic_is_left(zk_connect: str, sparklo
         with pytest.raises(StorageError, match=rf"bucket '{bucket}' does not exist"):
             cluster.create_topic("t", partitions=1)
         assert "t" not in cluster.list_topics()
+
+
+def _checkpoint_counting(root: str, options: dict[str, str], version: int) -> dict[str, int]:
+    """In a fresh process (no log mirror yet): checkpoint ``root`` at ``version``; the store
+    requests it made."""
+    from sparklog.log.checkpoints import write_checkpoint
+    from sparklog.log.object_store import store_requests
+
+    write_checkpoint(root, options, version)
+    return {kind: n for kind, n in store_requests().items() if n}
+
+
+def _last_checkpoint(server: MotoS3, root: str) -> int:
+    store = open_store(parse_location(root), StorageSettings.from_config(server.settings()))
+    try:
+        return int(json.loads(bytes(obstore.get(store, "_delta_log/_last_checkpoint").bytes()))["version"])
+    except FileNotFoundError:
+        return -1
+
+
+@ON_S3
+def test_a_store_tables_checkpoint_fetches_each_commit_once_and_any_reader_uses_it(
+    cluster: sparklog.Cluster, log_store: str, moto_s3: MotoS3
+) -> None:
+    """delta-rs's own checkpoint on a store read every commit since the last one two or
+    three times (~80 GETs for 20); made on a local copy of the log, each is fetched once, by
+    name, and the copy keeps its checkpoint for the next (DESIGN §16)."""
+    cluster.create_topic("cp", partitions=1)
+    root = f"{log_store}/topics/cp"
+    with cluster.producer() as producer:
+        for i in range(STORE_CHECKPOINT_INTERVAL + 5):  # a commit each: versions 1 .. interval + 5
+            producer.send("cp", value=b"v%d" % i)
+            producer.flush()
+    wait_until(lambda: _last_checkpoint(moto_s3, root) == STORE_CHECKPOINT_INTERVAL, "the first checkpoint")
+    newest = DeltaTable(root, storage_options=moto_s3.environ()).version()
+    assert newest >= STORE_CHECKPOINT_INTERVAL + 5
+
+    # A process without a copy: _last_checkpoint, its checkpoint, then each newer commit once.
+    with spawn_context().Pool(1) as pool:
+        counted = pool.apply(_checkpoint_counting, (root, moto_s3.environ(), newest))
+    assert counted == {"GET": 2 + newest - STORE_CHECKPOINT_INTERVAL, "PUT": 2}, counted
+    assert _last_checkpoint(moto_s3, root) == newest
+
+    # This process's copy (from the checkpoint at the interval) fetches only the commits since.
+    before = store_requests()
+    with cluster.producer() as producer:
+        producer.send("cp", value=b"after")
+    again = DeltaTable(root, storage_options=moto_s3.environ()).version()
+    between = store_requests()
+    write_checkpoint(root, moto_s3.environ(), again)
+    after = store_requests()
+    made = {kind: after[kind] - between.get(kind, 0) for kind in after if after[kind] > between.get(kind, 0)}
+    assert made == {"GET": again - STORE_CHECKPOINT_INTERVAL, "PUT": 2}, (made, before)
+
+    # Every reader opens the table from the checkpoint alone (no commit after it) and sees it all.
+    assert _last_checkpoint(moto_s3, root) == again
+    values = DeltaTable(root, storage_options=moto_s3.environ()).to_pyarrow_table().column("value").to_pylist()
+    assert sorted(values) == sorted([b"v%d" % i for i in range(STORE_CHECKPOINT_INTERVAL + 5)] + [b"after"])
+    assert cluster.read("cp").num_rows == STORE_CHECKPOINT_INTERVAL + 6

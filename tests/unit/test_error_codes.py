@@ -23,6 +23,9 @@ RETRIABLE_ON_THE_WIRE_ONLY = {
     errors.UnknownPartitionError,
     # Kafka retries a batch corrupted in transit; the codec's error is about the bytes sent.
     CorruptBatchError,
+    # A Kafka client sends a batch the store failed again under its sequence (the broker
+    # finds out whether it landed); a library caller is told the store failed.
+    errors.StorageError,
     # Python's own, not in sparklog's tree.
     TimeoutError,
 }
@@ -89,6 +92,8 @@ def test_every_retriable_error_a_broker_raises_has_a_code() -> None:
         ),
         (errors.DeleteRecordsOffsetError("beyond the end"), ErrorCode.offset_out_of_range),
         (errors.ZooKeeperUnavailableError("electing"), ErrorCode.request_timed_out),
+        (errors.StorageError("503 SlowDown"), ErrorCode.kafka_storage_error),
+        (errors.RetriesExhaustedError("lost every race"), ErrorCode.kafka_storage_error),
     ],
 )
 def test_the_most_specific_class_decides(raised: BaseException, expected: ErrorCode) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from sparklog.metadata.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, Tran
 from sparklog.model.group_ids import offsets_partition_for
 from sparklog.model.topic import OFFSETS_TOPIC
 from sparklog.testing import BrokerAgents
+from sparklog.testing.store_proxy import StoreProxy
 from tests.helpers import wait_until
 
 _TIMEOUT_S = 30.0
@@ -110,3 +112,37 @@ def transaction_coordinator(cluster: sparklog.Cluster, transactional_id: str) ->
     partitions = len(cluster.replicas.partitions_of(OFFSETS_TOPIC))
     partition = offsets_partition_for(transactional_id, partitions)
     return int(cluster.replicas.states(OFFSETS_TOPIC, [partition])[partition].leader)
+
+
+@pytest.fixture
+def counted_brokers(
+    zk_connect: str, sparklog_home: Path, tmp_path: Path, proxy: StoreProxy, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., contextlib.AbstractContextManager[BrokerAgents]]:
+    """Starts one broker whose log dir is a bucket reached through :class:`StoreProxy`,
+    with the given broker properties."""
+    for name, value in proxy.environ().items():
+        monkeypatch.setenv(name, value)
+
+    def start(properties: Mapping[str, str] | None = None) -> contextlib.AbstractContextManager[BrokerAgents]:
+        bucket = f"counted-{uuid.uuid4().hex[:10]}"
+        proxy.upstream.create_bucket(bucket)
+        return started_brokers(
+            zk_connect,
+            sparklog_home,
+            tmp_path,
+            (1,),
+            log_store=f"s3://{bucket}/cluster",
+            shared_log_dir=True,
+            properties=properties,
+        )
+
+    return start
+
+
+@pytest.fixture
+def counted_broker(
+    counted_brokers: Callable[..., contextlib.AbstractContextManager[BrokerAgents]],
+) -> Iterator[BrokerAgents]:
+    """One broker with the default pacing of rounds."""
+    with counted_brokers() as agents:
+        yield agents

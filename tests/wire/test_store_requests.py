@@ -10,12 +10,9 @@ import json
 import socket
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable
 
 import obstore
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import sparklog
@@ -27,51 +24,11 @@ from sparklog.testing.metrics import scrape
 from sparklog.testing.object_stores import MotoS3
 from sparklog.testing.store_proxy import StoreProxy
 from tests.helpers import in_threads, wait_until
-from tests.wire.conftest import create_led_topic, started_brokers
+from tests.wire.conftest import create_led_topic
 from tests.wire.raw import produce_answer, produce_frame, recv_frame
 
 TOPIC = "counted"
 IDLE_WINDOW_S = 5.0  # a measurement window, not a wait for a condition
-
-
-@pytest.fixture
-def proxy(moto_s3: MotoS3, tmp_path: Path) -> Iterator[StoreProxy]:
-    with StoreProxy(tmp_path / "proxy", moto_s3) as running:
-        yield running
-
-
-@pytest.fixture
-def counted_brokers(
-    zk_connect: str, sparklog_home: Path, tmp_path: Path, proxy: StoreProxy, monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., contextlib.AbstractContextManager[BrokerAgents]]:
-    """Starts one broker whose log dir is a bucket reached through :class:`StoreProxy`,
-    with the given broker properties."""
-    for name, value in proxy.environ().items():
-        monkeypatch.setenv(name, value)
-
-    def start(properties: Mapping[str, str] | None = None) -> contextlib.AbstractContextManager[BrokerAgents]:
-        bucket = f"counted-{uuid.uuid4().hex[:10]}"
-        proxy.upstream.create_bucket(bucket)
-        return started_brokers(
-            zk_connect,
-            sparklog_home,
-            tmp_path,
-            (1,),
-            log_store=f"s3://{bucket}/cluster",
-            shared_log_dir=True,
-            properties=properties,
-        )
-
-    return start
-
-
-@pytest.fixture
-def counted_broker(
-    counted_brokers: Callable[..., contextlib.AbstractContextManager[BrokerAgents]],
-) -> Iterator[BrokerAgents]:
-    """One broker with the default pacing of rounds."""
-    with counted_brokers() as agents:
-        yield agents
 
 
 def send_one_at_a_time(bootstrap: str, count: int, partitions: int = 1) -> None:

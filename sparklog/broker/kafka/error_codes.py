@@ -2,7 +2,8 @@
 
 One table, most specific class first: a retriable condition (leadership moved, not enough
 replicas, a lease or ZooKeeper briefly unavailable) maps to a retriable Kafka code; bad input
-maps to the code Kafka gives for it; anything else is UNKNOWN_SERVER_ERROR. Two errors exist
+maps to the code Kafka gives for it; a store that failed maps to KAFKA_STORAGE_ERROR; anything
+else is UNKNOWN_SERVER_ERROR. Two errors exist
 on the wire only: :class:`InvalidRequestError` (INVALID_REQUEST: a request Kafka's broker
 refuses as malformed, e.g. a topic named twice) and :class:`PolicyViolationError`
 (POLICY_VIOLATION: allowed by the protocol, refused by the broker's policy).
@@ -74,6 +75,10 @@ CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (errors.RecordTooLargeError, ErrorCode.message_too_large),
     (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (errors.ConfigError, ErrorCode.invalid_config),
+    # Retriable, as Kafka's offline log dir: a permanent code would make an idempotent
+    # librdkafka producer bump its epoch and send its other partitions' possibly stored
+    # batches again as new ones (DESIGN §16); retried, a batch keeps its sequence.
+    (errors.StorageError, ErrorCode.kafka_storage_error),
     (errors.LeaseTimeoutError, ErrorCode.request_timed_out),
     (errors.ZooKeeperUnavailableError, ErrorCode.request_timed_out),
     (TimeoutError, ErrorCode.request_timed_out),

@@ -69,6 +69,7 @@ from sparklog.errors import (
     NotEnoughReplicasError,
     NotLeaderError,
     SparklogError,
+    StorageError,
     UnknownMemberError,
     UnknownTopicCommitError,
     ZooKeeperUnavailableError,
@@ -164,8 +165,9 @@ class OffsetDeleteBody(Protocol):
 
 
 def _code(exc: BaseException) -> ErrorCode:
-    """Kafka's coordinator's mapping of storage errors (GroupMetadataManager), then the table."""
-    if isinstance(exc, NotLeaderError | FencedError):
+    """Kafka's coordinator's mapping of storage errors (GroupMetadataManager: an offline log is
+    NOT_COORDINATOR), then the table."""
+    if isinstance(exc, NotLeaderError | FencedError | StorageError):
         return ErrorCode.not_coordinator
     if isinstance(
         exc,
