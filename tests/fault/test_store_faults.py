@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 import sparklog
 from sparklog.testing import BrokerAgents
@@ -42,6 +42,7 @@ class Writers:
     acks: list[Ack] = field(default_factory=list)
     spark_values: list[bytes] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    fatal: list[str] = field(default_factory=list)  # producers' fatal errors (desynchronised sequences)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -93,12 +94,16 @@ def produce_until(bootstrap: str, stop: threading.Event, writers: Writers, prefi
             writers.acks.append(Ack(partition, offset, value))
 
     i = 0
-    while not stop.is_set():
-        for _ in range(20):
-            producer.produce(TOPIC, value=f"{prefix}-{i}".encode(), partition=i % 2, on_delivery=report)
-            i += 1
-        producer.poll(0.05)
-    assert producer.flush(180) == 0, f"producer {prefix}: records still unanswered"
+    try:
+        while not stop.is_set():
+            for _ in range(20):
+                producer.produce(TOPIC, value=f"{prefix}-{i}".encode(), partition=i % 2, on_delivery=report)
+                i += 1
+            producer.poll(0.05)
+        assert producer.flush(180) == 0, f"producer {prefix}: records still unanswered"
+    except KafkaException as fatal:  # a store that lost commits desynchronises the producer: the checks tell
+        with writers.lock:
+            writers.fatal.append(f"producer {prefix}: {fatal}")
 
 
 def spark_produce(spark: object, options: dict[str, str], writers: Writers) -> None:
@@ -201,6 +206,7 @@ def test_every_acknowledged_record_is_stored_once_through_store_faults_and_kills
     cluster, writers = write_through_faults(spark, proxy, brokers, options, FAULTS)
     try:
         assert writers.acks and writers.spark_values, f"nothing acknowledged: {writers.errors[:5]}"
+        assert not writers.fatal, f"a producer's sequence desynchronised: {writers.fatal}"
         check_stored_once(cluster, writers)
     finally:
         cluster.close()
