@@ -64,6 +64,11 @@ _writing: set[str] = set()  # roots of tables with a checkpoint being written
 _mirrors: dict[str, _LogMirror] = {}  # store tables' log mirrors, by root
 _mirrors_root: Path | None = None
 _LAST_CHECKPOINT = "_last_checkpoint"
+# Commits this process wrote to store tables, by root and version, until a checkpoint takes
+# them (a table's checkpoint due while another is written leaves them to the next).
+_own_commits: dict[str, dict[int, bytes]] = {}
+_own_bytes = 0
+_OWN_COMMITS_MAX_BYTES = 16 << 20  # past this the mirror fetches them again
 _lock = threading.Lock()
 _child: ProcessPoolExecutor | None = None
 
@@ -96,25 +101,34 @@ def _exit_with(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def checkpoint_if_due(storage: TableStorage, version: int) -> None:
-    """Start writing a checkpoint at ``version`` when one is due there and none of this
-    table is being written."""
-    if version % checkpoint_interval(storage) != 0:
-        return
+def checkpoint_if_due(storage: TableStorage, version: int, data: bytes | None = None) -> None:
+    """After commit ``version`` (whose bytes are ``data``, when the caller wrote them): start
+    writing a checkpoint at ``version`` when one is due there and none of this table is being
+    written. A store table's log mirror takes the commits this process wrote from memory
+    instead of fetching them again."""
+    due = version % checkpoint_interval(storage) == 0
     with _lock:
-        if storage.root in _writing:
+        own = _own_commits.setdefault(storage.root, {}) if storage.is_object_store else {}
+        global _own_bytes
+        for stale in [v for v in own if v <= version - 2 * checkpoint_interval(storage)]:
+            _own_bytes -= len(own.pop(stale))  # below a checkpoint that was skipped
+        if data is not None and storage.is_object_store and _own_bytes + len(data) <= _OWN_COMMITS_MAX_BYTES:
+            own[version], _own_bytes = data, _own_bytes + len(data)
+        if not due or storage.root in _writing:
             return
         _writing.add(storage.root)
-    threading.Thread(target=_write, args=(storage, version), name="delta-checkpoint", daemon=True).start()
+        known = {v: own.pop(v) for v in [v for v in own if v <= version]}
+        _own_bytes -= sum(len(b) for b in known.values())
+    threading.Thread(target=_write, args=(storage, version, known), name="delta-checkpoint", daemon=True).start()
 
 
-def _write(storage: TableStorage, version: int) -> None:
+def _write(storage: TableStorage, version: int, known: dict[int, bytes]) -> None:
     options = storage.delta_options or None
     try:
         if _child is not None:
-            _child.submit(write_checkpoint, storage.root, options, version).result()
+            _child.submit(write_checkpoint, storage.root, options, version, known).result()
         else:
-            write_checkpoint(storage.root, options, version)
+            write_checkpoint(storage.root, options, version, known)
     except Exception as exc:  # noqa: BLE001 - a missed checkpoint only makes reads slower
         log.warning("checkpoint of %s at version %d failed: %s", storage.root, version, exc)
     finally:
@@ -122,9 +136,12 @@ def _write(storage: TableStorage, version: int) -> None:
             _writing.discard(storage.root)
 
 
-def write_checkpoint(root: str, storage_options: dict[str, str] | None, version: int) -> None:
+def write_checkpoint(
+    root: str, storage_options: dict[str, str] | None, version: int, known: dict[int, bytes] | None = None
+) -> None:
     """delta-rs's checkpoint of the table at ``root`` as of ``version`` (run in the child);
-    on a store, made on the table's log mirror."""
+    on a store, made on the table's log mirror, which takes the commits in ``known``
+    (version → the commit's bytes) from there."""
     if "://" not in root or root.startswith("file://"):
         DeltaTable(root, version=version, storage_options=storage_options).create_checkpoint()
         return
@@ -133,7 +150,7 @@ def write_checkpoint(root: str, storage_options: dict[str, str] | None, version:
         if mirror is None:
             settings = StorageSettings.from_variables(storage_options or {})
             mirror = _mirrors[root] = _LogMirror(table_storage(root, settings), _mirrors_dir() / f"{len(_mirrors)}")
-    mirror.checkpoint(version)
+    mirror.checkpoint(version, known or {})
 
 
 class _LogMirror:
@@ -147,10 +164,10 @@ class _LogMirror:
         self.log = directory / "_delta_log"
         self.log.mkdir(parents=True, exist_ok=True)
 
-    def checkpoint(self, version: int) -> None:
+    def checkpoint(self, version: int, known: dict[int, bytes]) -> None:
         base = self._base()
         for v in range(base + 1, version + 1):
-            self._copy(f"{v:020}.json")
+            self._copy(f"{v:020}.json", known.get(v))
         DeltaTable(str(self.log.parent), version=version).create_checkpoint()
         last = json.loads((self.log / _LAST_CHECKPOINT).read_bytes())
         if int(last["version"]) != version:
@@ -181,10 +198,10 @@ class _LogMirror:
         local.write_bytes(raw)
         return version
 
-    def _copy(self, name: str) -> None:
+    def _copy(self, name: str, data: bytes | None = None) -> None:
         path = self.log / name
         if not path.exists():
-            data = self.storage.read(f"_delta_log/{name}")
+            data = data if data is not None else self.storage.read(f"_delta_log/{name}")
             partial = path.with_name(f".{name}.partial")
             partial.write_bytes(data)
             partial.rename(path)
