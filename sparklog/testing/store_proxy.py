@@ -205,7 +205,11 @@ def _handler(upstream: str, state: _State) -> type[BaseHTTPRequestHandler]:
             headers = {
                 k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP and k.lower() not in dropped
             }
-            if "if-none-match" in dropped and _COMMIT.search(urlsplit(self.path).path) and self._exists_upstream(headers):
+            if (
+                "if-none-match" in dropped
+                and _COMMIT.search(urlsplit(self.path).path)
+                and self._exists_upstream(headers)
+            ):
                 state.count("overwritten")
             connection = http.client.HTTPConnection(target_host.hostname or "127.0.0.1", target_host.port, timeout=60)
             try:
@@ -230,7 +234,9 @@ def _handler(upstream: str, state: _State) -> type[BaseHTTPRequestHandler]:
 
         def _exists_upstream(self, headers: dict[str, str]) -> bool:
             # The PUT's credentials (the test's store checks who asks, not the signature).
-            asking = {k: v for k, v in headers.items() if k.lower() == "authorization" or k.lower().startswith("x-amz-")}
+            asking = {
+                k: v for k, v in headers.items() if k.lower() == "authorization" or k.lower().startswith("x-amz-")
+            }
             connection = http.client.HTTPConnection(target_host.hostname or "127.0.0.1", target_host.port, timeout=60)
             try:
                 connection.request("HEAD", self.path, headers=asking)
