@@ -11,7 +11,9 @@ checkpoint is made on a local copy of the table's log instead (:class:`_LogMirro
 copy keeps the last checkpoint it made, fetches each newer commit once by its name (no
 LIST), delta-rs checkpoints the copy on the local disk, and the checkpoint and
 ``_last_checkpoint`` are uploaded (two PUTs). The add actions name files relative to the
-table, so the checkpoint is the table's.
+table, so the checkpoint is the table's. The commits this process wrote itself by the direct
+protocol (:mod:`sparklog.log.delta_commit`) reach the copy from memory (up to 16 MiB held), so
+a lone leader's checkpoint reads nothing from the store.
 
 Invariants:
 
