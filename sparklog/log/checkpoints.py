@@ -11,9 +11,10 @@ checkpoint is made on a local copy of the table's log instead (:class:`_LogMirro
 copy keeps the last checkpoint it made, fetches each newer commit once by its name (no
 LIST), delta-rs checkpoints the copy on the local disk, and the checkpoint and
 ``_last_checkpoint`` are uploaded (two PUTs). The add actions name files relative to the
-table, so the checkpoint is the table's. The commits this process wrote itself by the direct
-protocol (:mod:`sparklog.log.delta_commit`) reach the copy from memory (up to 16 MiB held), so
-a lone leader's checkpoint reads nothing from the store.
+table, so the checkpoint is the table's. The copy is used only while the store's
+``_last_checkpoint`` is still the one it uploaded (a HEAD): a table deleted and created again
+under the root starts its versions over, and an old copy would make its checkpoint from the
+old table's commits.
 
 Invariants:
 
@@ -66,11 +67,6 @@ _writing: set[str] = set()  # roots of tables with a checkpoint being written
 _mirrors: dict[str, _LogMirror] = {}  # store tables' log mirrors, by root
 _mirrors_root: Path | None = None
 _LAST_CHECKPOINT = "_last_checkpoint"
-# Commits this process wrote to store tables, by root and version, until a checkpoint takes
-# them (a table's checkpoint due while another is written leaves them to the next).
-_own_commits: dict[str, dict[int, bytes]] = {}
-_own_bytes = 0
-_OWN_COMMITS_MAX_BYTES = 16 << 20  # past this the mirror fetches them again
 _lock = threading.Lock()
 _child: ProcessPoolExecutor | None = None
 
@@ -103,34 +99,25 @@ def _exit_with(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def checkpoint_if_due(storage: TableStorage, version: int, data: bytes | None = None) -> None:
-    """After commit ``version`` (whose bytes are ``data``, when the caller wrote them): start
-    writing a checkpoint at ``version`` when one is due there and none of this table is being
-    written. A store table's log mirror takes the commits this process wrote from memory
-    instead of fetching them again."""
-    due = version % checkpoint_interval(storage) == 0
+def checkpoint_if_due(storage: TableStorage, version: int) -> None:
+    """Start writing a checkpoint at ``version`` when one is due there and none of this
+    table is being written."""
+    if version % checkpoint_interval(storage) != 0:
+        return
     with _lock:
-        own = _own_commits.setdefault(storage.root, {}) if storage.is_object_store else {}
-        global _own_bytes
-        for stale in [v for v in own if v <= version - 2 * checkpoint_interval(storage)]:
-            _own_bytes -= len(own.pop(stale))  # below a checkpoint that was skipped
-        if data is not None and storage.is_object_store and _own_bytes + len(data) <= _OWN_COMMITS_MAX_BYTES:
-            own[version], _own_bytes = data, _own_bytes + len(data)
-        if not due or storage.root in _writing:
+        if storage.root in _writing:
             return
         _writing.add(storage.root)
-        known = {v: own.pop(v) for v in [v for v in own if v <= version]}
-        _own_bytes -= sum(len(b) for b in known.values())
-    threading.Thread(target=_write, args=(storage, version, known), name="delta-checkpoint", daemon=True).start()
+    threading.Thread(target=_write, args=(storage, version), name="delta-checkpoint", daemon=True).start()
 
 
-def _write(storage: TableStorage, version: int, known: dict[int, bytes]) -> None:
+def _write(storage: TableStorage, version: int) -> None:
     options = storage.delta_options or None
     try:
         if _child is not None:
-            _child.submit(write_checkpoint, storage.root, options, version, known).result()
+            _child.submit(write_checkpoint, storage.root, options, version).result()
         else:
-            write_checkpoint(storage.root, options, version, known)
+            write_checkpoint(storage.root, options, version)
     except Exception as exc:  # noqa: BLE001 - a missed checkpoint only makes reads slower
         log.warning("checkpoint of %s at version %d failed: %s", storage.root, version, exc)
     finally:
@@ -138,12 +125,9 @@ def _write(storage: TableStorage, version: int, known: dict[int, bytes]) -> None
             _writing.discard(storage.root)
 
 
-def write_checkpoint(
-    root: str, storage_options: dict[str, str] | None, version: int, known: dict[int, bytes] | None = None
-) -> None:
+def write_checkpoint(root: str, storage_options: dict[str, str] | None, version: int) -> None:
     """delta-rs's checkpoint of the table at ``root`` as of ``version`` (run in the child);
-    on a store, made on the table's log mirror, which takes the commits in ``known``
-    (version → the commit's bytes) from there."""
+    on a store, made on the table's log mirror."""
     if "://" not in root or root.startswith("file://"):
         DeltaTable(root, version=version, storage_options=storage_options).create_checkpoint()
         return
@@ -152,7 +136,7 @@ def write_checkpoint(
         if mirror is None:
             settings = StorageSettings.from_variables(storage_options or {})
             mirror = _mirrors[root] = _LogMirror(table_storage(root, settings), _mirrors_dir() / f"{len(_mirrors)}")
-    mirror.checkpoint(version, known or {})
+    mirror.checkpoint(version)
 
 
 class _LogMirror:
@@ -165,11 +149,12 @@ class _LogMirror:
         self.storage = storage
         self.log = directory / "_delta_log"
         self.log.mkdir(parents=True, exist_ok=True)
+        self.stamp: tuple[object, ...] | None = None  # of the _last_checkpoint this copy uploaded
 
-    def checkpoint(self, version: int, known: dict[int, bytes]) -> None:
+    def checkpoint(self, version: int) -> None:
         base = self._base()
         for v in range(base + 1, version + 1):
-            self._copy(f"{v:020}.json", known.get(v))
+            self._copy(f"{v:020}.json")
         DeltaTable(str(self.log.parent), version=version).create_checkpoint()
         last = json.loads((self.log / _LAST_CHECKPOINT).read_bytes())
         if int(last["version"]) != version:
@@ -179,6 +164,7 @@ class _LogMirror:
         for name in _checkpoint_files(version, last):
             self.storage.write(f"_delta_log/{name}", (self.log / name).read_bytes(), durable=True)
         self.storage.write(f"_delta_log/{_LAST_CHECKPOINT}", (self.log / _LAST_CHECKPOINT).read_bytes(), durable=True)
+        self.stamp = self.storage.stamp(f"_delta_log/{_LAST_CHECKPOINT}")
         keep = {_LAST_CHECKPOINT, *_checkpoint_files(version, last)}
         for path in self.log.iterdir():
             if path.name not in keep:
@@ -188,7 +174,12 @@ class _LogMirror:
         """The checkpoint version the copy holds (-1: none, the commits from version 0)."""
         local = self.log / _LAST_CHECKPOINT
         if local.exists():
-            return int(json.loads(local.read_bytes())["version"])
+            if self.storage.stamp(f"_delta_log/{_LAST_CHECKPOINT}") == self.stamp:
+                return int(json.loads(local.read_bytes())["version"])
+            # Another checkpoint replaced ours, or the table was deleted and created again
+            # (its versions start over): what the copy holds may not be this table's.
+            for path in self.log.iterdir():
+                path.unlink()
         try:
             raw = self.storage.read(f"_delta_log/{_LAST_CHECKPOINT}")
         except FileNotFoundError:
@@ -200,10 +191,10 @@ class _LogMirror:
         local.write_bytes(raw)
         return version
 
-    def _copy(self, name: str, data: bytes | None = None) -> None:
+    def _copy(self, name: str) -> None:
         path = self.log / name
         if not path.exists():
-            data = data if data is not None else self.storage.read(f"_delta_log/{name}")
+            data = self.storage.read(f"_delta_log/{name}")
             partial = path.with_name(f".{name}.partial")
             partial.write_bytes(data)
             partial.rename(path)

@@ -135,5 +135,5 @@ def put_commit(storage: TableStorage, version: int, data: bytes, fsync: bool) ->
             break
     if stamp is None:
         return None
-    checkpoint_if_due(storage, version, data)
+    checkpoint_if_due(storage, version)
     return stamp

@@ -36,13 +36,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
+from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
 from sparklog import clock
 from sparklog.errors import FencedError, StorageError
-from sparklog.log.checkpoints import checkpoint_if_due, checkpoint_interval
+from sparklog.log.checkpoints import checkpoint_interval
 from sparklog.log.delta_commit import commit_name
 from sparklog.log.files import FileEntry, LiveFiles
 from sparklog.log.plans import SegmentLike
@@ -397,21 +397,12 @@ class TopicTable:
         )
         try:
             dt.create_write_transaction(
-                actions,
-                "append",
-                TABLE_SCHEMA,
-                partition_by=["partition"],
-                commit_properties=properties,
-                # Without retries the commit is the next version, and its checkpoint ours, as
-                # after the leader's direct commits (sparklog.log.checkpoints: cheaper on a store).
-                post_commithook_properties=PostCommitHookProperties(create_checkpoint=max_commit_retries > 0),
+                actions, "append", TABLE_SCHEMA, partition_by=["partition"], commit_properties=properties
             )
         except CommitFailedError as exc:
             raise CommitConflict(str(exc)) from exc
         except (DeltaError, OSError) as exc:
             raise StorageError(f"Commit to the table of topic {self.topic} at {self.root} failed: {exc}") from exc
-        if max_commit_retries == 0:
-            checkpoint_if_due(self.storage, read_version + 1)
         if fsync:
             self._fsync_log_after(read_version)
 

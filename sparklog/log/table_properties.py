@@ -1,8 +1,7 @@
 """The Delta table properties that bound a topic table's log.
 
-A checkpoint is written every ``delta.checkpointInterval`` commits, by whichever writer made
-the commit (:mod:`sparklog.log.checkpoints`: a delta-rs writer's own post-commit checkpoint
-is off, so all writers make them alike, and cheaply on a store); commit files
+delta-rs writes a checkpoint every ``delta.checkpointInterval`` commits (the leader's direct
+commits write theirs at the same versions, :mod:`sparklog.log.delta_commit`); commit files
 older than ``delta.logRetentionDuration`` (the topic's ``history.retention.ms``) are deleted
 by the maintenance job only (``delta.enableExpiredLogCleanup=false``): measured with
 deltalake 1.6.6, a writer's post-commit cleanup racing another cleanup fails *after* its

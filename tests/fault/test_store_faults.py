@@ -86,12 +86,13 @@ def produce_until(bootstrap: str, stop: threading.Event, writers: Writers, prefi
     )
 
     def report(error: object, message: object) -> None:
-        with writers.lock:
-            if error is not None:
-                writers.errors.append(f"producer {prefix}: {error}")
-                return
-            partition, offset, value = consumed(message)  # type: ignore[arg-type]
-            writers.acks.append(Ack(partition, offset, value))
+        # No lock: both producers once hung here inside flush(), each waiting for it (a list's
+        # append is atomic on its own).
+        if error is not None:
+            writers.errors.append(f"producer {prefix}: {error}")
+            return
+        partition, offset, value = consumed(message)  # type: ignore[arg-type]
+        writers.acks.append(Ack(partition, offset, value))
 
     i = 0
     try:
@@ -102,8 +103,7 @@ def produce_until(bootstrap: str, stop: threading.Event, writers: Writers, prefi
             producer.poll(0.05)
         assert producer.flush(180) == 0, f"producer {prefix}: records still unanswered"
     except KafkaException as fatal:  # a store that lost commits desynchronises the producer: the checks tell
-        with writers.lock:
-            writers.fatal.append(f"producer {prefix}: {fatal}")
+        writers.fatal.append(f"producer {prefix}: {fatal}")
 
 
 def spark_produce(spark: object, options: dict[str, str], writers: Writers) -> None:

@@ -20,7 +20,7 @@ from sparklog.log.checkpoints import STORE_CHECKPOINT_INTERVAL, write_checkpoint
 from sparklog.log.object_store import open_store, store_requests
 from sparklog.model.storage_location import STORAGE_SETTINGS, StorageSettings, parse_location
 from sparklog.testing.object_stores import MotoS3, S3rver
-from tests.helpers import spawn_context, wait_until
+from tests.helpers import spawn_context
 
 ON_S3 = pytest.mark.parametrize("log_store", ["s3"], indirect=True)
 
@@ -128,38 +128,44 @@ def _last_checkpoint(server: MotoS3, root: str) -> int:
 def test_a_store_tables_checkpoint_fetches_each_commit_once_and_any_reader_uses_it(
     cluster: sparklog.Cluster, log_store: str, moto_s3: MotoS3
 ) -> None:
-    """delta-rs's own checkpoint on a store read every commit since the last one two or
+    """delta-rs's own checkpoint on a store reads every commit since the last one two or
     three times (~80 GETs for 20); made on a local copy of the log, each is fetched once, by
-    name, and the copy keeps its checkpoint for the next (DESIGN §16)."""
+    name, and the copy keeps its checkpoint for the next while the store's
+    ``_last_checkpoint`` is still the one it uploaded (DESIGN §16)."""
     cluster.create_topic("cp", partitions=1)
     root = f"{log_store}/topics/cp"
-    with cluster.producer() as producer:
-        for i in range(STORE_CHECKPOINT_INTERVAL + 5):  # a commit each: versions 1 .. interval + 5
-            producer.send("cp", value=b"v%d" % i)
-            producer.flush()
-    wait_until(lambda: _last_checkpoint(moto_s3, root) == STORE_CHECKPOINT_INTERVAL, "the first checkpoint")
-    newest = DeltaTable(root, storage_options=moto_s3.environ()).version()
-    assert newest >= STORE_CHECKPOINT_INTERVAL + 5
 
-    # A process without a copy: _last_checkpoint, its checkpoint, then each newer commit once.
+    def commits(count: int, prefix: str) -> int:
+        with cluster.producer() as producer:
+            for i in range(count):  # a commit each
+                producer.send("cp", value=b"%s%d" % (prefix.encode(), i))
+                producer.flush()
+        return int(DeltaTable(root, storage_options=moto_s3.environ()).version())
+
+    def checkpoint_here(version: int) -> dict[str, int]:
+        before = store_requests()
+        write_checkpoint(root, moto_s3.environ(), version)
+        after = store_requests()
+        return {kind: after[kind] - before.get(kind, 0) for kind in after if after[kind] > before.get(kind, 0)}
+
+    # The light producer commits through delta-rs, whose post-commit hook checkpoints too.
+    newest = commits(STORE_CHECKPOINT_INTERVAL + 5, "v")
+    stored = _last_checkpoint(moto_s3, root)
+    assert 0 < stored < newest
+    # A process without a copy: _last_checkpoint, its checkpoint, each newer commit once; a
+    # HEAD for the stamp of the _last_checkpoint it uploaded.
     with spawn_context().Pool(1) as pool:
         counted = pool.apply(_checkpoint_counting, (root, moto_s3.environ(), newest))
-    assert counted == {"GET": 2 + newest - STORE_CHECKPOINT_INTERVAL, "PUT": 2}, counted
+    assert counted == {"GET": 2 + newest - stored, "PUT": 2, "HEAD": 1}, counted
     assert _last_checkpoint(moto_s3, root) == newest
 
-    # This process's copy (from the checkpoint at the interval) fetches only the commits since.
-    before = store_requests()
-    with cluster.producer() as producer:
-        producer.send("cp", value=b"after")
-    again = DeltaTable(root, storage_options=moto_s3.environ()).version()
-    between = store_requests()
-    write_checkpoint(root, moto_s3.environ(), again)
-    after = store_requests()
-    made = {kind: after[kind] - between.get(kind, 0) for kind in after if after[kind] > between.get(kind, 0)}
-    assert made == {"GET": again - STORE_CHECKPOINT_INTERVAL, "PUT": 2}, (made, before)
+    assert checkpoint_here(again := commits(2, "a")) == {"GET": 2 + again - newest, "PUT": 2, "HEAD": 1}
+    # Its copy current (a HEAD shows _last_checkpoint is its own), only the commits since.
+    assert checkpoint_here(last := commits(3, "l")) == {"GET": last - again, "PUT": 2, "HEAD": 2}
 
     # Every reader opens the table from the checkpoint alone (no commit after it) and sees it all.
-    assert _last_checkpoint(moto_s3, root) == again
+    assert _last_checkpoint(moto_s3, root) == last
     values = DeltaTable(root, storage_options=moto_s3.environ()).to_pyarrow_table().column("value").to_pylist()
-    assert sorted(values) == sorted([b"v%d" % i for i in range(STORE_CHECKPOINT_INTERVAL + 5)] + [b"after"])
-    assert cluster.read("cp").num_rows == STORE_CHECKPOINT_INTERVAL + 6
+    expected = [b"v%d" % i for i in range(STORE_CHECKPOINT_INTERVAL + 5)] + [b"a0", b"a1", b"l0", b"l1", b"l2"]
+    assert sorted(values) == sorted(expected)
+    assert cluster.read("cp").num_rows == len(expected)
