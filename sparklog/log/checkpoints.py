@@ -128,14 +128,14 @@ def _write(storage: TableStorage, version: int) -> None:
 def write_checkpoint(root: str, storage_options: dict[str, str] | None, version: int) -> None:
     """delta-rs's checkpoint of the table at ``root`` as of ``version`` (run in the child);
     on a store, made on the table's log mirror."""
-    if "://" not in root or root.startswith("file://"):
+    storage = table_storage(root, StorageSettings.from_variables(storage_options or {}))
+    if not storage.is_object_store:
         DeltaTable(root, version=version, storage_options=storage_options).create_checkpoint()
         return
     with _lock:
         mirror = _mirrors.get(root)
         if mirror is None:
-            settings = StorageSettings.from_variables(storage_options or {})
-            mirror = _mirrors[root] = _LogMirror(table_storage(root, settings), _mirrors_dir() / f"{len(_mirrors)}")
+            mirror = _mirrors[root] = _LogMirror(storage, _mirrors_dir() / f"{len(_mirrors)}")
     mirror.checkpoint(version)
 
 
@@ -165,10 +165,7 @@ class _LogMirror:
             self.storage.write(f"_delta_log/{name}", (self.log / name).read_bytes(), durable=True)
         self.storage.write(f"_delta_log/{_LAST_CHECKPOINT}", (self.log / _LAST_CHECKPOINT).read_bytes(), durable=True)
         self.stamp = self.storage.stamp(f"_delta_log/{_LAST_CHECKPOINT}")
-        keep = {_LAST_CHECKPOINT, *_checkpoint_files(version, last)}
-        for path in self.log.iterdir():
-            if path.name not in keep:
-                path.unlink()
+        self._remove_all_but({_LAST_CHECKPOINT, *_checkpoint_files(version, last)})
 
     def _base(self) -> int:
         """The checkpoint version the copy holds (-1: none, the commits from version 0)."""
@@ -178,8 +175,7 @@ class _LogMirror:
                 return int(json.loads(local.read_bytes())["version"])
             # Another checkpoint replaced ours, or the table was deleted and created again
             # (its versions start over): what the copy holds may not be this table's.
-            for path in self.log.iterdir():
-                path.unlink()
+            self._remove_all_but(set())
         try:
             raw = self.storage.read(f"_delta_log/{_LAST_CHECKPOINT}")
         except FileNotFoundError:
@@ -190,6 +186,11 @@ class _LogMirror:
             self._copy(name)
         local.write_bytes(raw)
         return version
+
+    def _remove_all_but(self, keep: set[str]) -> None:
+        for path in self.log.iterdir():
+            if path.name not in keep:
+                path.unlink()
 
     def _copy(self, name: str) -> None:
         path = self.log / name

@@ -146,6 +146,9 @@ _ERRORS = {
 def _handler(upstream: str, state: _State) -> type[BaseHTTPRequestHandler]:
     target_host = urlsplit(upstream)
 
+    def upstream_connection() -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(target_host.hostname or "127.0.0.1", target_host.port, timeout=60)
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         # An answer is written as headers, then body: with Nagle's algorithm on, a client's
@@ -211,7 +214,7 @@ def _handler(upstream: str, state: _State) -> type[BaseHTTPRequestHandler]:
                 and self._exists_upstream(headers)
             ):
                 state.count("overwritten")
-            connection = http.client.HTTPConnection(target_host.hostname or "127.0.0.1", target_host.port, timeout=60)
+            connection = upstream_connection()
             try:
                 connection.request(self.command, self.path, body=body, headers=headers)
                 response = connection.getresponse()
@@ -237,7 +240,7 @@ def _handler(upstream: str, state: _State) -> type[BaseHTTPRequestHandler]:
             asking = {
                 k: v for k, v in headers.items() if k.lower() == "authorization" or k.lower().startswith("x-amz-")
             }
-            connection = http.client.HTTPConnection(target_host.hostname or "127.0.0.1", target_host.port, timeout=60)
+            connection = upstream_connection()
             try:
                 connection.request("HEAD", self.path, headers=asking)
                 response = connection.getresponse()
