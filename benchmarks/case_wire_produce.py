@@ -64,12 +64,19 @@ def sizes(ctx: BenchContext) -> tuple[int, int]:
     return records, max(1_000, min(WARMUP, records // 100))
 
 
-def flood(fleet: Fleet, endpoint: Endpoint, processes: int, first: int, records: int) -> dict[str, float]:
-    """``records`` records from ``processes`` processes together; -> rate, client and broker CPU."""
+def flood(
+    fleet: Fleet,
+    endpoint: Endpoint,
+    processes: int,
+    first: int,
+    records: int,
+    config: dict[str, Any] = PRODUCER_CONFIG,
+) -> dict[str, float]:
+    """``records`` records from ``processes`` processes together (each a producer with
+    ``config``); -> rate, client and broker CPU."""
     share = records // processes
     jobs = [
-        FloodJob(endpoint.bootstrap_servers, endpoint.topic, PRODUCER_CONFIG, first + k * share, share)
-        for k in range(processes)
+        FloodJob(endpoint.bootstrap_servers, endpoint.topic, config, first + k * share, share) for k in range(processes)
     ]
     with CpuMeter(endpoint.pid) as broker_cpu:
         start_ns, results = fleet.run(jobs)

@@ -277,7 +277,7 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     # How a broker paces its commit rounds when its log dir is an object store
     # (sparklog/broker/round_pacing.py): each is a bound on requests, and so on cost.
     "store.round.linger.ms": "5",
-    "store.round.max.bytes": "8388608",
+    "store.round.max.bytes": "33554432",
     "store.rounds.per.second": "50",
 }
 
@@ -357,7 +357,7 @@ class ClusterConfig:
     transactional_id_expiration_ms: int = 604_800_000
     storage: tuple[tuple[str, str], ...] = ()  # the storage.* settings given (StorageSettings.values)
     store_round_linger_ms: int = 5
-    store_round_max_bytes: int = 8 * 1024 * 1024
+    store_round_max_bytes: int = 32 * 1024 * 1024
     store_rounds_per_second: int = 50  # 0: no budget
 
     def to_options(self) -> dict[str, str]:

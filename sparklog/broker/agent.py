@@ -40,6 +40,7 @@ from sparklog.broker.controller.controller import Controller, ControllerSettings
 from sparklog.broker.groups.coordinator import BrokerGroups
 from sparklog.broker.kafka.context import BrokerContext
 from sparklog.broker.kafka.listener import (
+    DISK_PIPELINED_BYTES,
     DISK_PIPELINED_REQUESTS,
     STORE_PIPELINED_REQUESTS,
     KafkaListener,
@@ -180,7 +181,7 @@ class BrokerAgent:
                 self.config.socket_request_max_bytes,
                 self._network,
                 self._requests,
-                pipelined_requests=_pipelined_requests(self.config),
+                *_pipelining(self.config),
             )
             for endpoint in self.config.listeners
         ]
@@ -370,9 +371,13 @@ def _try(fn: object, *args: object) -> BaseException | None:
         return exc
 
 
-def _pipelined_requests(config: ClusterConfig) -> int:
-    """How many Produce requests a connection may have started unanswered (see the listener)."""
-    return STORE_PIPELINED_REQUESTS if parse_location(config.log_dir).is_object_store else DISK_PIPELINED_REQUESTS
+def _pipelining(config: ClusterConfig) -> tuple[int, int]:
+    """How many Produce requests, and how many of their bytes, a connection may have started
+    unanswered (see the listener): on a store, two rounds' worth of bytes, since what a
+    connection can have unanswered over a round's latency is its throughput."""
+    if parse_location(config.log_dir).is_object_store:
+        return STORE_PIPELINED_REQUESTS, 2 * config.store_round_max_bytes
+    return DISK_PIPELINED_REQUESTS, DISK_PIPELINED_BYTES
 
 
 def _round_bounds(config: ClusterConfig) -> RoundBounds | None:

@@ -44,7 +44,7 @@ class RoundBounds:
     """A broker's bounds on the commit rounds of topics on an object store."""
 
     round_linger_ms: int = 5
-    round_max_bytes: int = 8 * 1024 * 1024
+    round_max_bytes: int = 32 * 1024 * 1024
     rounds_per_second: int = 50  # 0: no budget
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import threading
 import time
@@ -16,6 +17,7 @@ import obstore
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import sparklog
+from sparklog.broker.kafka.listener import DISK_PIPELINED_BYTES
 from sparklog.log.checkpoints import STORE_CHECKPOINT_INTERVAL
 from sparklog.log.object_store import open_store
 from sparklog.model.storage_location import StorageSettings, parse_location
@@ -247,6 +249,27 @@ def test_one_connections_pipelined_requests_share_rounds(
     assert [a[:2] for a in answers] == [(i, 0) for i in range(requests)], "answered in order, without errors"
     assert [a[2] for a in answers] == list(range(1, requests + 1)), "stored in request order"
     assert commits <= 2, f"{requests} requests sent at once took {commits} rounds"
+
+
+def test_one_connection_may_have_more_than_a_disks_bytes_unanswered_on_a_store(
+    cluster: sparklog.Cluster, counted_brokers: StartBrokers, proxy: StoreProxy
+) -> None:
+    """A bulk producer's throughput on a store is its unanswered bytes over a round's
+    latency. Twelve requests of 900 KB sent at once (more than a disk's 8 MiB per
+    connection) are all read within one long linger and share one round."""
+    requests = 12
+    values = [os.urandom(900_000) for _ in range(requests)]
+    assert sum(map(len, values)) > DISK_PIPELINED_BYTES
+    with counted_brokers({"store.round.linger.ms": "2000", "store.rounds.per.second": "0"}) as agents:
+        create_led_topic(cluster, agents, TOPIC, partitions=1)
+        send_one_at_a_time(agents.bootstrap_servers, 1)
+        proxy.reset()
+        with socket.create_connection(("127.0.0.1", agents.port(1)), timeout=60) as sock:
+            sock.sendall(b"".join(produce_frame(TOPIC, i, value) for i, value in enumerate(values)))
+            answers = [produce_answer(recv_frame(sock)) for _ in range(requests)]
+        commits = proxy.counts().get("PUT_IF_ABSENT", 0)
+    assert [a[:2] for a in answers] == [(i, 0) for i in range(requests)], "answered in order, without errors"
+    assert commits == 1, f"{requests} requests of 900 KB sent at once took {commits} rounds"
 
 
 def test_a_round_holds_at_most_round_max_bytes(

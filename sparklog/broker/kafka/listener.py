@@ -9,8 +9,9 @@ in Kafka:
   :class:`~sparklog.broker.kafka.request_channel.RequestChannel`, and the connection's
   next frame is read only once that request was answered — or, when it may be pipelined
   (Produce without idempotent batches: its successors can join the same commit round),
-  once it was started, up to :data:`DISK_PIPELINED_REQUESTS` or, on an object store,
-  :data:`STORE_PIPELINED_REQUESTS` (and :data:`MAX_PIPELINED_BYTES`) unanswered. Responses
+  once it was started, up to :data:`DISK_PIPELINED_REQUESTS` requests and
+  :data:`DISK_PIPELINED_BYTES` or, on an object store, :data:`STORE_PIPELINED_REQUESTS` and
+  two rounds' bytes (``store.round.max.bytes``) unanswered. Responses
   are written in request order. A client sending faster than that
   keeps the rest in its socket; enough is read ahead that a round's latency does not cap a
   connection's requests per second;
@@ -43,7 +44,13 @@ from sparklog.broker.kafka.request_channel import RequestChannel
 from sparklog.config import Endpoint
 from sparklog.errors import ConfigError
 
-__all__ = ["DISK_PIPELINED_REQUESTS", "STORE_PIPELINED_REQUESTS", "KafkaListener", "NetworkThread"]
+__all__ = [
+    "DISK_PIPELINED_BYTES",
+    "DISK_PIPELINED_REQUESTS",
+    "STORE_PIPELINED_REQUESTS",
+    "KafkaListener",
+    "NetworkThread",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +64,11 @@ _SIZE = struct.Struct(">i")
 # client's backlog out of its own queue, where librdkafka batches it, into the broker as
 # one-record requests: case (n)'s 16 producers at 50k records/s got 3.6k delivered with 1,024
 # (Kafka 17.1k in the same runs), 7.5k with 16 (Kafka 14.7k) (DESIGN §15). The bytes bound
-# keeps a connection's memory to about one round (store.round.max.bytes' default).
+# keeps a connection's memory bounded; on a store it is two rounds, because a connection's
+# throughput is its unanswered bytes over a round's latency (DESIGN §16).
 DISK_PIPELINED_REQUESTS = 16
 STORE_PIPELINED_REQUESTS = 1024
-MAX_PIPELINED_BYTES = 8 * 1024 * 1024
+DISK_PIPELINED_BYTES = 8 * 1024 * 1024
 
 
 class NetworkThread:
@@ -96,11 +104,13 @@ class KafkaListener:
         network: NetworkThread,
         channel: RequestChannel,
         pipelined_requests: int = DISK_PIPELINED_REQUESTS,
+        pipelined_bytes: int = DISK_PIPELINED_BYTES,
     ) -> None:
         self.endpoint = endpoint
         self.cluster = cluster
         self.max_bytes = socket_request_max_bytes
         self.pipelined_requests = pipelined_requests
+        self.pipelined_bytes = pipelined_bytes
         self._network = network
         self._channel = channel
         host = endpoint.host or "0.0.0.0"
@@ -329,7 +339,7 @@ class _KafkaConnection(asyncio.Protocol):
 
     def _room(self) -> bool:
         """Whether another request may be read while the unanswered ones wait."""
-        return len(self._slots) < self.listener.pipelined_requests and self._slots_bytes < MAX_PIPELINED_BYTES
+        return len(self._slots) < self.listener.pipelined_requests and self._slots_bytes < self.listener.pipelined_bytes
 
     def close(self) -> None:
         self._closing = True
