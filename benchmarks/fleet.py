@@ -91,8 +91,14 @@ def _worker(conn: Any) -> None:
                 conn.send("ready")
             else:
                 assert job is not None and client is not None
-                conn.send(_go(job, client, payload))
-                job = client = None  # the producer is closed with its last reference
+                try:
+                    conn.send(_go(job, client, payload))
+                finally:
+                    # Closed now, not when collected: a producer left to the collector went on
+                    # reconnecting to a broker stopped after its phase, through later phases.
+                    client.producer.purge()
+                    client.producer.close()
+                    job = client = None
         except Exception:  # noqa: BLE001 - the parent raises it with the worker's traceback
             conn.send(("error", traceback.format_exc()))
 
