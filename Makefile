@@ -1,6 +1,7 @@
 # sparklog — the two commands: `make demo` and `make test`.
 # Everything comes from PyPI (into .venv), Debian packages (kcat, a C compiler and the Python
-# headers, Node.js) or the npm registry (s3rver, a test server); nothing downloads at run time.
+# headers, Node.js, Maven and a JDK), Maven Central (JVM jars, with Maven) or the npm registry
+# (s3rver, a test server); nothing downloads at run time.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -11,6 +12,9 @@ KCAT_STAMP := $(VENV)/.sparklog-kcat
 NODE_STAMP := $(VENV)/.sparklog-node-tools
 # The C extension (the Kafka record-batch codec) is compiled by the install below.
 NATIVE_SOURCES := setup.py $(wildcard sparklog/model/kafka_batches_c/*.c sparklog/model/kafka_batches_c/*.h)
+# Delta Lake for Spark and Spark's Kafka connector (jvm/spark/pom.xml), linked into PySpark's jars.
+SPARK_JARS := $(VENV)/spark-jars
+SPARK_JARS_STAMP := $(VENV)/.sparklog-spark-jars
 # Apache Kafka's broker jars, the baseline of the Kafka-wire benchmarks (benchmarks/kafka/pom.xml).
 KAFKA_JARS := $(VENV)/kafka-jars
 KAFKA_STAMP := $(VENV)/.sparklog-kafka-jars
@@ -20,7 +24,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .PHONY: venv demo lint test bench kafka-jars clean zookeeper-stop
 
-venv: $(STAMP) $(SPARK_ENV_STAMP) $(KCAT_STAMP) $(NODE_STAMP)
+venv: $(STAMP) $(SPARK_JARS_STAMP) $(SPARK_ENV_STAMP) $(KCAT_STAMP) $(NODE_STAMP)
 
 # `compat` editable mode puts the repo on sys.path, so Spark's data-source lookup
 # (pkgutil over sys.path) finds pyspark_sparklog in its Python workers. The install compiles
@@ -34,11 +38,18 @@ $(STAMP): pyproject.toml $(NATIVE_SOURCES)
 	$(BIN)/python -m pip install --quiet --config-settings editable_mode=compat -e '.[dev]'
 	@touch $(STAMP)
 
+# delta-spark and spark-sql-kafka for the pinned Spark, from Maven Central with `mvn`, once
+# (Maven and Java come from apt-get when missing).
+$(SPARK_JARS_STAMP): jvm/spark/pom.xml scripts/ensure-maven-jars.sh | $(STAMP)
+	@bash scripts/ensure-maven-jars.sh jvm/spark/pom.xml $(SPARK_JARS) 'delta-spark_2.13-*.jar' \
+		"Delta Lake's and Spark's Kafka connector's jars" venv
+	@touch $(SPARK_JARS_STAMP)
+
 # Spark launched from .venv (`.venv/bin/python job.py`, `.venv/bin/spark-submit job.py`) runs
-# Python with .venv's interpreter even when .venv is not activated, and logs errors only (no INFO
-# lines, with or without --properties-file): see sparklog/spark/spark_env.py.
-$(SPARK_ENV_STAMP): $(STAMP) sparklog/spark/spark_env.py conf/log4j2.properties
-	$(BIN)/python -m sparklog.spark.spark_env
+# Python with .venv's interpreter even when .venv is not activated, logs errors only (no INFO
+# lines, with or without --properties-file) and has the jars above: see sparklog/spark/spark_env.py.
+$(SPARK_ENV_STAMP): $(STAMP) $(SPARK_JARS_STAMP) sparklog/spark/spark_env.py conf/log4j2.properties
+	$(BIN)/python -m sparklog.spark.spark_env --jars $(SPARK_JARS)
 	@touch $(SPARK_ENV_STAMP)
 
 # kcat (Debian's package) is a real Kafka client the tests use; installed with apt-get when
@@ -69,8 +80,9 @@ test: venv lint
 # Apache Kafka (pinned in benchmarks/kafka/pom.xml) from Maven Central with `mvn`, once: Maven and
 # Java come from apt-get when missing. The benchmarks never download; without the jars the
 # Kafka-wire cases stop and name this target.
-$(KAFKA_STAMP): benchmarks/kafka/pom.xml scripts/ensure-kafka-jars.sh | $(STAMP)
-	@bash scripts/ensure-kafka-jars.sh benchmarks/kafka/pom.xml $(KAFKA_JARS)
+$(KAFKA_STAMP): benchmarks/kafka/pom.xml scripts/ensure-maven-jars.sh | $(STAMP)
+	@bash scripts/ensure-maven-jars.sh benchmarks/kafka/pom.xml $(KAFKA_JARS) 'kafka_2.13-*.jar' \
+		"Apache Kafka's jars" kafka-jars
 	@touch $(KAFKA_STAMP)
 
 kafka-jars: $(KAFKA_STAMP)

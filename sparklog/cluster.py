@@ -99,6 +99,12 @@ class Cluster:
     def describe_topic(self, name: str) -> TopicDescription:
         return topic_admin.describe_topic(self.replicas, name)
 
+    def topic_location(self, name: str, partition: int = 0) -> str:
+        """Where the Delta table holding ``name``'s ``partition`` is: its leader's replica (on
+        shared storage the topic's one table). Any Delta reader loads it, e.g. delta-spark's
+        ``spark.read.format("delta").load(...)``."""
+        return self.replicas.leader_table(name, partition).root
+
     def topic_config(self, name: str) -> dict[str, Any]:
         """Effective topic configs: defaults overridden by the topic's own settings."""
         return self.replicas.topic_config(name)

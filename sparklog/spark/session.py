@@ -1,4 +1,7 @@
-"""A SparkSession set up for sparklog: quiet logs, the ``sparklog`` source registered.
+"""A SparkSession set up for sparklog: quiet logs, the ``sparklog`` source registered, and
+Delta Lake's SQL extension and catalog when its jars are installed (``make venv`` links them
+into PySpark's jars: :mod:`sparklog.spark.spark_env`), so topic tables read with
+``format("delta")``, ``DESCRIBE HISTORY`` and time travel.
 
 Use it in scripts, notebooks and tests; ``spark-submit`` jobs get the same through
 ``conf/spark-defaults.conf``. Any other session can use ``format("sparklog")`` too once
@@ -17,7 +20,21 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_or_create_session", "log4j2_config_path", "prepare_source", "register_session_source"]
+__all__ = [
+    "DELTA_SESSION_CONF",
+    "delta_jars_installed",
+    "get_or_create_session",
+    "log4j2_config_path",
+    "prepare_source",
+    "register_session_source",
+]
+
+# Delta Lake's own settings for a session (delta-spark's quickstart): its SQL (DESCRIBE
+# HISTORY, VERSION AS OF, OPTIMIZE, VACUUM) and its catalog for the session catalog's tables.
+DELTA_SESSION_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
 
 _BOUND = "_sparklog_source_settings"
 
@@ -28,6 +45,13 @@ def log4j2_config_path() -> str:
     if repo_conf.is_file():
         return str(repo_conf)
     return str(resources.files("sparklog.spark").joinpath("log4j2.properties"))
+
+
+def delta_jars_installed() -> bool:
+    """Whether delta-spark's jar is on PySpark's classpath (its ``jars`` directory)."""
+    import pyspark
+
+    return any((Path(pyspark.__file__).parent / "jars").glob("delta-spark_*.jar"))
 
 
 def register_session_source(spark: SparkSession) -> dict[str, str]:
@@ -95,6 +119,7 @@ def get_or_create_session(
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
         "spark.python.worker.reuse": "true",
+        **(DELTA_SESSION_CONF if delta_jars_installed() else {}),
     }
     for key, value in {**defaults, **settings}.items():
         builder = builder.config(key, value)

@@ -29,6 +29,16 @@ classpath, where log4j2 finds that file, so every job launched from the environm
 (``spark-submit job.py`` without ``--properties-file``, ``python job.py``, a plain
 ``SparkSession``) logs errors only instead of dozens of INFO lines. A
 ``log4j2.properties`` that sparklog did not write is left as it is.
+
+With ``--jars DIR`` (``make venv`` passes ``.venv/spark-jars``, the jars of
+``jvm/spark/pom.xml`` that Maven fetched at install time) it links into ``<pyspark>/jars``
+every jar of ``DIR`` whose artifact PySpark does not ship already: delta-spark and its
+kernel, Spark's Kafka connector and the Kafka client it needs. Spark puts that directory on
+every JVM's classpath (driver, executors, a standalone master and workers started from the
+environment), so ``format("delta")`` and ``format("kafka")`` work in every launch and nothing
+downloads when a session starts. A library PySpark ships in another version keeps PySpark's
+(one copy of a class on the classpath); rerunning replaces the links, and the links are the
+only files sparklog adds there.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import shlex
 import sys
 import sysconfig
@@ -43,7 +54,7 @@ from pathlib import Path
 
 from sparklog.errors import ConfigError
 
-__all__ = ["bind_environment", "install_log_config", "main", "spark_env_script"]
+__all__ = ["artifact_name", "bind_environment", "install_log_config", "link_jars", "main", "spark_env_script"]
 
 MARKER = "# Written by sparklog (python -m sparklog.spark.spark_env)"
 SPARK_HOME_LINK = "spark-distribution"
@@ -103,6 +114,41 @@ def install_log_config(spark_home: Path, source: Path) -> Path | None:
     return target
 
 
+# Fetched as dependencies but not linked: PySpark routes commons-logging to SLF4J with
+# jcl-over-slf4j (the same classes), and RoaringBitmap 1.x, which it ships, took in 0.9's shims.
+UNLINKED_ARTIFACTS = frozenset({"commons-logging", "shims"})
+_VERSIONED_JAR = re.compile(r"(?P<artifact>.+)-(?P<version>\d+(\.\d+)+[^/]*)\.jar")
+
+
+def artifact_name(jar: str) -> str:
+    """The artifact of a Maven jar's file name: ``kafka-clients-3.9.2.jar`` -> ``kafka-clients``,
+    ``spark-sql-kafka-0-10_2.13-4.2.0.jar`` -> ``spark-sql-kafka-0-10_2.13``."""
+    match = _VERSIONED_JAR.fullmatch(jar)
+    return match["artifact"] if match else jar.removesuffix(".jar")
+
+
+def link_jars(spark_home: Path, jar_dir: Path) -> list[Path]:
+    """Link the jars of ``jar_dir`` whose artifacts ``spark_home/jars`` lacks into it, after
+    removing the links an earlier run made from ``jar_dir``; -> the links."""
+    source = jar_dir.absolute()
+    fetched = sorted(source.glob("*.jar"))
+    if not fetched:
+        raise ConfigError(f"No jars in {source}: they come from Maven Central at install time; run `make venv`")
+    jars = spark_home / "jars"
+    for path in jars.iterdir():
+        if path.is_symlink() and Path(os.readlink(path)).parent == source:
+            path.unlink()
+    shipped = {artifact_name(p.name) for p in jars.glob("*.jar")}
+    linked = []
+    for jar in fetched:
+        if artifact_name(jar.name) in shipped | UNLINKED_ARTIFACTS:
+            continue
+        link = jars / jar.name
+        link.symlink_to(jar)
+        linked.append(link)
+    return linked
+
+
 def _installed_spark_home() -> Path:
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
@@ -123,7 +169,13 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m sparklog.spark.spark_env",
         description="Make Spark launched from this Python environment use its interpreter, activated or not.",
     )
-    parser.parse_args(argv)
+    parser.add_argument(
+        "--jars",
+        type=Path,
+        metavar="DIR",
+        help="link the jars of DIR that PySpark lacks into its jars directory (make venv: .venv/spark-jars)",
+    )
+    args = parser.parse_args(argv)
     # Not resolved: the venv's python is a link to the base interpreter, which lacks the venv's packages.
     python = Path(sys.executable).absolute()
     from sparklog.spark.session import log4j2_config_path
@@ -142,6 +194,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{spark_home / 'conf' / 'log4j2.properties'} was not written by sparklog: Spark keeps its logging")
     else:
         print(f"Spark from {sys.prefix} logs errors only ({logging})")
+    if args.jars is not None:
+        try:
+            linked = link_jars(spark_home, args.jars)
+        except ConfigError as exc:
+            print(f"Error: {exc}", file=sys.stderr)
+            return 1
+        names = ", ".join(artifact_name(link.name) for link in linked)
+        print(f"Spark from {sys.prefix} has {len(linked)} jars from {args.jars} ({names}) in {spark_home / 'jars'}")
     return 0
 
 

@@ -1,6 +1,7 @@
 """The binding of an environment's Spark to its interpreter (sparklog.spark.spark_env): what
 Spark's launch scripts see, that a user's PYSPARK_PYTHON wins, and that files sparklog did not
-write are left alone. The end-to-end jobs are in tests/integration/test_spark_without_venv.py."""
+write are left alone; the JVM jars linked into PySpark's jars directory. The end-to-end jobs
+are in tests/integration/test_spark_without_venv.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from sparklog.errors import ConfigError
 from sparklog.spark.session import log4j2_config_path
-from sparklog.spark.spark_env import MARKER, bind_environment, install_log_config
+from sparklog.spark.spark_env import MARKER, artifact_name, bind_environment, install_log_config, link_jars
 
 _PYSPARK = importlib.util.find_spec("pyspark")
 assert _PYSPARK is not None and _PYSPARK.origin is not None
@@ -118,3 +119,73 @@ def test_bind_never_replaces_a_real_spark_distribution_dir(tmp_path: Path) -> No
     with pytest.raises(ConfigError, match=r"is not a link.*SPARK_HOME"):
         bind_environment(bin_dir / "python3", bin_dir, spark_home)
     assert (bin_dir / "spark-distribution").is_dir() and not (spark_home / "conf" / "spark-env.sh").exists()
+
+
+@pytest.mark.parametrize(
+    ("jar", "artifact"),
+    [
+        ("kafka-clients-3.9.2.jar", "kafka-clients"),
+        ("spark-sql-kafka-0-10_2.13-4.2.0.jar", "spark-sql-kafka-0-10_2.13"),
+        ("zstd-jni-1.5.7-3.jar", "zstd-jni"),
+        ("jackson-annotations-2.21.jar", "jackson-annotations"),
+        ("delta-spark_2.13-4.4.0.jar", "delta-spark_2.13"),
+        ("no-version.jar", "no-version"),
+    ],
+)
+def test_artifact_name(jar: str, artifact: str) -> None:
+    assert artifact_name(jar) == artifact
+
+
+def jar_files(directory: Path, *names: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (directory / name).write_bytes(b"PK")
+
+
+def test_link_jars_links_only_what_pyspark_lacks(tmp_path: Path) -> None:
+    spark_home, fetched = tmp_path / "pyspark", tmp_path / "spark-jars"
+    jar_files(spark_home / "jars", "jackson-core-2.21.2.jar", "kafka-streams-4.0.0.jar")
+    jar_files(
+        fetched,
+        "jackson-core-2.13.5.jar",  # PySpark ships another version: its own is kept
+        "delta-spark_2.13-4.4.0.jar",
+        "kafka-clients-3.9.2.jar",
+        "commons-logging-1.3.0.jar",  # PySpark has jcl-over-slf4j instead
+    )
+    linked = link_jars(spark_home, fetched)
+    assert sorted(p.name for p in linked) == ["delta-spark_2.13-4.4.0.jar", "kafka-clients-3.9.2.jar"]
+    assert all(p.is_symlink() and p.resolve().parent == fetched.resolve() for p in linked)
+    assert sorted(p.name for p in (spark_home / "jars").iterdir()) == [
+        "delta-spark_2.13-4.4.0.jar",
+        "jackson-core-2.21.2.jar",
+        "kafka-clients-3.9.2.jar",
+        "kafka-streams-4.0.0.jar",
+    ]
+
+
+def test_link_jars_again_replaces_its_own_links(tmp_path: Path) -> None:
+    spark_home, fetched = tmp_path / "pyspark", tmp_path / "spark-jars"
+    jar_files(spark_home / "jars", "spark-core_2.13-4.2.0.jar")
+    jar_files(fetched, "delta-spark_2.13-4.4.0.jar")
+    link_jars(spark_home, fetched)
+    (fetched / "delta-spark_2.13-4.4.0.jar").unlink()
+    jar_files(fetched, "delta-spark_2.13-4.4.1.jar")
+    link_jars(spark_home, fetched)
+    assert sorted(p.name for p in (spark_home / "jars").iterdir()) == [
+        "delta-spark_2.13-4.4.1.jar",
+        "spark-core_2.13-4.2.0.jar",
+    ]
+
+
+def test_link_jars_without_fetched_jars_says_to_run_make(tmp_path: Path) -> None:
+    (tmp_path / "pyspark" / "jars").mkdir(parents=True)
+    (tmp_path / "spark-jars").mkdir()
+    with pytest.raises(ConfigError, match=r"No jars in .*spark-jars.*make venv"):
+        link_jars(tmp_path / "pyspark", tmp_path / "spark-jars")
+    assert list((tmp_path / "pyspark" / "jars").iterdir()) == []
+
+
+def test_the_environments_spark_has_delta_and_the_kafka_connector() -> None:
+    """What `make venv` leaves: the jars of jvm/spark/pom.xml that PySpark lacks, linked."""
+    linked = {artifact_name(p.name) for p in (INSTALLED_SPARK_HOME / "jars").iterdir() if p.is_symlink()}
+    assert {"delta-spark_2.13", "delta-storage", "spark-sql-kafka-0-10_2.13", "kafka-clients"} <= linked
