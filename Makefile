@@ -15,6 +15,9 @@ NATIVE_SOURCES := setup.py $(wildcard sparklog/model/kafka_batches_c/*.c sparklo
 # Delta Lake for Spark and Spark's Kafka connector (jvm/spark/pom.xml), linked into PySpark's jars.
 SPARK_JARS := $(VENV)/spark-jars
 SPARK_JARS_STAMP := $(VENV)/.sparklog-spark-jars
+# Kafka's Java clients, tools and Streams (jvm/kafka/pom.xml), run by the tests against the brokers.
+KAFKA_CLIENT_JARS := $(VENV)/kafka-clients-jars
+KAFKA_CLIENT_JARS_STAMP := $(VENV)/.sparklog-kafka-clients-jars
 # Apache Kafka's broker jars, the baseline of the Kafka-wire benchmarks (benchmarks/kafka/pom.xml).
 KAFKA_JARS := $(VENV)/kafka-jars
 KAFKA_STAMP := $(VENV)/.sparklog-kafka-jars
@@ -24,7 +27,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .PHONY: venv demo lint test bench kafka-jars clean zookeeper-stop
 
-venv: $(STAMP) $(SPARK_JARS_STAMP) $(SPARK_ENV_STAMP) $(KCAT_STAMP) $(NODE_STAMP)
+venv: $(STAMP) $(SPARK_JARS_STAMP) $(SPARK_ENV_STAMP) $(KAFKA_CLIENT_JARS_STAMP) $(KCAT_STAMP) $(NODE_STAMP)
 
 # `compat` editable mode puts the repo on sys.path, so Spark's data-source lookup
 # (pkgutil over sys.path) finds pyspark_sparklog in its Python workers. The install compiles
@@ -44,6 +47,12 @@ $(SPARK_JARS_STAMP): jvm/spark/pom.xml scripts/ensure-maven-jars.sh | $(STAMP)
 	@bash scripts/ensure-maven-jars.sh jvm/spark/pom.xml $(SPARK_JARS) 'delta-spark_2.13-*.jar' \
 		"Delta Lake's and Spark's Kafka connector's jars" venv
 	@touch $(SPARK_JARS_STAMP)
+
+# Kafka's own clients and tools (sparklog.testing.kafka_tools), likewise once.
+$(KAFKA_CLIENT_JARS_STAMP): jvm/kafka/pom.xml scripts/ensure-maven-jars.sh | $(STAMP)
+	@bash scripts/ensure-maven-jars.sh jvm/kafka/pom.xml $(KAFKA_CLIENT_JARS) 'kafka-tools-*.jar' \
+		"Kafka's clients' and tools' jars" venv
+	@touch $(KAFKA_CLIENT_JARS_STAMP)
 
 # Spark launched from .venv (`.venv/bin/python job.py`, `.venv/bin/spark-submit job.py`) runs
 # Python with .venv's interpreter even when .venv is not activated, logs errors only (no INFO

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pytest
@@ -27,6 +27,9 @@ from confluent_kafka import Message
 from sparklog.cluster import Cluster
 from sparklog.metadata.zkdata import GroupStateRecord
 from sparklog.model.batches import normalise_input
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import DataStreamWriter
 
 # A test (or module, as ``pytestmark``) that runs twice: topic tables on a local log dir and
 # on an s3:// log dir on moto (the ``log_store`` fixture of tests/conftest.py).
@@ -375,3 +378,12 @@ if "pyspark" in sys.modules:
     code = 99
 sys.exit(code)
 """
+
+
+def run_available_now(writer: DataStreamWriter, checkpoint: Path, timeout_s: int = 120) -> None:
+    """Run a streaming query over what its sources hold now (``availableNow``) to its end,
+    checkpointed in ``checkpoint``; fail with the query's own error."""
+    query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    finished = query.awaitTermination(timeout_s)
+    assert query.exception() is None, f"the streaming query failed: {query.exception()}"
+    assert finished, f"the streaming query was still running after {timeout_s} s"

@@ -11,12 +11,15 @@ a test fails the ways real servers fail.
 * :mod:`sparklog.testing.object_stores` — S3 servers on loopback: moto's (honours conditional
   writes) and s3rver (ignores them: the store sparklog must refuse);
 * :class:`SparkStandalone` — a Spark standalone master and workers from the ``pyspark``
-  wheel, for ``spark-submit --master spark://...``.
+  wheel, for ``spark-submit --master spark://...``;
+* :class:`KafkaTools` — Apache Kafka's own command-line tools (topics, console producer and
+  consumer, consumer groups, performance tests), run from its jars (``make venv``).
 """
 
 from sparklog.testing.brokers import BrokerAgents
+from sparklog.testing.kafka_tools import KafkaTools
 from sparklog.testing.processes import ChildProcesses
 from sparklog.testing.spark_standalone import SparkStandalone
 from sparklog.testing.zookeeper import ZooKeeperEnsemble
 
-__all__ = ["BrokerAgents", "ChildProcesses", "SparkStandalone", "ZooKeeperEnsemble"]
+__all__ = ["BrokerAgents", "ChildProcesses", "KafkaTools", "SparkStandalone", "ZooKeeperEnsemble"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from chispa import assert_df_equality
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
@@ -16,6 +17,7 @@ from pyspark.sql import functions as F
 
 import sparklog
 from sparklog.testing import BrokerAgents
+from tests.helpers import run_available_now
 from tests.wire.conftest import create_led_topic
 
 TOPIC = "spark-kafka"
@@ -35,8 +37,21 @@ def kafka(spark: SparkSession, agents: BrokerAgents, **options: str) -> DataFram
     )
 
 
+def kafka_stream(spark: SparkSession, agents: BrokerAgents, **options: str) -> DataFrame:
+    """Spark's Kafka source as a stream of ``TOPIC`` from its earliest offsets."""
+    reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", agents.bootstrap_servers)
+    return reader.option("subscribe", TOPIC).option("startingOffsets", "earliest").options(**options).load()
+
+
 def sparklog_reads(spark: SparkSession, cluster_options: dict[str, str], **options: str) -> DataFrame:
     return spark.read.format("sparklog").options(**cluster_options).options(**options).load()
+
+
+@pytest.fixture
+def broker(cluster: sparklog.Cluster, one_broker: BrokerAgents) -> BrokerAgents:
+    """One broker leading ``TOPIC`` (3 partitions)."""
+    create_led_topic(cluster, one_broker, TOPIC, partitions=3)
+    return one_broker
 
 
 def same(actual: DataFrame, wanted: DataFrame) -> None:
@@ -44,30 +59,24 @@ def same(actual: DataFrame, wanted: DataFrame) -> None:
 
 
 def test_batch_read_subscribe_and_offsets(
-    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], one_broker: BrokerAgents
+    spark: SparkSession, cluster_options: dict[str, str], broker: BrokerAgents
 ) -> None:
-    create_led_topic(cluster, one_broker, TOPIC, partitions=3)
-    produce(one_broker.bootstrap_servers, 0, 30)
-    same(kafka(spark, one_broker, subscribe=TOPIC), sparklog_reads(spark, cluster_options, subscribe=TOPIC))
+    produce(broker.bootstrap_servers, 0, 30)
+    same(kafka(spark, broker, subscribe=TOPIC), sparklog_reads(spark, cluster_options, subscribe=TOPIC))
     ranged = {"startingOffsets": json.dumps({TOPIC: {"0": 2, "1": -2, "2": 5}}), "endingOffsets": "latest"}
     same(
-        kafka(spark, one_broker, assign=json.dumps({TOPIC: [0, 1, 2]}), **ranged),
+        kafka(spark, broker, assign=json.dumps({TOPIC: [0, 1, 2]}), **ranged),
         sparklog_reads(spark, cluster_options, subscribe=TOPIC, **ranged),
     )
-    assert kafka(spark, one_broker, subscribePattern="spark-.*").count() == 30
+    assert kafka(spark, broker, subscribePattern="spark-.*").count() == 30
 
 
-def test_batch_write_then_read_back(
-    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], one_broker: BrokerAgents
-) -> None:
-    create_led_topic(cluster, one_broker, TOPIC, partitions=3)
+def test_batch_write_then_read_back(spark: SparkSession, cluster_options: dict[str, str], broker: BrokerAgents) -> None:
     rows = spark.range(20).select(
         F.concat(F.lit("k"), F.col("id").cast("string")).alias("key"),
         F.concat(F.lit("v"), F.col("id").cast("string")).alias("value"),
     )
-    rows.write.format("kafka").option("kafka.bootstrap.servers", one_broker.bootstrap_servers).option(
-        "topic", TOPIC
-    ).save()
+    rows.write.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap_servers).option("topic", TOPIC).save()
     stored = sparklog_reads(spark, cluster_options, subscribe=TOPIC)
     got = sorted((bytes(r["key"]).decode(), bytes(r["value"]).decode()) for r in stored.collect())
     assert got == sorted((f"k{i}", f"v{i}") for i in range(20))
@@ -75,32 +84,18 @@ def test_batch_write_then_read_back(
 
 def test_streaming_read_resumes_from_its_checkpoint(
     spark: SparkSession,
-    cluster: sparklog.Cluster,
     cluster_options: dict[str, str],
-    one_broker: BrokerAgents,
+    broker: BrokerAgents,
     tmp_path: Path,
 ) -> None:
-    create_led_topic(cluster, one_broker, TOPIC, partitions=3)
 
     def run_once() -> None:
-        query = (
-            spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", one_broker.bootstrap_servers)
-            .option("subscribe", TOPIC)
-            .option("startingOffsets", "earliest")
-            .load()
-            .writeStream.format("parquet")
-            .option("path", str(tmp_path / "out"))
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(120)
-        assert query.exception() is None
+        records = kafka_stream(spark, broker)
+        run_available_now(records.writeStream.format("parquet").option("path", str(tmp_path / "out")), tmp_path / "cp")
 
-    produce(one_broker.bootstrap_servers, 0, 12)
+    produce(broker.bootstrap_servers, 0, 12)
     run_once()
-    produce(one_broker.bootstrap_servers, 12, 9)
+    produce(broker.bootstrap_servers, 12, 9)
     run_once()
     landed = spark.read.parquet(str(tmp_path / "out"))
     same(landed, sparklog_reads(spark, cluster_options, subscribe=TOPIC))
@@ -108,10 +103,9 @@ def test_streaming_read_resumes_from_its_checkpoint(
 
 
 def test_headers_timestamps_and_min_partitions(
-    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], one_broker: BrokerAgents
+    spark: SparkSession, cluster_options: dict[str, str], broker: BrokerAgents
 ) -> None:
-    create_led_topic(cluster, one_broker, TOPIC, partitions=3)
-    producer = Producer({"bootstrap.servers": one_broker.bootstrap_servers, "acks": "all"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all"})
     base_ms = 1_700_000_000_000
     for i in range(18):
         headers: list[tuple[str, str | bytes | None]] | None = [("n", str(i).encode())] if i % 2 else None
@@ -120,7 +114,7 @@ def test_headers_timestamps_and_min_partitions(
         )
     assert producer.flush(30) == 0
     with_headers = {"subscribe": TOPIC, "includeHeaders": "true"}
-    theirs = kafka(spark, one_broker, **with_headers)
+    theirs = kafka(spark, broker, **with_headers)
     assert_df_equality(
         theirs.select([*COLUMNS, "headers"]),
         sparklog_reads(spark, cluster_options, **with_headers).select([*COLUMNS, "headers"]),
@@ -128,17 +122,16 @@ def test_headers_timestamps_and_min_partitions(
         ignore_nullable=True,
     )
     from_time = {"subscribe": TOPIC, "startingTimestamp": str(base_ms + 9_000)}
-    same(kafka(spark, one_broker, **from_time), sparklog_reads(spark, cluster_options, **from_time))
-    assert kafka(spark, one_broker, **from_time).count() == 9
-    split = kafka(spark, one_broker, subscribe=TOPIC, minPartitions="6")
+    same(kafka(spark, broker, **from_time), sparklog_reads(spark, cluster_options, **from_time))
+    assert kafka(spark, broker, **from_time).count() == 9
+    split = kafka(spark, broker, subscribe=TOPIC, minPartitions="6")
     assert split.rdd.getNumPartitions() >= 6 and split.count() == 18
 
 
 def test_read_committed_hides_aborted_records(
-    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], one_broker: BrokerAgents
+    spark: SparkSession, cluster_options: dict[str, str], broker: BrokerAgents
 ) -> None:
-    create_led_topic(cluster, one_broker, TOPIC, partitions=1)
-    producer = Producer({"bootstrap.servers": one_broker.bootstrap_servers, "transactional.id": "spark-kafka-txn"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "spark-kafka-txn"})
     producer.init_transactions(30)
     for outcome, batch in (("commit", range(0, 5)), ("abort", range(5, 8)), ("commit", range(8, 10))):
         producer.begin_transaction()
@@ -147,10 +140,10 @@ def test_read_committed_hides_aborted_records(
         producer.flush(30)
         producer.commit_transaction(30) if outcome == "commit" else producer.abort_transaction(30)
     committed = {"subscribe": TOPIC, "kafka.isolation.level": "read_committed"}
-    values = sorted(bytes(r["value"]) for r in kafka(spark, one_broker, **committed).collect())
+    values = sorted(bytes(r["value"]) for r in kafka(spark, broker, **committed).collect())
     assert values == sorted(b"v%d" % i for i in (*range(5), 8, 9))
-    same(kafka(spark, one_broker, **committed), sparklog_reads(spark, cluster_options, **committed))
-    uncommitted = kafka(spark, one_broker, subscribe=TOPIC, **{"kafka.isolation.level": "read_uncommitted"})
+    same(kafka(spark, broker, **committed), sparklog_reads(spark, cluster_options, **committed))
+    uncommitted = kafka(spark, broker, subscribe=TOPIC, **{"kafka.isolation.level": "read_uncommitted"})
     assert uncommitted.filter(F.col("value") == F.lit(b"v6")).count() == 1, "read_uncommitted sees the aborted records"
 
 
@@ -158,28 +151,15 @@ def test_streaming_write_with_a_consumer_group_read_back(
     spark: SparkSession,
     cluster: sparklog.Cluster,
     cluster_options: dict[str, str],
-    one_broker: BrokerAgents,
+    broker: BrokerAgents,
     tmp_path: Path,
 ) -> None:
-    create_led_topic(cluster, one_broker, TOPIC, partitions=3)
-    create_led_topic(cluster, one_broker, "spark-kafka-out", partitions=2)
-    produce(one_broker.bootstrap_servers, 0, 15)
-    query = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", one_broker.bootstrap_servers)
-        .option("subscribe", TOPIC)
-        .option("startingOffsets", "earliest")
-        .option("kafka.group.id", "spark-kafka-group")
-        .load()
-        .select(F.col("key"), F.upper(F.col("value").cast("string")).alias("value"))
-        .writeStream.format("kafka")
-        .option("kafka.bootstrap.servers", one_broker.bootstrap_servers)
-        .option("topic", "spark-kafka-out")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+    create_led_topic(cluster, broker, "spark-kafka-out", partitions=2)
+    produce(broker.bootstrap_servers, 0, 15)
+    upper = kafka_stream(spark, broker, **{"kafka.group.id": "spark-kafka-group"}).select(
+        F.col("key"), F.upper(F.col("value").cast("string")).alias("value")
     )
-    query.awaitTermination(120)
-    assert query.exception() is None
+    sink = upper.writeStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap_servers)
+    run_available_now(sink.option("topic", "spark-kafka-out"), tmp_path / "checkpoint")
     out = sparklog_reads(spark, cluster_options, subscribe="spark-kafka-out").collect()
     assert sorted(bytes(r["value"]).decode() for r in out) == sorted(f"V{i}" for i in range(15))
