@@ -1,4 +1,4 @@
-"""Kafka Streams (Kafka 4.4's own library, the seeds' Streams API) on a sparklog broker: a word
+"""Kafka Streams (Kafka 4.3.1's own library, the seeds' Streams API) on a sparklog broker: a word
 count with ``processing.guarantee=exactly_once_v2`` (``tests/jvm/WordCount.java``, run with
 Java's source launcher from the jars ``make venv`` fetched). Streams creates its repartition
 and compacted changelog topics itself; an instance killed -9 in the middle and restarted on an

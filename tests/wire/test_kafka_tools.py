@@ -1,4 +1,4 @@
-"""Apache Kafka's own command-line tools (4.4, run from its jars: Kafka's Java AdminClient,
+"""Apache Kafka's own command-line tools (4.3.1, run from its jars: Kafka's Java AdminClient,
 producer and consumer underneath) against a sparklog broker, as a Kafka user runs them:
 topics, console producer and consumer, consumer groups, and the performance tools."""
 
