@@ -145,11 +145,17 @@ def _read_state(lay: _Layout) -> tuple[int, int] | None:
         return None
 
 
-def status(home: str | os.PathLike[str]) -> EmbeddedZooKeeperStatus:
+# How long a server whose process lives gets to answer ruok before it is taken for hung and
+# replaced: longer than the lock-free look (a loaded machine answers late; killing a healthy
+# server would break every client of the cluster).
+_HUNG_AFTER_S = 10.0
+
+
+def status(home: str | os.PathLike[str], ruok_timeout_s: float = 1.0) -> EmbeddedZooKeeperStatus:
     """Report whether this home's server runs; read-only and lock-free."""
     lay = _layout(home)
     state = _read_state(lay)
-    if state is not None and lay.daemon.alive(state[0]) and _ruok(state[1]):
+    if state is not None and lay.daemon.alive(state[0]) and _ruok(state[1], ruok_timeout_s):
         pid, port = state
         connect = f"{_HOST}:{port}"
         return EmbeddedZooKeeperStatus(True, pid, port, connect, str(lay.data), str(lay.daemon.log))
@@ -207,7 +213,7 @@ def start(home: str | os.PathLike[str], timeout_s: float = 60.0) -> EmbeddedZooK
     lay = _layout(home)
     daemon = lay.daemon
     with daemon.locked(deadline):
-        current = status(home)
+        current = status(home, _HUNG_AFTER_S)
         if current.running:
             return current
         # Whatever still runs this zoo.cfg is hung or orphaned (its starter died before writing
@@ -222,7 +228,10 @@ def start(home: str | os.PathLike[str], timeout_s: float = 60.0) -> EmbeddedZooK
             proc, offset = daemon.launch(cmd)
             if daemon.wait_ready(proc, functools.partial(_ruok, port, 0.5), deadline):
                 daemon.write_state(proc.pid, port=port)
-                started = status(home)
+                # It just answered: asking again could time out on a loaded machine.
+                started = EmbeddedZooKeeperStatus(
+                    True, proc.pid, port, f"{_HOST}:{port}", str(lay.data), str(daemon.log)
+                )
                 _announce(home, started)
                 return started
             if proc.poll() is None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,6 +95,24 @@ def test_ensure_started_reuses_the_running_server(home: Path) -> None:
     pid = embedded.status(home).pid
     assert embedded.ensure_started(home) == first
     assert embedded.ensure_started(str(home)) == first
+    assert embedded.status(home).pid == pid
+    assert _server_pids(home) == [pid]
+
+
+def test_a_slow_server_is_not_replaced(home: Path) -> None:
+    """A server that answers late (a loaded machine; here stopped for 3 s) is still the home's
+    server: ensure_started waits for it instead of killing it and starting another."""
+    first = embedded.ensure_started(home)
+    pid = embedded.status(home).pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(3.0, os.kill, (pid, signal.SIGCONT))
+    resume.start()
+    try:
+        assert embedded.ensure_started(home) == first
+    finally:
+        resume.join()
+        os.kill(pid, signal.SIGCONT)
     assert embedded.status(home).pid == pid
     assert _server_pids(home) == [pid]
 
