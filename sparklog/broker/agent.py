@@ -163,6 +163,7 @@ class BrokerAgent:
         self.replicas.metadata.register_broker(self.broker_id, self.config.log_dir, self.config.broker_rack)
         self._network.start()
         self._requests.start()
+        pipelined_requests, pipelined_bytes = _pipelining(self.config)
         self._listeners = [
             KafkaListener(
                 endpoint,
@@ -181,7 +182,8 @@ class BrokerAgent:
                 self.config.socket_request_max_bytes,
                 self._network,
                 self._requests,
-                *_pipelining(self.config),
+                pipelined_requests=pipelined_requests,
+                pipelined_bytes=pipelined_bytes,
             )
             for endpoint in self.config.listeners
         ]

@@ -156,10 +156,12 @@ def status(home: str | os.PathLike[str], ruok_timeout_s: float = 1.0) -> Embedde
     lay = _layout(home)
     state = _read_state(lay)
     if state is not None and lay.daemon.alive(state[0]) and _ruok(state[1], ruok_timeout_s):
-        pid, port = state
-        connect = f"{_HOST}:{port}"
-        return EmbeddedZooKeeperStatus(True, pid, port, connect, str(lay.data), str(lay.daemon.log))
+        return _running(lay, *state)
     return EmbeddedZooKeeperStatus(False, None, None, None, str(lay.data), str(lay.daemon.log))
+
+
+def _running(lay: _Layout, pid: int, port: int) -> EmbeddedZooKeeperStatus:
+    return EmbeddedZooKeeperStatus(True, pid, port, f"{_HOST}:{port}", str(lay.data), str(lay.daemon.log))
 
 
 def ensure_started(home: str | os.PathLike[str], timeout_s: float = 60.0) -> str:
@@ -229,9 +231,7 @@ def start(home: str | os.PathLike[str], timeout_s: float = 60.0) -> EmbeddedZooK
             if daemon.wait_ready(proc, functools.partial(_ruok, port, 0.5), deadline):
                 daemon.write_state(proc.pid, port=port)
                 # It just answered: asking again could time out on a loaded machine.
-                started = EmbeddedZooKeeperStatus(
-                    True, proc.pid, port, f"{_HOST}:{port}", str(lay.data), str(daemon.log)
-                )
+                started = _running(lay, proc.pid, port)
                 _announce(home, started)
                 return started
             if proc.poll() is None:

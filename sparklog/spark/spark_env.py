@@ -138,10 +138,10 @@ def link_jars(spark_home: Path, jar_dir: Path) -> list[Path]:
     for path in jars.iterdir():
         if path.is_symlink() and Path(os.readlink(path)).parent == source:
             path.unlink()
-    shipped = {artifact_name(p.name) for p in jars.glob("*.jar")}
+    unwanted = {artifact_name(p.name) for p in jars.glob("*.jar")} | UNLINKED_ARTIFACTS
     linked = []
     for jar in fetched:
-        if artifact_name(jar.name) in shipped | UNLINKED_ARTIFACTS:
+        if artifact_name(jar.name) in unwanted:
             continue
         link = jars / jar.name
         link.symlink_to(jar)

@@ -29,7 +29,6 @@ KAFKA_TOOLS = {
     "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
     "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
     "kafka-consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
-    "kafka-configs": "org.apache.kafka.tools.ConfigCommand",
     "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
     "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
     "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
@@ -70,11 +69,12 @@ class KafkaTools:
             )
         self.java = find_java()
 
-    def command(self, main_class: str, *args: str) -> list[str]:
-        """The ``java`` command line of ``main_class`` with ``args``."""
+    def command(self, main_class: str, *args: str, heap_mb: int = 256) -> list[str]:
+        """The ``java`` command line of ``main_class`` (or a ``.java`` source file, which Java's
+        source launcher compiles) with ``args``."""
         return [
             self.java,
-            "-Xmx256m",
+            f"-Xmx{heap_mb}m",
             "-cp",
             str(self.jar_dir / "*"),
             main_class,

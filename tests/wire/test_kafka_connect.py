@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 import sparklog
-from sparklog.metadata.embedded import find_java
 from sparklog.testing import BrokerAgents, KafkaTools
 from sparklog.testing.brokers import free_port
 from tests.helpers import wait_until
@@ -57,13 +56,10 @@ class ConnectWorker:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        command = [find_java(), "-Xmx512m", "-cp", str(KafkaTools().jar_dir / "*")]
+        worker = "org.apache.kafka.connect.cli.ConnectDistributed"
+        command = KafkaTools().command(worker, str(self.properties), heap_mb=512)
         with self.log.open("a") as out:
-            self.process = subprocess.Popen(
-                [*command, "org.apache.kafka.connect.cli.ConnectDistributed", str(self.properties)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         wait_until(self._answers, f"Connect's REST API on port {self.port}", timeout_s=120, interval_s=0.5)
 
     def _answers(self) -> bool:

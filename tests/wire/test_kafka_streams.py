@@ -17,7 +17,6 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 import sparklog
-from sparklog.metadata.embedded import find_java
 from sparklog.testing import BrokerAgents, KafkaTools
 from tests.helpers import wait_until
 from tests.wire.conftest import create_led_topic
@@ -32,11 +31,10 @@ class WordCountApp:
     """One instance of the word count: a ``java`` process, its output in a log file."""
 
     def __init__(self, bootstrap: str, state_dir: Path, log: Path) -> None:
-        jars = KafkaTools().jar_dir / "*"
-        command = [find_java(), "-Xmx256m", "-cp", str(jars), str(WORD_COUNT), bootstrap, APPLICATION, LINES, COUNTS]
+        command = KafkaTools().command(str(WORD_COUNT), bootstrap, APPLICATION, LINES, COUNTS, str(state_dir))
         self.log = log
         with log.open("w") as out:
-            self.process = subprocess.Popen([*command, str(state_dir)], stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
     def running(self) -> bool:
         return "STATE RUNNING" in self.log.read_text()
