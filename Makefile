@@ -18,6 +18,12 @@ SPARK_JARS_STAMP := $(VENV)/.sparklog-spark-jars
 # Kafka's Java clients, tools and Streams (jvm/kafka/pom.xml), run by the tests against the brokers.
 KAFKA_CLIENT_JARS := $(VENV)/kafka-clients-jars
 KAFKA_CLIENT_JARS_STAMP := $(VENV)/.sparklog-kafka-clients-jars
+# Kafka's 3.9 clients and tools (jvm/kafka39/pom.xml): the tests' Java programs run on both lines.
+KAFKA39_CLIENT_JARS := $(VENV)/kafka39-clients-jars
+KAFKA39_CLIENT_JARS_STAMP := $(VENV)/.sparklog-kafka39-clients-jars
+# The tests' Java programs (tests/jvm/*.java), compiled against the 4.x jars.
+JAVA_TEST_CLASSES := $(VENV)/jvm-test-classes
+JAVA_TEST_CLASSES_STAMP := $(VENV)/.sparklog-jvm-test-classes
 # Apache Kafka's broker jars, the baseline of the Kafka-wire benchmarks (benchmarks/kafka/pom.xml).
 KAFKA_JARS := $(VENV)/kafka-jars
 KAFKA_STAMP := $(VENV)/.sparklog-kafka-jars
@@ -27,7 +33,8 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .PHONY: venv demo lint test bench kafka-jars clean zookeeper-stop
 
-venv: $(STAMP) $(SPARK_JARS_STAMP) $(SPARK_ENV_STAMP) $(KAFKA_CLIENT_JARS_STAMP) $(KCAT_STAMP) $(NODE_STAMP)
+venv: $(STAMP) $(SPARK_JARS_STAMP) $(SPARK_ENV_STAMP) $(KAFKA_CLIENT_JARS_STAMP) $(KAFKA39_CLIENT_JARS_STAMP) \
+	$(JAVA_TEST_CLASSES_STAMP) $(KCAT_STAMP) $(NODE_STAMP)
 
 # `compat` editable mode puts the repo on sys.path, so Spark's data-source lookup
 # (pkgutil over sys.path) finds pyspark_sparklog in its Python workers. The install compiles
@@ -53,6 +60,16 @@ $(KAFKA_CLIENT_JARS_STAMP): jvm/kafka/pom.xml scripts/ensure-maven-jars.sh | $(S
 	@bash scripts/ensure-maven-jars.sh jvm/kafka/pom.xml $(KAFKA_CLIENT_JARS) 'kafka-tools-*.jar' \
 		"Kafka's clients' and tools' jars" venv
 	@touch $(KAFKA_CLIENT_JARS_STAMP)
+
+$(KAFKA39_CLIENT_JARS_STAMP): jvm/kafka39/pom.xml scripts/ensure-maven-jars.sh | $(STAMP)
+	@bash scripts/ensure-maven-jars.sh jvm/kafka39/pom.xml $(KAFKA39_CLIENT_JARS) 'kafka-clients-3.9.*.jar' \
+		"Kafka 3.9's clients' and tools' jars" venv
+	@touch $(KAFKA39_CLIENT_JARS_STAMP)
+
+# javac (a JDK from apt-get when missing) builds the tests' Java programs once per change.
+$(JAVA_TEST_CLASSES_STAMP): $(wildcard tests/jvm/*.java) scripts/compile-java-tests.sh $(KAFKA_CLIENT_JARS_STAMP)
+	@bash scripts/compile-java-tests.sh tests/jvm $(KAFKA_CLIENT_JARS) $(JAVA_TEST_CLASSES)
+	@touch $(JAVA_TEST_CLASSES_STAMP)
 
 # Spark launched from .venv (`.venv/bin/python job.py`, `.venv/bin/spark-submit job.py`) runs
 # Python with .venv's interpreter even when .venv is not activated, logs errors only (no INFO

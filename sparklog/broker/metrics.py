@@ -10,8 +10,9 @@ The components that record receive it explicitly (the listener through
 Names are those the Prometheus JMX exporter's usual Kafka rules (``lowercaseOutputName``)
 give Kafka's MBeans, so dashboards written for Kafka read them:
 
-* ``kafka.network:type=RequestMetrics,name=RequestsPerSec,request=<api>`` →
-  ``kafka_network_requestmetrics_requests_total{request}`` (a counter);
+* ``kafka.network:type=RequestMetrics,name=RequestsPerSec,request=<api>,version=<v>`` →
+  ``kafka_network_requestmetrics_requests_total{request,version}`` (a counter per API and
+  version, as Kafka's: which versions clients negotiated shows here);
 * ``…name=TotalTimeMs`` / ``…name=RequestQueueTimeMs`` → summaries
   ``kafka_network_requestmetrics_totaltimems{request,quantile}`` and
   ``kafka_network_requestmetrics_requestqueuetimems`` in milliseconds, quantiles labelled as
@@ -210,19 +211,24 @@ class BrokerMetrics(Collector):
         self._store_requests = store_requests
         self._lock = threading.Lock()  # guards the dicts below (entries are added, never removed)
         self._requests: dict[int, QuantileWindow] = {}
+        self._request_versions: dict[tuple[int, int], int] = {}
         self._topics: dict[str, list[int]] = {_ALL_TOPICS: [0, 0, 0]}
         self._rounds: dict[str, QuantileWindow] = {}
         self.registry.register(self)
         ProcessCollector(registry=self.registry)
 
     # -- recording (called on the request and commit paths) --------------------------------
-    def request_done(self, api_key: int, queue_time_s: float, total_time_s: float, cpu_time_s: float) -> None:
-        """One answered request of ``api_key``: how long it waited before a handler started it,
-        from its frame read to its answer written, and the thread CPU time it cost."""
+    def request_done(
+        self, api_key: int, api_version: int, queue_time_s: float, total_time_s: float, cpu_time_s: float
+    ) -> None:
+        """One answered request of ``api_key`` at ``api_version``: how long it waited before a
+        handler started it, from its frame read to its answer written, and the thread CPU time it cost."""
         window = self._requests.get(api_key)
-        if window is None:
-            with self._lock:
+        with self._lock:
+            if window is None:
                 window = self._requests.setdefault(api_key, QuantileWindow(columns=3))
+            versions = self._request_versions
+            versions[api_key, api_version] = versions.get((api_key, api_version), 0) + 1
         window.observe((total_time_s * 1000, queue_time_s * 1000, cpu_time_s), clock.monotonic_s())
 
     def bytes_in(self, topic: str, wire_bytes: int, records: int) -> None:
@@ -268,13 +274,16 @@ class BrokerMetrics(Collector):
         now_s = clock.monotonic_s()
         with self._lock:
             requests = sorted((api_name(key), window) for key, window in self._requests.items())
+            versions = sorted((api_name(key), version, n) for (key, version), n in self._request_versions.items())
             topics = sorted((topic, list(row)) for topic, row in self._topics.items())
             rounds = sorted(self._rounds.items(), key=lambda item: item[0])
         count = CounterMetricFamily(
-            "kafka_network_requestmetrics_requests", "Requests answered (Kafka's RequestsPerSec)", labels=["request"]
+            "kafka_network_requestmetrics_requests",
+            "Requests answered, by API and version (Kafka's RequestsPerSec)",
+            labels=["request", "version"],
         )
-        for name, window in requests:
-            count.add_metric([name], window.count)
+        for name, version, answered in versions:
+            count.add_metric([name, str(version)], answered)
         yield count
         for name, doc, column, quantiles in (
             (

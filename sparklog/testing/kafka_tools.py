@@ -12,6 +12,7 @@ process and waits for it, killing it at the timeout.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from sparklog.metadata.embedded import find_java
 
-__all__ = ["KAFKA_TOOLS", "KafkaTools", "KafkaToolsMissing", "ToolRun"]
+__all__ = ["KAFKA39_JARS", "KAFKA_JARS", "KAFKA_TOOLS", "TEST_CLASSES", "KafkaTools", "KafkaToolsMissing", "ToolRun"]
 
 # The scripts of Kafka's bin/ directory and the main classes they run (Kafka 4.x).
 KAFKA_TOOLS = {
@@ -57,26 +58,44 @@ class ToolRun:
         return self
 
 
+# Where ``make venv`` puts Kafka's jars (4.x and the 3.9 line) and the tests' compiled Java programs.
+KAFKA_JARS = "kafka-clients-jars"
+KAFKA39_JARS = "kafka39-clients-jars"
+TEST_CLASSES = "jvm-test-classes"
+
+
 class KafkaTools:
-    """Kafka's tools from the jars in ``jar_dir`` (default: the environment's, from ``make venv``)."""
+    """Kafka's tools from the jars in ``jar_dir`` (default: the environment's 4.x jars, from
+    ``make venv``; ``Path(sys.prefix) / KAFKA39_JARS`` for the 3.9 line), with the tests' Java
+    programs (``tests/jvm``, compiled by ``make venv`` into ``<venv>/jvm-test-classes``) on the
+    classpath when they were built."""
 
     def __init__(self, jar_dir: Path | None = None) -> None:
-        self.jar_dir = jar_dir if jar_dir is not None else Path(sys.prefix) / "kafka-clients-jars"
+        self.jar_dir = jar_dir if jar_dir is not None else Path(sys.prefix) / KAFKA_JARS
         if not any(self.jar_dir.glob("kafka-tools-*.jar")):
             raise KafkaToolsMissing(
                 f"no kafka-tools jar in {self.jar_dir}: Kafka's tools come from Maven Central at install time; "
                 "run `make venv`"
             )
         self.java = find_java()
+        self.classes_dir = Path(sys.prefix) / TEST_CLASSES
+
+    def version(self) -> str:
+        """The version of the kafka-clients jar, e.g. "3.9.2"."""
+        jar = next(self.jar_dir.glob("kafka-clients-*.jar"))
+        return jar.name.removeprefix("kafka-clients-").removesuffix(".jar")
 
     def command(self, main_class: str, *args: str, heap_mb: int = 256) -> list[str]:
-        """The ``java`` command line of ``main_class`` (or a ``.java`` source file, which Java's
-        source launcher compiles) with ``args``."""
+        """The ``java`` command line of ``main_class`` (a class of Kafka's jars or of the tests'
+        programs) with ``args``."""
+        classpath = [str(self.jar_dir / "*")]
+        if self.classes_dir.is_dir():
+            classpath.append(str(self.classes_dir))
         return [
             self.java,
             f"-Xmx{heap_mb}m",
             "-cp",
-            str(self.jar_dir / "*"),
+            os.pathsep.join(classpath),
             main_class,
             *args,
         ]

@@ -45,6 +45,11 @@ class Scrape:
         """The sample ``name`` with exactly ``labels``, or None."""
         return self.samples.get(name, {}).get(frozenset(labels.items()))
 
+    def total(self, name: str, **labels: str) -> float:
+        """The sum of the samples ``name`` whose labels include ``labels`` (0 when none do)."""
+        wanted = labels.items()
+        return sum(value for have, value in self.samples.get(name, {}).items() if wanted <= have)
+
     def series(self, name: str) -> dict[Labels, float]:
         """Every sample named ``name``, by labels."""
         return dict(self.samples.get(name, {}))

@@ -1,5 +1,5 @@
 // A Kafka Streams word count (the Streams API of the seeds), run by tests/wire/test_kafka_streams.py
-// with `java -cp '<kafka jars>/*' WordCount.java BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR`.
+// as `WordCount BOOTSTRAP APPLICATION_ID INPUT OUTPUT STATE_DIR` (compiled by make venv).
 // Lines in, (word, count) out, exactly_once_v2: Streams creates its repartition and changelog
 // (compacted) topics itself. It prints "STATE <state>" at each state change and runs until killed.
 import java.util.Arrays;

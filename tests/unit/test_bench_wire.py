@@ -105,11 +105,11 @@ def test_raw_produce_request_framing() -> None:
 def test_request_cpu_is_read_from_the_metrics_between_two_scrapes() -> None:
     metrics = BrokerMetrics()
     for _ in range(10):
-        metrics.request_done(0, 0.0, 0.002, 0.000100)  # warm-up: before the first scrape
+        metrics.request_done(0, 9, 0.0, 0.002, 0.000100)  # warm-up: before the first scrape
     before = parse(metrics.render().decode())
     for cpu_s in (0.000020, 0.000030, 0.000040, 0.000050):
-        metrics.request_done(0, 0.0, 0.001, cpu_s)
-    metrics.request_done(3, 0.0, 0.001, 0.5)  # other APIs are not Produce's
+        metrics.request_done(0, 9, 0.0, 0.001, cpu_s)
+    metrics.request_done(3, 12, 0.0, 0.001, 0.5)  # other APIs are not Produce's
     figures = request_cpu_figures(before, parse(metrics.render().decode()), records=1)
     assert figures["request_cpu_us_1"] == pytest.approx(35.0)
     # p50 / p99 over the window, which still holds the warm-up's samples

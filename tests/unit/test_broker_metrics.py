@@ -70,9 +70,9 @@ def test_rendering_after_known_records() -> None:
     recorded = FixedClock(10_000)
     with clock.installed(recorded):
         metrics = BrokerMetrics(lambda: ReplicaGauges(leaders=4, under_replicated=1, partitions=6))
-        metrics.request_done(0, queue_time_s=0.002, total_time_s=0.010, cpu_time_s=0.000040)
-        metrics.request_done(0, queue_time_s=0.000, total_time_s=0.030, cpu_time_s=0.000020)
-        metrics.request_done(3, queue_time_s=0.000, total_time_s=0.001, cpu_time_s=0.000100)
+        metrics.request_done(0, 9, queue_time_s=0.002, total_time_s=0.010, cpu_time_s=0.000040)
+        metrics.request_done(0, 11, queue_time_s=0.000, total_time_s=0.030, cpu_time_s=0.000020)
+        metrics.request_done(3, 12, queue_time_s=0.000, total_time_s=0.001, cpu_time_s=0.000100)
         metrics.bytes_in("a", wire_bytes=700, records=10)
         metrics.bytes_in("b", wire_bytes=300, records=5)
         metrics.bytes_in("a", wire_bytes=70, records=1)
@@ -95,7 +95,11 @@ def test_rendering_after_known_records() -> None:
 
     kafka_q = ("0.50", "0.75", "0.95", "0.99", "0.999")
     expected = {
-        "kafka_network_requestmetrics_requests_total": {produce: 2.0, metadata: 1.0},
+        "kafka_network_requestmetrics_requests_total": {
+            _labels(request="Produce", version="9"): 1.0,
+            _labels(request="Produce", version="11"): 1.0,
+            _labels(request="Metadata", version="12"): 1.0,
+        },
         "kafka_network_requestmetrics_totaltimems": {
             **quantiles("request", "Produce", {"0.50": 10.0} | {q: 30.0 for q in kafka_q[1:]}),
             **quantiles("request", "Metadata", dict.fromkeys(kafka_q, 1.0)),
@@ -155,7 +159,7 @@ def test_quantiles_age_out_at_scrape_time() -> None:
     recorded = FixedClock(0)
     with clock.installed(recorded):
         metrics = BrokerMetrics()
-        metrics.request_done(0, 0.0, 0.005, 0.0001)
+        metrics.request_done(0, 9, 0.0, 0.005, 0.0001)
         recorded.ms = 120_000  # two minutes later: the window is empty, the count is not
         scraped = parse(metrics.render().decode())
     assert math.isnan(scraped.value("kafka_network_requestmetrics_totaltimems", request="Produce", quantile="0.50"))
@@ -189,7 +193,7 @@ def test_concurrent_recording_loses_nothing() -> None:
 
     def record() -> None:
         for _ in range(2_000):
-            metrics.request_done(1, 0.0, 0.001, 0.00001)
+            metrics.request_done(1, 17, 0.0, 0.001, 0.00001)
             metrics.bytes_out("t", 3)
 
     threads = [threading.Thread(target=record) for _ in range(4)]
@@ -198,5 +202,5 @@ def test_concurrent_recording_loses_nothing() -> None:
     for thread in threads:
         thread.join()
     scraped = parse(metrics.render().decode())
-    assert scraped.value("kafka_network_requestmetrics_requests_total", request="Fetch") == 8_000
+    assert scraped.value("kafka_network_requestmetrics_requests_total", request="Fetch", version="17") == 8_000
     assert scraped.value("kafka_server_brokertopicmetrics_bytesout_total", topic="t") == 24_000

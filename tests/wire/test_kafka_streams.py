@@ -1,6 +1,6 @@
 """Kafka Streams (Kafka 4.3.1's own library, the seeds' Streams API) on a sparklog broker: a word
-count with ``processing.guarantee=exactly_once_v2`` (``tests/jvm/WordCount.java``, run with
-Java's source launcher from the jars ``make venv`` fetched). Streams creates its repartition
+count with ``processing.guarantee=exactly_once_v2`` (``tests/jvm/WordCount.java``, compiled by
+``make venv`` against the jars it fetched). Streams creates its repartition
 and compacted changelog topics itself; an instance killed -9 in the middle and restarted on an
 empty state directory restores its counts from the changelog, and the committed output holds
 every count exactly once."""
@@ -21,7 +21,6 @@ from sparklog.testing import BrokerAgents, KafkaTools
 from tests.helpers import wait_until
 from tests.wire.conftest import create_led_topic
 
-WORD_COUNT = Path(__file__).resolve().parents[1] / "jvm" / "WordCount.java"
 APPLICATION = "word-count"
 LINES, COUNTS = "lines", "word-counts"
 WORDS = ["kafka", "delta", "spark", "streams", "table", "log"]
@@ -31,7 +30,7 @@ class WordCountApp:
     """One instance of the word count: a ``java`` process, its output in a log file."""
 
     def __init__(self, bootstrap: str, state_dir: Path, log: Path) -> None:
-        command = KafkaTools().command(str(WORD_COUNT), bootstrap, APPLICATION, LINES, COUNTS, str(state_dir))
+        command = KafkaTools().command("WordCount", bootstrap, APPLICATION, LINES, COUNTS, str(state_dir))
         self.log = log
         with log.open("w") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)

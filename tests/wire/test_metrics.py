@@ -50,7 +50,7 @@ def _consume(bootstrap: str) -> int:
 
 
 def _answered(metrics: Scrape, request: str) -> float:
-    return metrics.get("kafka_network_requestmetrics_requests_total", request=request) or 0.0
+    return metrics.total("kafka_network_requestmetrics_requests_total", request=request)
 
 
 def test_names_and_values_after_a_known_workload(cluster: sparklog.Cluster, one_broker: BrokerAgents) -> None:

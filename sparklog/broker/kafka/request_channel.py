@@ -268,7 +268,11 @@ class RequestChannel:
         request.respond(frame)
         if self._metrics is not None:
             self._metrics.request_done(
-                started.api_key, request.queue_s, time.monotonic() - request.received_s, request.cpu_s
+                started.api_key,
+                started.api_version,
+                request.queue_s,
+                time.monotonic() - request.received_s,
+                request.cpu_s,
             )
 
     @staticmethod
