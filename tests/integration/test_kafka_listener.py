@@ -153,7 +153,7 @@ def test_unsupported_api_versions_version_gets_a_v0_error_response(agents: Broke
     assert response.error_code == ErrorCode.unsupported_version
     advertised = {int(v.api_key): (int(v.min_version), int(v.max_version)) for v in response.api_keys}
     assert advertised == API_VERSIONS  # exactly what the broker serves
-    assert advertised[18] == (0, 3) and advertised[3] == (0, 12)
+    assert advertised[18] == (0, 4) and advertised[3] == (0, 12)
 
 
 def truncated_frame(sock: socket.socket) -> None:

@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 import sparklog
 from sparklog.testing import BrokerAgents, KafkaTools
 from sparklog.testing.kafka_tools import KAFKA39_JARS, KAFKA_JARS
+from sparklog.testing.metrics import scrape
 from tests.helpers import wait_until
 from tests.wire.conftest import create_led_topic
 
@@ -254,6 +255,11 @@ def test_a_static_member_restarted_within_its_session_keeps_its_partitions(
 
 def test_admin_client(java: KafkaTools, group_broker: BrokerAgents) -> None:
     transcript = run(java, "admin", group_broker.bootstrap_servers, "java-admin", "java-admin-group")
+    # Each connection's first request is ApiVersions at the clients' newest version (4, in 3.9.x
+    # and 4.x), answered as it is: no UNSUPPORTED_VERSION round trip through v0.
+    answered = scrape(group_broker.metrics_url(1)).series("kafka_network_requestmetrics_requests_total")
+    api_versions = {dict(labels)["version"] for labels in answered if ("request", "ApiVersions") in labels}
+    assert api_versions == {"4"}, answered
     assert transcript == [
         "cluster nodes 1 controller true",
         "listed true",

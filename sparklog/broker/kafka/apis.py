@@ -5,7 +5,7 @@ rows of the API modules (``metadata_api``, ``produce_api``, ``fetch_api``, ``off
 ``producer_id_api``, ``topics_api``, ``delete_records_api``, ``configs_api``,
 ``coordinator_api``, ``offset_commit_api``, ``txn_api``, ``txn_markers_api``,
 ``txn_offset_commit_api``); ApiVersions
-(18) v0..v3 advertises exactly them. An ApiVersions request of a
+(18) v0..v4 advertises exactly them. An ApiVersions request of a
 version outside that range is answered with UNSUPPORTED_VERSION in a v0 response listing
 what is served (Kafka's rule, so a client can retry with a version both sides know). Any
 other unknown api key or version is a :class:`ProtocolError`: the listener closes the
@@ -181,7 +181,7 @@ def _api_versions_body(version: int, error_code: ErrorCode) -> Any:
 
 
 class ApiVersionsBody(Protocol):
-    """What :func:`_api_versions` reads of an ApiVersions request (kio's v0..v3 request
+    """What :func:`_api_versions` reads of an ApiVersions request (kio's v0..v4 request
     classes): nothing, the answer depends on the header's version alone."""
 
 
@@ -192,7 +192,7 @@ def _api_versions(request: ApiRequest[ApiVersionsBody], _cluster: BrokerContext)
 _APIS: dict[int, Api] = {
     api.key: api
     for api in (
-        Api(API_VERSIONS_KEY, 0, 3, _api_versions),
+        Api(API_VERSIONS_KEY, 0, 4, _api_versions),
         *metadata_api.APIS,
         *produce_api.APIS,
         *fetch_api.APIS,
@@ -215,4 +215,4 @@ API_VERSIONS: dict[int, tuple[int, int]] = {key: (api.min_version, api.max_versi
 
 # ApiVersions' response header is v0 in every version (clients read it before knowing
 # whether the broker speaks flexible versions); kio's types say so, this keeps it checked.
-assert load_response_schema(API_VERSIONS_KEY, 3).__header_schema__ is ResponseHeaderV0
+assert load_response_schema(API_VERSIONS_KEY, 4).__header_schema__ is ResponseHeaderV0
