@@ -78,8 +78,9 @@ $(SPARK_ENV_STAMP): $(STAMP) $(SPARK_JARS_STAMP) sparklog/spark/spark_env.py con
 	$(BIN)/python -m sparklog.spark.spark_env --jars $(SPARK_JARS)
 	@touch $(SPARK_ENV_STAMP)
 
-# kcat (Debian's package) is a real Kafka client the tests use; installed with apt-get when
-# missing (root or sudo -n), else make stops with one line saying what to run.
+# kcat (Debian's package) is a real Kafka client the tests use, curl the README's client of
+# Connect's REST API; installed with apt-get when missing (root or sudo -n), else make stops
+# with one line saying what to run.
 $(KCAT_STAMP): scripts/ensure-kcat.sh | $(STAMP)
 	@bash scripts/ensure-kcat.sh
 	@touch $(KCAT_STAMP)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = (REPO / "README.md").read_text(encoding="utf-8").split("\n## User guide\n", 1)[1]
 BLOCKS: list[tuple[str, str]] = re.findall(r"```(python|sh)\n(.*?)```", GUIDE, flags=re.S)
-EXAMPLE_PORTS = (9092, 9093, 9094, 9095)
+EXAMPLE_PORTS = (9092, 9093, 9094, 9095, 8083)
 EXAMPLE_STORE_PORT, EXAMPLE_BUCKET = 9000, "lake"
 
 
@@ -132,6 +132,8 @@ def test_the_user_guide_runs_top_to_bottom(spark: SparkSession, guide_env: dict[
     assert re.search(r"broker 0 at 127\.0\.0\.1:\d+ \(controller\)|broker \d at 127\.0\.0\.1:\d+", text), text[-3000:]
     assert "k1=hello (partition" in text and "k2=world (partition" in text, text[-3000:]
     assert 'topic "greetings" with 3 partitions' in text, text[-3000:]
+    assert "to\t2" in text and "be\t2" in text, text[-3000:]  # the Streams word count, committed
+    assert "\n100\n" in text and "greetings upper-cased" in text, text[-3000:]
     assert all(f"lake-events\tPartition: {p}\tLeader: 5" in text for p in (0, 1)), text[-3000:]
     greeters = run_shell("sparklog groups describe --group greeters")
     rows = [line.split() for line in greeters.splitlines() if line.startswith("greeters ")]
