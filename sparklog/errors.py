@@ -37,6 +37,7 @@ __all__ = [
     "InvalidTxnStateError",
     "LeaderNotAvailableError",
     "LeaseTimeoutError",
+    "NoReassignmentInProgressError",
     "NotCoordinatorError",
     "NotEnoughReplicasAfterAppendError",
     "NotEnoughReplicasError",
@@ -111,6 +112,10 @@ class InvalidReplicationFactorError(SparklogError, ValueError):
 class InvalidReplicaAssignmentError(SparklogError, ValueError):
     """A replica assignment (explicit or to be computed) is malformed or cannot be made: empty,
     duplicate or unknown brokers, uneven replication factor, or rack information on some brokers only."""
+
+
+class NoReassignmentInProgressError(SparklogError):
+    """A cancel of a partition reassignment that is not in progress (Kafka: NO_REASSIGNMENT_IN_PROGRESS)."""
 
 
 class UnknownPartitionError(SparklogError, ValueError):
