@@ -6,17 +6,28 @@ holds."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka import ElectionType
+from confluent_kafka import TopicPartition as ConfluentPartition
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, TopicPartition
 from kafka import errors as kafka_errors
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32, i32Timedelta
 
 import sparklog
+from sparklog.broker.kafka.apis import API_VERSIONS
+from sparklog.broker.kafka.context import build
 from sparklog.testing import BrokerAgents, KafkaTools
 from tests.helpers import wait_until
+from tests.wire import raw
 from tests.wire.conftest import started_brokers
 
 _TIMEOUT_S = 60.0
@@ -78,6 +89,15 @@ def test_kafka_leader_election_moves_leadership_back_to_preferred_replicas(
         "kafka-leader-election", *bootstrap, "--election-type", "PREFERRED", "--topic", "t", "--partition", "1"
     )
     assert again.check().stdout.strip() == "Valid replica already elected for partitions t-1"
+    # confluent-kafka (librdkafka): t-1's preferred replica comes back and is elected.
+    agents.kill(2)
+    wait_until(lambda: leader(cluster, "t", 1) not in (-1, 2), "t-1 led by another replica", timeout_s=_TIMEOUT_S)
+    agents.start(2)
+    wait_until(lambda: 2 in cluster.describe_topic("t").partitions[1].isr, "broker 2 back in t-1's ISR", _TIMEOUT_S)
+    confluent = AdminClient({"bootstrap.servers": agents.bootstrap_servers})
+    elected = confluent.elect_leaders(ElectionType.PREFERRED, [ConfluentPartition("t", 1)]).result(timeout=_TIMEOUT_S)
+    assert [(tp.topic, tp.partition, error) for tp, error in elected.items()] == [("t", 1, None)]
+    assert leader(cluster, "t", 1) == 2
     response = admin.elect_leaders(0, {"t": [0], "missing": [0]}, raise_errors=False)
     codes = {
         (r.topic, p.partition_id): p.error_code for r in response.replica_election_results for p in r.partition_result
@@ -89,7 +109,7 @@ def test_kafka_leader_election_moves_leadership_back_to_preferred_replicas(
 
 
 def test_unclean_election_gives_an_offline_partition_its_live_out_of_sync_replica(
-    agents: BrokerAgents, cluster: sparklog.Cluster, admin: KafkaAdminClient
+    agents: BrokerAgents, cluster: sparklog.Cluster, request: pytest.FixtureRequest
 ) -> None:
     cluster.create_topic("u", replica_assignment={0: [1, 2]})
     wait_until(lambda: leader(cluster, "u", 0) == 1, "u-0 led by broker 1")
@@ -98,6 +118,10 @@ def test_unclean_election_gives_an_offline_partition_its_live_out_of_sync_replic
     agents.kill(1)
     wait_until(lambda: leader(cluster, "u", 0) == -1, "u-0 offline", timeout_s=_TIMEOUT_S)
     agents.start(2)
+    agents.wait_controller()
+    # A client that never knew the killed brokers (one may have been the controller).
+    admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{agents.port(3)}", request_timeout_ms=30_000)
+    request.addfinalizer(admin.close)
     response = admin.elect_leaders(0, {"u": [0]}, raise_errors=False)  # preferred: broker 1 is down
     assert response.replica_election_results[0].partition_result[0].error_code == (
         kafka_errors.PreferredLeaderNotAvailableError.errno
@@ -205,3 +229,75 @@ def test_kafka_log_dirs_describe_and_alter_replica_log_dirs(
         ("d", 1, 1): kafka_errors.ReplicaNotAvailableError,
         ("d", 0, 2): kafka_errors.LogDirNotFoundError,
     }
+
+
+def raw_request(api_key: int, version: int, type_name: str | None = None, /, **fields: Any) -> Any:
+    """The request of ``api_key`` at ``version`` (or its nested type ``type_name``), the
+    fields this version lacks dropped."""
+    schema = load_request_schema(api_key, version)
+    module = __import__(schema.__module__, fromlist=["_"])
+    return build(schema if type_name is None else getattr(module, type_name), **fields)
+
+
+def test_every_served_version_raw(agents: BrokerAgents, cluster: sparklog.Cluster) -> None:
+    """Each version a client may pick of the five APIs encodes, decodes and answers as the newest."""
+    cluster.create_topic("r", replica_assignment={0: [1, 2], 1: [2, 3]})
+    wait_until(lambda: {p.leader for p in cluster.describe_topic("r").partitions} == {1, 2}, "r led by 1 and 2")
+    produce(cluster, "r", 6, partitions=2)
+    port = agents.port(1)
+    timeout = i32Timedelta.parse(datetime.timedelta(seconds=30))
+    for v in served(43):
+        asked = (raw_request(43, v, "TopicPartitions", topic="r", partitions=(0,)),)
+        response = raw.call(port, raw_request(43, v, election_type=i8(0), topic_partitions=asked, timeout=timeout))
+        [[result]] = [r.partition_result for r in response.replica_election_results]
+        assert (result.partition_id, result.error_code) == (0, ErrorCode.election_not_needed)
+    if 1 in served(43):
+        unknown_type = raw_request(43, 1, election_type=i8(7), topic_partitions=None, timeout=timeout)
+        assert raw.call(port, unknown_type).error_code == ErrorCode.invalid_request
+    for v in served(45):
+        cancel = raw_request(45, v, "ReassignablePartition", partition_index=1, replicas=None)
+        # v0: r-0 shrinks from [1, 2] to [1]; v1 (not allowing it) may not grow it back to two.
+        target = (i32(1),) if v == 0 else (i32(1), i32(3))
+        shrink = raw_request(45, v, "ReassignablePartition", partition_index=0, replicas=target)
+        topics = (raw_request(45, v, "ReassignableTopic", name="r", partitions=(cancel, shrink)),)
+        response = raw.call(
+            port, raw_request(45, v, timeout=timeout, allow_replication_factor_change=False, topics=topics)
+        )
+        [codes] = [{p.partition_index: p.error_code for p in t.partitions} for t in response.responses]
+        assert codes == {
+            1: ErrorCode.no_reassignment_in_progress,
+            0: ErrorCode.none if v == 0 else ErrorCode.invalid_replication_factor,
+        }
+        if v == 0:
+            wait_until(lambda: replicas_of(cluster, "r", 0) == [1], "r-0 shrunk to broker 1", timeout_s=_TIMEOUT_S)
+    for v in served(46):
+        response = raw.call(port, raw_request(46, v, timeout=timeout, topics=None))
+        assert (response.error_code, response.topics) == (ErrorCode.none, ())
+    table = cluster.replicas.replica_table("r", 1)
+    size = sum(f.size_bytes for f in table.files(table.snapshot(), {0}))
+    for v in served(35):
+        [result] = raw.call(port, raw_request(35, v, topics=None)).results
+        assert (result.error_code, result.log_dir) == (ErrorCode.none, agents.log_dir_uri(1))
+        assert [
+            (t.name, [(p.partition_index, p.partition_size, p.offset_lag) for p in t.partitions]) for t in result.topics
+        ] == [("r", [(0, size, 0)])]
+    for v in served(34):
+        moves = (
+            raw_request(
+                34,
+                v,
+                "AlterReplicaLogDir",
+                path=agents.log_dir_uri(1),
+                topics=(raw_request(34, v, "AlterReplicaLogDirTopic", name="r", partitions=(i32(0), i32(1))),),
+            ),
+        )
+        [result] = raw.call(port, raw_request(34, v, dirs=moves)).results
+        assert [(p.partition_index, p.error_code) for p in result.partitions] == [
+            (0, ErrorCode.none),
+            (1, ErrorCode.replica_not_available),
+        ]
+
+
+def served(api_key: int) -> range:
+    low, high = API_VERSIONS[api_key]
+    return range(low, high + 1)
