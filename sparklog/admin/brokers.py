@@ -39,7 +39,7 @@ class ReplicaInLogDir:
     topic: str
     partition: int
     size_bytes: int  # the live files of the partition in the broker's table
-    offset_lag: int  # the leader's high watermark minus this replica's log end (0 on the leader)
+    offset_lag: int  # the leader's high watermark minus this replica's log end (0 on the leader; -1 unknown)
 
 
 def describe_log_dir(
@@ -66,11 +66,17 @@ def describe_log_dir(
             for entry in table.files(snapshot, set(hosted)):
                 sizes[entry.partition] += entry.size_bytes
             states = replicas.states(topic, hosted)
-            watermarks = replicas.high_watermarks(topic, hosted)
         except SparklogError:
             continue  # deleted (or re-created) while we looked
+        try:
+            watermarks = replicas.high_watermarks(topic, [p for p in hosted if states[p].leader != broker_id])
+        except SparklogError:
+            watermarks = {}  # a partition without a live leader: its lag is unknown (Kafka's -1)
         for p in hosted:
-            lag = 0 if states[p].leader == broker_id else max(watermarks[p] - table.log_end(snapshot, p), 0)
+            if states[p].leader == broker_id:
+                lag = 0
+            else:
+                lag = max(watermarks[p] - table.log_end(snapshot, p), 0) if p in watermarks else -1
             found.append(ReplicaInLogDir(topic, p, sizes[p], lag))
     return found
 

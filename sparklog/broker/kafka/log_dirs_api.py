@@ -136,7 +136,7 @@ def alter_replica_log_dirs(request: ApiRequest[AlterReplicaLogDirsBody], broker:
 
 
 def _move_code(broker: BrokerContext, own: str, path: str, topic: str, partition: int) -> ErrorCode:
-    if os.path.normpath(path) != os.path.normpath(own) and path != own:
+    if os.path.normpath(path) != os.path.normpath(own):
         return ErrorCode.log_dir_not_found
     try:
         assignment, _ = broker.replicas.metadata.assignment(topic)

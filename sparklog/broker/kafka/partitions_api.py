@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 from sparklog.admin.partitions import alter_reassignments, elect_leaders, ongoing_reassignments
 from sparklog.broker.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerContext, Deferred, build, response_module
 from sparklog.broker.kafka.error_codes import error_code
-from sparklog.errors import SparklogError, TopicNotFoundError, UnknownPartitionError
+from sparklog.errors import InvalidTopicError, SparklogError, TopicNotFoundError, UnknownPartitionError
 from sparklog.model.topic import TopicPartition
 
 __all__ = ["APIS"]
@@ -152,7 +152,7 @@ def _elect(
             if partition not in broker.replicas.partitions_of(topic):
                 raise UnknownPartitionError(f"No such partition as {topic}-{partition}")
             known.append((topic, partition))
-        except (TopicNotFoundError, UnknownPartitionError) as exc:
+        except (TopicNotFoundError, UnknownPartitionError, InvalidTopicError) as exc:  # Kafka: no such topic
             results[(topic, partition)] = (ErrorCode.unknown_topic_or_partition, str(exc))
     if asked is not None and not known:
         return results
