@@ -13,6 +13,7 @@ __all__ = [
     "ConcurrentTransactionsError",
     "ConfigError",
     "ConsumerClosedError",
+    "ControllerNotAvailableError",
     "CoordinationError",
     "CoordinatorNotAvailableError",
     "DeleteRecordsOffsetError",
@@ -200,6 +201,11 @@ class LeaseTimeoutError(RetriableError):
 
 class CoordinationError(SparklogError):
     """ZooKeeper coordination failed (unexpected znode state, lost session)."""
+
+
+class ControllerNotAvailableError(CoordinationError, RetriableError):
+    """No controller runs, or it did not take an admin request in time (Kafka: NOT_CONTROLLER,
+    which makes a client refresh its metadata and send the request again)."""
 
 
 class ZooKeeperUnavailableError(CoordinationError, RetriableError):

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from sparklog.errors import (
+    ControllerNotAvailableError,
     CoordinationError,
     InvalidReplicationFactorError,
     NoReassignmentInProgressError,
@@ -57,7 +58,7 @@ __all__ = [
 
 def _require_controller(replicas: ReplicaManager) -> None:
     if current_controller(replicas.zk) is None:
-        raise CoordinationError(
+        raise ControllerNotAvailableError(
             f"No controller is running in {replicas.zk.connect_string}: start broker agents with "
             "`sparklog broker start --id N --log-dir DIR`; admin requests are executed by the controller"
         )
@@ -287,5 +288,7 @@ def _await_taken(taken: Callable[[], bool], timeout_s: float, what: str, raise_o
         if time.monotonic() > deadline:
             if not raise_on_timeout:
                 return
-            raise CoordinationError(f"The controller did not execute the {what} within {timeout_s:.0f} s; is it stuck?")
+            raise ControllerNotAvailableError(
+                f"The controller did not execute the {what} within {timeout_s:.0f} s; is it stuck?"
+            )
         time.sleep(0.05)
