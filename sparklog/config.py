@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -139,15 +139,16 @@ def _bootstrap(raw: str) -> str:
 
 
 def _cleanup_policy(raw: str) -> str:
+    # An empty list is Kafka's too (KIP-1161): neither delete nor compact, records kept forever.
     parts = sorted(p.strip() for p in str(raw).split(",") if p.strip())
-    if not parts or any(p not in ("delete", "compact") for p in parts) or len(set(parts)) != len(parts):
+    if any(p not in ("delete", "compact") for p in parts) or len(set(parts)) != len(parts):
         raise ValueError(raw)
     return ",".join(sorted(parts, key=("compact", "delete").index))
 
 
 def cleanup_policies(configs: Mapping[str, Any]) -> set[str]:
-    """The policies (``delete``, ``compact``) named by an effective topic config's ``cleanup.policy``."""
-    return set(str(configs["cleanup.policy"]).split(","))
+    """The policies (``delete``, ``compact``) of an effective ``cleanup.policy`` (none for ``""``)."""
+    return {p for p in str(configs["cleanup.policy"]).split(",") if p}
 
 
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -155,7 +156,7 @@ _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 TOPIC_CONFIGS: dict[str, ConfigSpec] = {
     spec.name: spec
     for spec in (
-        ConfigSpec("cleanup.policy", "delete", _cleanup_policy, "delete, compact or compact,delete"),
+        ConfigSpec("cleanup.policy", "delete", _cleanup_policy, "delete, compact, compact,delete or empty (neither)"),
         _long("retention.ms", 604_800_000, UNLIMITED, "an integer >= -1 (-1 = unlimited)"),
         _long("retention.bytes", UNLIMITED, UNLIMITED, "an integer >= -1 (-1 = unlimited)"),
         _long("delete.retention.ms", 86_400_000, 0),
@@ -359,6 +360,9 @@ class ClusterConfig:
     store_round_linger_ms: int = 5
     store_round_max_bytes: int = 32 * 1024 * 1024
     store_rounds_per_second: int = 50  # 0: no budget
+    # Keys set (file, environment, caller), not defaulted: a broker's STATIC_BROKER_CONFIG.
+    # Provenance only: equal values are equal configs however they were given.
+    given_keys: frozenset[str] = field(default=frozenset(), compare=False)
 
     def to_options(self) -> dict[str, str]:
         """The settings as string options, e.g. to ship to Spark tasks or data-source options."""
@@ -492,4 +496,5 @@ def resolve_cluster_config(
         store_round_linger_ms=as_int("store.round.linger.ms", 0),
         store_round_max_bytes=as_int("store.round.max.bytes", 1),
         store_rounds_per_second=as_int("store.rounds.per.second", 0),
+        given_keys=frozenset(from_file) | frozenset(from_env) | frozenset(explicit),
     )

@@ -13,6 +13,7 @@ __all__ = [
     "ConcurrentTransactionsError",
     "ConfigError",
     "ConsumerClosedError",
+    "ControllerNotAvailableError",
     "CoordinationError",
     "CoordinatorNotAvailableError",
     "DeleteRecordsOffsetError",
@@ -37,6 +38,7 @@ __all__ = [
     "InvalidTxnStateError",
     "LeaderNotAvailableError",
     "LeaseTimeoutError",
+    "NoReassignmentInProgressError",
     "NotCoordinatorError",
     "NotEnoughReplicasAfterAppendError",
     "NotEnoughReplicasError",
@@ -111,6 +113,10 @@ class InvalidReplicationFactorError(SparklogError, ValueError):
 class InvalidReplicaAssignmentError(SparklogError, ValueError):
     """A replica assignment (explicit or to be computed) is malformed or cannot be made: empty,
     duplicate or unknown brokers, uneven replication factor, or rack information on some brokers only."""
+
+
+class NoReassignmentInProgressError(SparklogError):
+    """A cancel of a partition reassignment that is not in progress (Kafka: NO_REASSIGNMENT_IN_PROGRESS)."""
 
 
 class UnknownPartitionError(SparklogError, ValueError):
@@ -195,6 +201,11 @@ class LeaseTimeoutError(RetriableError):
 
 class CoordinationError(SparklogError):
     """ZooKeeper coordination failed (unexpected znode state, lost session)."""
+
+
+class ControllerNotAvailableError(CoordinationError, RetriableError):
+    """No controller runs, or it did not take an admin request in time (Kafka: NOT_CONTROLLER,
+    which makes a client refresh its metadata and send the request again)."""
 
 
 class ZooKeeperUnavailableError(CoordinationError, RetriableError):

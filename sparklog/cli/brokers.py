@@ -104,10 +104,13 @@ def _with_listeners(args: argparse.Namespace, config: ClusterConfig) -> ClusterC
 
     if args.listeners is not None:
         listeners = parse_listeners("--listeners", args.listeners)
-        config = replace(config, listeners=listeners, advertised_listeners=listeners)
+        given = config.given_keys | {"listeners"}
+        config = replace(config, listeners=listeners, advertised_listeners=listeners, given_keys=given)
     if args.advertised_listeners is not None:
         config = replace(
-            config, advertised_listeners=parse_listeners("--advertised-listeners", args.advertised_listeners)
+            config,
+            advertised_listeners=parse_listeners("--advertised-listeners", args.advertised_listeners),
+            given_keys=config.given_keys | {"advertised.listeners"},
         )
     return config
 
@@ -134,8 +137,14 @@ def _start(args: argparse.Namespace) -> int:
         raise UsageError("--id and --log-dir are required (or --embedded: the home's broker in the background)")
     if args.broker_id < 0:
         raise ConfigError(f"--id must be >= 0, got {args.broker_id}")
+    config = cluster_config(args)
+    flagged = {"broker.id", "log.dirs"} | ({"broker.rack"} if args.rack else set())  # set as in a properties file
     config = replace(
-        cluster_config(args), broker_id=args.broker_id, log_dir=args.log_dir, broker_rack=args.rack or None
+        config,
+        broker_id=args.broker_id,
+        log_dir=args.log_dir,
+        broker_rack=args.rack or None,
+        given_keys=config.given_keys | flagged,
     )
     config = _with_listeners(args, config)
     settings = BrokerSettings(

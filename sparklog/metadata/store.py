@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import socket
 import uuid
+from collections.abc import Callable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
@@ -216,24 +217,48 @@ class MetadataStore:
                     f"A {what} is already in progress ({path} exists); wait for the controller to finish it"
                 ) from None
 
-    def preferred_election_request(self) -> list[str] | None:
+    def preferred_election_request(self) -> ElectionRequestRecord | None:
         data = self._get_or_none(zkdata.ADMIN_PREFERRED_ELECTION)
-        return None if data is None else ElectionRequestRecord.decode(data, zkdata.ADMIN_PREFERRED_ELECTION).partitions
+        return None if data is None else ElectionRequestRecord.decode(data, zkdata.ADMIN_PREFERRED_ELECTION)
 
     def delete_preferred_election_request(self) -> None:
         self._delete_if_exists(zkdata.ADMIN_PREFERRED_ELECTION)
 
     def reassignment_request(self) -> dict[str, list[int]] | None:
-        data = self._get_or_none(zkdata.ADMIN_REASSIGN)
-        return None if data is None else ReassignmentRecord.decode(data, zkdata.ADMIN_REASSIGN).partitions
+        record = self.reassignment_record()
+        return None if record is None else record.partitions
 
-    def set_reassignment_request(self, remaining: dict[str, list[int]]) -> None:
-        """What is left of the reassignment; deleting the request when nothing is."""
-        if not remaining:
-            self._delete_if_exists(zkdata.ADMIN_REASSIGN)
-            return
-        with zk_errors("updating the reassignment request"):
-            self.zk.client.set(zkdata.ADMIN_REASSIGN, encode(ReassignmentRecord(partitions=remaining)))
+    def reassignment_record(self) -> ReassignmentRecord | None:
+        data = self._get_or_none(zkdata.ADMIN_REASSIGN)
+        return None if data is None else ReassignmentRecord.decode(data, zkdata.ADMIN_REASSIGN)
+
+    def update_reassignment_request(
+        self, change: Callable[[ReassignmentRecord | None], ReassignmentRecord]
+    ) -> ReassignmentRecord:
+        """Compare-and-set ``change(current request)`` (None: there is none), creating the
+        request or deleting it when no partition is left: the controller removing finished
+        partitions and admin clients adding or cancelling others never lose each other's."""
+        path = zkdata.ADMIN_REASSIGN
+        while True:
+            with zk_errors("updating the reassignment request"):
+                try:
+                    data, stat = self.zk.client.get(path)
+                    current: ReassignmentRecord | None = ReassignmentRecord.decode(data, path)
+                    version: int | None = stat.version
+                except NoNodeError:
+                    current, version = None, None
+                new = change(current)
+                try:
+                    if not new.partitions:
+                        if version is not None:
+                            self.zk.client.delete(path, version=version)
+                    elif version is None:
+                        self.zk.client.create(path, encode(new), makepath=True)
+                    else:
+                        self.zk.client.set(path, encode(new), version=version)
+                    return new
+                except (BadVersionError, NodeExistsError, NoNodeError):
+                    continue  # changed under us: apply the change to what is there now
 
     def _get_or_none(self, path: str) -> bytes | None:
         with zk_errors(f"reading {path}"):

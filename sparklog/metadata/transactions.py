@@ -100,9 +100,15 @@ class TransactionRecord:
         return replace(self, **changes)
 
 
+def _pending_offset(entry: list[Any]) -> list[Any]:
+    topic, partition, offset, metadata, *epoch = entry
+    return [str(topic), int(partition), int(offset), str(metadata), int(epoch[0]) if epoch else -1]
+
+
 @dataclass(frozen=True)
 class PendingOffsetsRecord:
-    """``/transactions/offsets/<pid>/<group>``: ``offsets`` = [[topic, partition, offset, metadata], ...];
+    """``/transactions/offsets/<pid>/<group>``: ``offsets`` = [[topic, partition, offset, metadata,
+    leader epoch], ...] (the epoch absent in records written before it was kept: -1, none);
     ``incarnations``: topic -> the incarnation the coordinator checked when it took them (absent
     in records written before it was kept), so they are never applied to a topic created since."""
 
@@ -124,7 +130,7 @@ class PendingOffsetsRecord:
             producer_id=int(raw["producer_id"]),
             producer_epoch=int(raw["producer_epoch"]),
             group_id=str(raw["group_id"]),
-            offsets=[[str(t), int(p), int(o), str(m)] for t, p, o, m in raw.get("offsets", [])],
+            offsets=[_pending_offset(entry) for entry in raw.get("offsets", [])],
             incarnations={str(t): int(i) for t, i in raw.get("incarnations", {}).items()},
         )
 

@@ -438,26 +438,35 @@ def split_partition_key(key: str) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class ReassignmentRecord:
-    """``/admin/reassign_partitions``: target replicas per ``"<topic>/<partition>"``."""
+    """``/admin/reassign_partitions``: target replicas per ``"<topic>/<partition>"``, and the
+    replicas each had when its reassignment was requested (``original``: what a cancel
+    returns to and what ListPartitionReassignments reports as removing; absent in records
+    written before it was kept)."""
 
     partitions: dict[str, list[int]]
     version: int = 1
+    original: dict[str, list[int]] = field(default_factory=dict)
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> ReassignmentRecord:
         raw = decode_json(data, path)
-        return cls(partitions={str(k): [int(b) for b in v] for k, v in dict(raw["partitions"]).items()})
+        return cls(
+            partitions={str(k): [int(b) for b in v] for k, v in dict(raw["partitions"]).items()},
+            original={str(k): [int(b) for b in v] for k, v in dict(raw.get("original", {})).items()},
+        )
 
 
 @dataclass(frozen=True)
 class ElectionRequestRecord:
     """``/admin/preferred_replica_election``: partitions ``"<topic>/<partition>"`` whose
-    preferred (first) replica should lead again."""
+    preferred (first) replica should lead again; with ``unclean`` (Kafka's UNCLEAN election
+    type), partitions without a live leader that should get one, out of sync if need be."""
 
     partitions: list[str]
     version: int = 1
+    unclean: bool = False
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> ElectionRequestRecord:
         raw = decode_json(data, path)
-        return cls(partitions=[str(k) for k in raw["partitions"]])
+        return cls(partitions=[str(k) for k in raw["partitions"]], unclean=bool(raw.get("unclean", False)))

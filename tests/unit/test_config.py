@@ -199,7 +199,7 @@ def test_bad_cluster_values(key: str, value: str) -> None:
         ("retention.ms", True),
         ("cleanup.policy", "nope"),
         ("cleanup.policy", "delete,delete"),
-        ("cleanup.policy", ""),
+        ("cleanup.policy", "delete,,nope"),
         ("message.timestamp.type", "x"),
         ("message.timestamp.type", "createtime"),
         ("min.insync.replicas", 0),

@@ -4,7 +4,9 @@ rebalance and partition reassignments (Kafka's ``kafka-leader-election`` and
 
 * ``/admin/preferred_replica_election`` ``{partitions: ["t/p", ...]}``: each partition whose
   preferred (first) replica is live, in sync and not leading gets it as leader (new epoch);
-  the request is deleted when done.
+  the request is deleted when done. With ``unclean: true`` (Kafka's UNCLEAN election type,
+  ElectLeaders on the wire): each partition without a live leader gets its first live
+  in-sync replica, else its first live replica, whatever ``unclean.leader.election.enable``.
 * ``auto.leader.rebalance.enable``: every ``leader.imbalance.check.interval.seconds`` the
   same election for the partitions of brokers above ``leader.imbalance.per.broker.percentage``.
 * ``/admin/reassign_partitions`` ``{partitions: {"t/p": [target replicas]}}``, per partition,
@@ -28,9 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sparklog.errors import SparklogError
-from sparklog.metadata.zkdata import PartitionState, TopicAssignment, split_partition_key
+from sparklog.metadata.zkdata import PartitionState, ReassignmentRecord, TopicAssignment, split_partition_key
 from sparklog.runtime.policy import (
     LeaderElection,
+    elect_leader,
     preferred_leader_election,
     preferred_leader_imbalance,
     reassignment_leader,
@@ -55,6 +58,15 @@ Elect = Callable[[str, int, PartitionState, LeaderElection], bool]
 WriteState = Callable[[str, int, PartitionState], bool]
 
 
+def _without(current: ReassignmentRecord | None, done: dict[str, list[int]]) -> ReassignmentRecord:
+    """``current`` less the partitions whose reassignment to the same target is done (one
+    changed meanwhile by an admin client — a new target, a cancel — stays)."""
+    if current is None:
+        return ReassignmentRecord(partitions={})
+    kept = {key: target for key, target in current.partitions.items() if done.get(key) != target}
+    return ReassignmentRecord(partitions=kept, original={k: v for k, v in current.original.items() if k in kept})
+
+
 class AdminRequests:
     """The admin requests of one active controller. States of a removed replica: *pending*
     (in :attr:`pending_drops` until its delay passed) → *emptied*."""
@@ -73,8 +85,11 @@ class AdminRequests:
         store = self.replicas.metadata
         requested = store.preferred_election_request()
         if requested is not None:
-            for key in requested:
-                self._elect_preferred(*split_partition_key(key), live)
+            for key in requested.partitions:
+                if requested.unclean:
+                    self._elect_unclean(*split_partition_key(key), live)
+                else:
+                    self._elect_preferred(*split_partition_key(key), live)
             store.delete_preferred_election_request()
         settings = self.settings
         due = time.monotonic() - self.last_rebalance_check >= settings.leader_imbalance_check_interval_s
@@ -84,10 +99,9 @@ class AdminRequests:
         self.drop_removed_replicas()
         reassignments = store.reassignment_request()
         if reassignments:
-            remaining = {
-                key: target for key, target in reassignments.items() if not self._reassign_step(key, target, live)
-            }
-            store.set_reassignment_request(remaining)
+            done = {key: target for key, target in reassignments.items() if self._reassign_step(key, target, live)}
+            if done:
+                store.update_reassignment_request(lambda current: _without(current, done))
 
     def _elect_preferred(self, topic: str, partition: int, live: set[int]) -> None:
         try:
@@ -97,6 +111,22 @@ class AdminRequests:
             return
         election = preferred_leader_election(assignment.replicas(partition), state.isr, live, state.leader)
         if election is not None:
+            self.elect(topic, partition, state, election)
+
+    def _elect_unclean(self, topic: str, partition: int, live: set[int]) -> None:
+        """Kafka's UNCLEAN election asked by an admin: a partition without a live leader gets
+        its first live in-sync replica, else its first live replica (whatever the topic's
+        ``unclean.leader.election.enable``: the operator accepts the loss)."""
+        try:
+            assignment, _ = self.replicas.metadata.assignment(topic)
+            state = self.replicas.states(topic, [partition])[partition]
+        except SparklogError:
+            return
+        if state.leader in live:
+            return
+        election = elect_leader(assignment.replicas(partition), state.isr, live, unclean=True)
+        if election is not None:
+            log.warning("unclean election of %s-%d asked by an admin: %s", topic, partition, election)
             self.elect(topic, partition, state, election)
 
     def _auto_rebalance(self, live: set[int]) -> None:

@@ -4,7 +4,7 @@ The served APIs and their version ranges are the :class:`~sparklog.broker.kafka.
 rows of the API modules (``metadata_api``, ``produce_api``, ``fetch_api``, ``offsets_api``,
 ``producer_id_api``, ``topics_api``, ``delete_records_api``, ``configs_api``,
 ``coordinator_api``, ``offset_commit_api``, ``txn_api``, ``txn_markers_api``,
-``txn_offset_commit_api``); ApiVersions
+``txn_offset_commit_api``, ``partitions_api``, ``log_dirs_api``); ApiVersions
 (18) v0..v4 advertises exactly them. An ApiVersions request of a
 version outside that range is answered with UNSUPPORTED_VERSION in a v0 response listing
 what is served (Kafka's rule, so a client can retry with a version both sides know). Any
@@ -36,9 +36,11 @@ from sparklog.broker.kafka import (
     fetch_api,
     group_admin_api,
     group_api,
+    log_dirs_api,
     metadata_api,
     offset_commit_api,
     offsets_api,
+    partitions_api,
     produce_api,
     producer_id_api,
     topics_api,
@@ -208,6 +210,8 @@ _APIS: dict[int, Api] = {
         *txn_api.APIS,
         *txn_markers_api.APIS,
         *txn_offset_commit_api.APIS,
+        *partitions_api.APIS,
+        *log_dirs_api.APIS,
     )
 }
 # api key -> (min version, max version) served.

@@ -14,8 +14,9 @@ no I/O. What an entry says, for every topic config of :data:`sparklog.config.TOP
   ``max.message.bytes``...), ``documentation`` a one-line description.
 
 Broker entries are the agent's own settings (the cluster keys of ``sparklog.config``): read
-only, STATIC_BROKER_CONFIG (4) where the value differs from the default, DEFAULT_CONFIG
-otherwise; plus the defaults new topics get, under their Kafka broker names. sparklog has no
+only, STATIC_BROKER_CONFIG (4) for a key set in the broker's properties file, its environment
+or its command line (``ClusterConfig.given_keys``; even if the value equals the default, as
+Kafka), DEFAULT_CONFIG for the rest, derived values included (``log.dirs`` under the home); plus the defaults new topics get, under their Kafka broker names. sparklog has no
 dynamic broker configs.
 """
 
@@ -193,9 +194,11 @@ def broker_config_entries(config: ClusterConfig) -> list[ConfigEntry]:
     options = config.to_options()
     options.setdefault("listeners", ",".join(map(str, config.listeners)))
     entries = []
-    for name, default in CLUSTER_DEFAULTS.items():
+    for name in CLUSTER_DEFAULTS:
         value = options.get(name)
-        source = SOURCE_DEFAULT if value == default or (value is None and default is None) else SOURCE_STATIC_BROKER
+        # Kafka's rule: set in the properties file (or given at start) is static, even when it
+        # equals the default; derived ones (sparklog.home, log.dirs, advertised.listeners) are not.
+        source = SOURCE_STATIC_BROKER if name in config.given_keys else SOURCE_DEFAULT
         entries.append(
             ConfigEntry(
                 name=name,

@@ -20,6 +20,10 @@ and ``Cluster.describe_topic`` read (entries: :mod:`~sparklog.broker.kafka.confi
   sparklog has no dynamic broker configs (set them in the agent's properties and restart).
 * The same resource twice in one alter request is INVALID_REQUEST for each, as is the same
   key twice in one IncrementalAlterConfigs resource.
+* IncrementalAlterConfigs DELETE of one of Kafka's replication throttles (``*.replication.
+  throttled.rate``/``.replicas``, ``replica.alter.log.dirs.io.max.bytes.per.second``) on a
+  topic or a broker is accepted and changes nothing: sparklog has no throttles, and
+  ``kafka-reassign-partitions --verify`` clears them after every reassignment.
 """
 
 from __future__ import annotations
@@ -47,6 +51,19 @@ INCREMENTAL_ALTER_CONFIGS_KEY = 44
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 _OPERATIONS: dict[int, str] = {0: "set", 1: "delete", 2: "append", 3: "subtract"}
+_DELETE = 1
+# Kafka's replication throttles, which sparklog does not have (its replicas copy files at
+# full speed): ``kafka-reassign-partitions --verify`` deletes them when a reassignment is
+# done, so a DELETE of one is accepted and changes nothing; setting one stays refused.
+_THROTTLES = frozenset(
+    {
+        "leader.replication.throttled.rate",
+        "follower.replication.throttled.rate",
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        "leader.replication.throttled.replicas",
+        "follower.replication.throttled.replicas",
+    }
+)
 
 
 class DescribeConfigsResource(Protocol):
@@ -200,7 +217,7 @@ def incremental_alter_configs(request: ApiRequest[IncrementalAlterConfigsBody], 
         if duplicates:
             raise InvalidRequestError(f"Error due to duplicate config keys: {', '.join(duplicates)}")
         operations: list[ConfigOperation] = []
-        for config in configs:
+        for config in _without_throttle_deletes(configs):
             op = _OPERATIONS.get(int(config.config_operation))
             if op is None:
                 raise InvalidRequestError(
@@ -211,7 +228,11 @@ def incremental_alter_configs(request: ApiRequest[IncrementalAlterConfigsBody], 
             operations.append((op, config.name, config.value))  # type: ignore[arg-type]
         incremental_alter_topic_config(broker.replicas, name, operations, validate_only)
 
-    return _alter(request, broker, INCREMENTAL_ALTER_CONFIGS_KEY, alter)
+    return _alter(request, broker, INCREMENTAL_ALTER_CONFIGS_KEY, alter, _without_throttle_deletes)
+
+
+def _without_throttle_deletes(configs: tuple[IncrementalAlterableConfig, ...]) -> list[IncrementalAlterableConfig]:
+    return [c for c in configs if not (c.name in _THROTTLES and int(c.config_operation) == _DELETE)]
 
 
 def _check_name(name: str) -> None:
@@ -221,7 +242,11 @@ def _check_name(name: str) -> None:
 
 
 def _alter(
-    request: ApiRequest[AlterConfigsBody], broker: BrokerContext, api_key: int, alter_topic: Callable[..., None]
+    request: ApiRequest[AlterConfigsBody],
+    broker: BrokerContext,
+    api_key: int,
+    alter_topic: Callable[..., None],
+    broker_changes: Callable[[Any], list[Any]] = list,
 ) -> Any:
     body = request.body
     module = response_module(api_key, request.api_version)
@@ -236,8 +261,9 @@ def _alter(
                 alter_topic(name, resource.configs, bool(body.validate_only))
             elif kind == RESOURCE_BROKER:
                 _check_broker_name(broker, name)
-                if resource.configs:
-                    names = ", ".join(sorted(c.name for c in resource.configs))
+                changes = broker_changes(resource.configs)
+                if changes:
+                    names = ", ".join(sorted(c.name for c in changes))
                     raise InvalidRequestError(
                         f"Cannot update these configs dynamically: {names}. sparklog brokers read their settings "
                         "at start: set them in the broker's properties file and restart it"

@@ -33,6 +33,7 @@ from sparklog.broker.kafka.context import (
 )
 from sparklog.broker.kafka.error_codes import PolicyViolationError, error_code
 from sparklog.broker.partition import check_leader
+from sparklog.config import cleanup_policies
 from sparklog.errors import OffsetOutOfRangeError
 from sparklog.model.topic import validate_topic_name
 from sparklog.runtime.log_access import delete_records as delete_records_below
@@ -86,11 +87,11 @@ def _delete(broker: BrokerContext, topic: str, partition: int, offset: int) -> i
     replicas = broker.replicas
     validate_topic_name(topic)
     check_leader(broker.replicas, broker.broker_id, topic, partition, max_age_ms=0)
-    policy = str(replicas.topic_config(topic)["cleanup.policy"])
-    if "delete" not in policy.split(","):
+    configs = replicas.topic_config(topic)
+    if "delete" not in cleanup_policies(configs):  # compact alone or the empty list: Kafka refuses too
         raise PolicyViolationError(
             f"Records of partition {topic}-{partition} can not be deleted due to the configured policy "
-            f"(cleanup.policy={policy})"
+            f"(cleanup.policy={configs['cleanup.policy']!r}); add delete to the topic's cleanup.policy first"
         )
     if offset == HIGH_WATERMARK:
         offset = replicas.high_watermarks(topic, [partition])[partition]

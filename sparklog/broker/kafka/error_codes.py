@@ -72,6 +72,8 @@ CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (errors.InvalidPartitionsError, ErrorCode.invalid_partitions),
     (errors.InvalidReplicationFactorError, ErrorCode.invalid_replication_factor),
     (errors.InvalidReplicaAssignmentError, ErrorCode.invalid_replica_assignment),
+    (errors.NoReassignmentInProgressError, ErrorCode.no_reassignment_in_progress),
+    (errors.ControllerNotAvailableError, ErrorCode.not_controller),
     (errors.RecordTooLargeError, ErrorCode.message_too_large),
     (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (errors.ConfigError, ErrorCode.invalid_config),

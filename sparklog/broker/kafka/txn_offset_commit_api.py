@@ -36,6 +36,7 @@ __all__ = ["APIS"]
 
 TXN_OFFSET_COMMIT_KEY = 28
 _NO_GENERATION = -1
+_NO_EPOCH = -1
 
 
 class TxnOffsetCommitBody(TxnProducerFields, Protocol):
@@ -70,6 +71,7 @@ def txn_offset_commit(request: ApiRequest[TxnOffsetCommitBody], broker: BrokerCo
                     int(partition.partition_index),
                     int(partition.committed_offset),
                     partition.committed_metadata or "",
+                    int(getattr(partition, "committed_leader_epoch", _NO_EPOCH)),  # v2+
                 )
             )
         if accepted:
@@ -81,7 +83,7 @@ def txn_offset_commit(request: ApiRequest[TxnOffsetCommitBody], broker: BrokerCo
                 int(body.producer_epoch),
                 str(body.group_id),
                 accepted,
-                {t: known[t] for t, _p, _o, _m in accepted},
+                {entry[0]: known[entry[0]] for entry in accepted},
             )
     except Exception as exc:  # noqa: BLE001 - every partition gets the request's error code
         code = txn_error_code(exc, 3, request.api_version)

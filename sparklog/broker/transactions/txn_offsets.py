@@ -39,19 +39,20 @@ def store_pending_offsets(
     producer_id: int,
     producer_epoch: int,
     group_id: str,
-    offsets: Sequence[tuple[str, int, int, str]],
+    offsets: Sequence[tuple[str, int, int, str, int]],
     incarnations: Mapping[str, int],
 ) -> None:
-    """Merge ``offsets`` ((topic, partition, offset, metadata)) into the pending ones, with the
+    """Merge ``offsets`` ((topic, partition, offset, metadata, committed leader epoch)) into the
+    pending ones, with the
     ``incarnations`` of their topics as the caller checked them."""
     for _attempt in range(_CAS_ATTEMPTS):
         found = store.pending_offsets(producer_id, group_id)
         merged: dict[tuple[str, int], list[object]] = {}
         known: dict[str, int] = {}
         if found is not None:
-            merged = {(str(t), int(p)): [t, p, o, m] for t, p, o, m in found[0].offsets}
+            merged = {(str(entry[0]), int(entry[1])): list(entry) for entry in found[0].offsets}
             known = dict(found[0].incarnations)
-        merged.update({(t, p): [t, p, o, m] for t, p, o, m in offsets})
+        merged.update({(entry[0], entry[1]): list(entry) for entry in offsets})
         known.update(incarnations)
         record = PendingOffsetsRecord(
             transactional_id, producer_id, producer_epoch, group_id, [merged[k] for k in sorted(merged)], known
@@ -74,7 +75,7 @@ def complete_group_offsets(
         return
     record = found[0]
     if commit and record.offsets:
-        commits = {(str(t), int(p)): OffsetCommit(int(o), str(m)) for t, p, o, m in record.offsets}
+        commits = {(str(t), int(p)): OffsetCommit(int(o), str(m), int(e)) for t, p, o, m, e in record.offsets}
         # Records written before incarnations were kept: the topics as they are now.
         unknown = {t for t, _ in commits} - set(record.incarnations)
         incarnations = {**offsets.replicas.topic_incarnations(unknown), **record.incarnations}
