@@ -25,6 +25,7 @@ import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupListing;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.LogDirDescription;
 import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
@@ -216,7 +217,7 @@ public class JavaClients {
         return numbers;
     }
 
-    /** The AdminClient's topic, config, partition, record, offset and group calls, one line each. */
+    /** The AdminClient's topic, config, partition, record, offset, log dir and group calls, one line each. */
     static void admin(String bootstrap, String topic, String group) throws Exception {
         Properties props = new Properties();
         props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -255,6 +256,15 @@ public class JavaClients {
                         .get(TIMEOUT_S, TimeUnit.SECONDS).offset()));
             }
             say("offsets earliest latest by-timestamp " + String.join(" ", offsets));
+            int broker = cluster.nodes().get(TIMEOUT_S, TimeUnit.SECONDS).iterator().next().id();
+            int replicas = 0;
+            for (LogDirDescription dir : admin.describeLogDirs(List.of(broker)).allDescriptions()
+                    .get(TIMEOUT_S, TimeUnit.SECONDS).get(broker).values()) {
+                for (TopicPartition replica : dir.replicaInfos().keySet()) {
+                    replicas += replica.topic().equals(topic) ? 1 : 0;
+                }
+            }
+            say("log dir replicas " + replicas);
 
             admin.alterConsumerGroupOffsets(group, Map.of(first, new OffsetAndMetadata(7)))
                     .all().get(TIMEOUT_S, TimeUnit.SECONDS);

@@ -2,7 +2,7 @@
 with every acks setting, idempotent and transactional; a transactional consume-transform-produce;
 consumers in groups with each of Kafka's assignors, eager and cooperative; static membership
 across a kill -9; ``read_committed``; and the AdminClient's topic, config, partition, record,
-offset and group calls. The programs are ``tests/jvm/JavaClients.java`` (compiled by
+offset, log dir and group calls. The programs are ``tests/jvm/JavaClients.java`` (compiled by
 ``make venv``), run on either line's jars."""
 
 from __future__ import annotations
@@ -269,6 +269,7 @@ def test_admin_client(java: KafkaTools, group_broker: BrokerAgents) -> None:
         "partitions 3",
         "low watermark 4",
         "offsets earliest latest by-timestamp 4 10 4",
+        "log dir replicas 3",
         "group offset 7",
         "group listed true",
         "group state Empty",
