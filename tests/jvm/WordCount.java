@@ -5,24 +5,12 @@
 import java.util.Arrays;
 import java.util.Locale;
 import java.util.Properties;
-import org.apache.kafka.common.serialization.Serdes;
-import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
-import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Materialized;
 
 public class WordCount {
     public static void main(String[] args) throws InterruptedException {
-        Properties props = new Properties();
-        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
-        props.put(StreamsConfig.APPLICATION_ID_CONFIG, args[1]);
-        props.put(StreamsConfig.STATE_DIR_CONFIG, args[4]);
-        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
-        props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
-        props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
-        props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
-        props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.String().getClass());
-        props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.String().getClass());
+        Properties props = ExactlyOnceStreams.properties(args[0], args[1], args[4]);
         StreamsBuilder builder = new StreamsBuilder();
         builder.<String, String>stream(args[2])
                 .flatMapValues(line -> Arrays.asList(line.toLowerCase(Locale.ROOT).split("\\W+")))
@@ -32,10 +20,6 @@ public class WordCount {
                 .toStream()
                 .mapValues(count -> Long.toString(count))
                 .to(args[3]);
-        KafkaStreams streams = new KafkaStreams(builder.build(), props);
-        streams.setStateListener((now, before) -> System.out.println("STATE " + now));
-        Runtime.getRuntime().addShutdownHook(new Thread(streams::close));
-        streams.start();
-        Thread.currentThread().join();
+        ExactlyOnceStreams.run(builder, props);
     }
 }

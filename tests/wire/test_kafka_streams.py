@@ -113,14 +113,22 @@ class CommittedCounts:
 
 
 def run_across_a_kill(
-    start: Callable[[str], StreamsApp],
+    main_class: str,
+    args: tuple[str, ...],
     apps: list[StreamsApp],
-    output: CommittedCounts,
+    tmp_path: Path,
     produce: Callable[[int, int], collections.Counter[str]],
 ) -> collections.Counter[str]:
-    """Counted input in two batches (300, then 5,000 items from ``produce(first, count)``), the
-    instance killed -9 while it works through the second and a new one started on an empty state
-    directory (``start(name)``); -> what was sent, once the output reached it."""
+    """The Streams application ``main_class`` (``args``: bootstrap, application id, its topics,
+    the output last) on counted input in two batches (300, then 5,000 items from
+    ``produce(first, count)``), killed -9 while it works through the second and started again on
+    an empty state directory; -> what was sent, once the committed output holds every count of
+    it exactly once."""
+    output = CommittedCounts(args[0], args[-1])
+
+    def start(name: str) -> StreamsApp:
+        return StreamsApp(main_class, args, tmp_path / f"state-{name}", tmp_path / f"app-{name}.log")
+
     first = produce(0, 300)
     apps.append(start("1"))
     output.read_until(lambda: output.reached(first), "the first batch counted")
@@ -144,12 +152,7 @@ def test_word_count_exactly_once_across_a_kill(
     create_led_topic(cluster, group_broker, LINES, partitions=3)
     create_led_topic(cluster, group_broker, COUNTS, partitions=3)
     args = (bootstrap, APPLICATION, LINES, COUNTS)
-    run_across_a_kill(
-        lambda n: StreamsApp("WordCount", args, tmp_path / f"state-{n}", tmp_path / f"app-{n}.log"),
-        apps,
-        CommittedCounts(bootstrap, COUNTS),
-        lambda first, count: produce_lines(bootstrap, first, count),
-    )
+    run_across_a_kill("WordCount", args, apps, tmp_path, lambda first, count: produce_lines(bootstrap, first, count))
     topics = cluster.list_topics()
     changelog = f"{APPLICATION}-word-counts-changelog"
     assert changelog in topics and f"{APPLICATION}-word-counts-repartition" in topics, topics
@@ -183,10 +186,7 @@ def test_windowed_aggregation_joined_with_a_table_exactly_once_across_a_kill(
     assert producer.flush(30) == 0
     args = (bootstrap, CLICKS_APPLICATION, CLICKS, USERS, REGION_COUNTS)
     run_across_a_kill(
-        lambda n: StreamsApp("RegionClicks", args, tmp_path / f"state-{n}", tmp_path / f"app-{n}.log"),
-        apps,
-        CommittedCounts(bootstrap, REGION_COUNTS),
-        lambda first, count: produce_clicks(bootstrap, first, count),
+        "RegionClicks", args, apps, tmp_path, lambda first, count: produce_clicks(bootstrap, first, count)
     )
     topics = cluster.list_topics()
     prefix = CLICKS_APPLICATION

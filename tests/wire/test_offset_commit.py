@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
@@ -28,7 +28,7 @@ from tests.helpers import BOTH_STORES, wait_until
 from tests.integration.test_cli import Cli
 from tests.integration.test_groups_admin import live_member
 from tests.integration.test_kafka_admin import nested, raw_call, served
-from tests.wire.conftest import create_led_topic
+from tests.wire.conftest import create_led_topic, wait_transactions_complete
 
 TOPIC = "orders"
 COMMIT, FETCH, DELETE = 8, 9, 47
@@ -231,7 +231,7 @@ def test_only_the_coordinator_answers(cluster: sparklog.Cluster, two_brokers: Br
     assert answer.committed_offset == 4
 
 
-def _fetch(port: int, version: int, group: str, topics: Any = None) -> Any:
+def _fetch(port: int, version: int, group: str, topics: Any = None, require_stable: bool = False) -> Any:
     wanted = (
         None
         if topics is None
@@ -239,7 +239,32 @@ def _fetch(port: int, version: int, group: str, topics: Any = None) -> Any:
             nested(FETCH, version, "OffsetFetchRequestTopic", name=t, partition_indexes=tuple(ps)) for t, ps in topics
         )
     )
-    return raw_call(port, FETCH, version, group_id=group, topics=wanted, require_stable=False)
+    return raw_call(port, FETCH, version, group_id=group, topics=wanted, require_stable=require_stable)
+
+
+def test_offsets_pending_in_a_transaction_are_unstable_to_a_stable_fetch(
+    cluster: sparklog.Cluster, one_broker: BrokerAgents
+) -> None:
+    create_led_topic(cluster, one_broker, TOPIC, partitions=1)
+    bootstrap, group = one_broker.bootstrap_servers, "pending-group"
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "pending-offsets"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(TOPIC, b"x")
+    metadata = ck_consumer(bootstrap, group).consumer_group_metadata()
+    producer.send_offsets_to_transaction([CkTopicPartition(TOPIC, 0, 5)], metadata, 30)
+
+    def answer(require_stable: bool) -> Any:
+        [[found]] = [t.partitions for t in _fetch(one_broker.port(1), 7, group, [(TOPIC, [0])], require_stable).topics]
+        return found
+
+    # Kafka's rule: a stable fetch waits out the transaction (UNSTABLE_OFFSET_COMMIT, retriable);
+    # a plain fetch answers what is committed so far.
+    assert answer(True).error_code == ErrorCode.unstable_offset_commit
+    assert (answer(False).error_code, answer(False).committed_offset) == (ErrorCode.none, -1)
+    producer.commit_transaction(30)
+    wait_transactions_complete(cluster, "pending-offsets")
+    assert (answer(True).error_code, answer(True).committed_offset) == (ErrorCode.none, 5)
 
 
 def test_every_served_version_once(cluster: sparklog.Cluster, one_broker: BrokerAgents) -> None:

@@ -99,5 +99,5 @@ def unstable_partitions(
         found = store.pending_offsets(producer_id, group_id)
         if found is None:
             continue
-        held.update((str(t), int(p)) for t, p, _o, _m in found[0].offsets)
+        held.update((str(t), int(p)) for t, p, *_rest in found[0].offsets)
     return held if wanted is None else held & wanted
