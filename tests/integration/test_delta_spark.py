@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 import sparklog
 from sparklog.errors import ConfigError
-from sparklog.spark import catalog_table_name, register_topics
+from sparklog.spark import catalog_table_name, committed_view, register_topics
 from sparklog.spark.session import DELTA_SESSION_CONF, delta_jars_installed
 from tests.helpers import run_available_now
 
@@ -94,15 +94,21 @@ def test_the_delta_streaming_source_reads_a_topic(
 def test_timestamp_as_of_reads_the_version_committed_then(
     spark: SparkSession, cluster: sparklog.Cluster, topic_root: str
 ) -> None:
+    def newest_commit_time() -> str:
+        # As a string in the session's time zone: Python datetimes would be in the process's.
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{topic_root}`")
+        [row] = history.selectExpr("CAST(max(timestamp) AS STRING)").collect()
+        return str(row[0])
+
     produce(cluster, 0, 9)
-    [first] = spark.sql(f"DESCRIBE HISTORY delta.`{topic_root}` LIMIT 1").collect()
+    first = newest_commit_time()
     produce(cluster, 9, 6)
-    [newest] = spark.sql(f"DESCRIBE HISTORY delta.`{topic_root}` LIMIT 1").collect()
-    assert newest["timestamp"] > first["timestamp"], "the later produce commits later"
-    for when, count in ((first["timestamp"], 9), (newest["timestamp"], 15)):
-        sql = f"SELECT * FROM delta.`{topic_root}` TIMESTAMP AS OF '{when.isoformat()}'"
+    newest = newest_commit_time()
+    assert newest > first, "the later produce commits later"
+    for when, count in ((first, 9), (newest, 15)):
+        sql = f"SELECT * FROM delta.`{topic_root}` TIMESTAMP AS OF '{when}'"
         assert spark.sql(sql).count() == count, sql
-        assert spark.read.format("delta").option("timestampAsOf", when.isoformat()).load(topic_root).count() == count
+        assert spark.read.format("delta").option("timestampAsOf", when).load(topic_root).count() == count
 
 
 def test_register_topics_makes_catalog_tables(
@@ -141,3 +147,30 @@ def test_topics_sharing_a_catalog_name_are_refused_before_any_table(
     with pytest.raises(ConfigError, match=r"Topics A-b, a\.b would share a catalog table name"):
         register_topics(spark, native=True, database=database, **cluster_options)
     assert not spark.catalog.databaseExists(database)
+
+
+def test_committed_view_registers_a_view_pinned_to_its_version(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], topic_root: str
+) -> None:
+    produce(cluster, 0, 10)
+    committed_view(spark, TOPIC, view_name="orders_committed", include_headers=False, **cluster_options)
+    produce(cluster, 10, 5)
+    view = spark.table("orders_committed")
+    assert view.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    assert view.count() == 10, "planned against the version read when it was made"
+    same(
+        committed_view(spark, TOPIC, include_headers=False, **cluster_options).select(COLUMNS),
+        as_sparklog_reads(spark, cluster_options),
+    )
+
+
+@pytest.mark.parametrize("log_store", ["s3"], indirect=True)
+def test_tables_on_an_object_store_are_refused_with_what_to_use(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], database: str
+) -> None:
+    cluster.create_topic(TOPIC, partitions=1)
+    with pytest.raises(ConfigError, match=f"Topic {TOPIC}'s table is on an object store .*sparklog.spark.read"):
+        committed_view(spark, TOPIC, include_headers=False, **cluster_options)
+    with pytest.raises(ConfigError, match="Hadoop's S3 connector"):
+        register_topics(spark, native=True, database=database, **cluster_options)
+    assert not spark.catalog.databaseExists(database), "refused before anything is created"
