@@ -2,7 +2,8 @@
 equals what sparklog's readers give, after every writer (a Kafka client through a broker,
 Spark's ``produce`` and ``format("sparklog")``, the light producer) and every maintenance
 (compaction's offset gaps, retention and DeleteRecords moving log-start, Kafka transactions
-committed, aborted and open, optimize, vacuum, Delta log checkpoints) — DESIGN §1, "delta-spark".
+committed, aborted and open, optimize, vacuum, Delta log checkpoints), and for a topic whose
+partitions two brokers lead (two tables) — DESIGN §1, "delta-spark".
 
 Per table, three comparisons (chispa shows the differing rows):
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import reduce
 
 import pyarrow as pa
 import pytest
@@ -59,8 +61,8 @@ class Case:
     options: dict[str, str]
     request: pytest.FixtureRequest
 
-    def broker(self) -> BrokerAgents:
-        agents: BrokerAgents = self.request.getfixturevalue("one_broker")
+    def broker(self, fixture: str = "one_broker") -> BrokerAgents:
+        agents: BrokerAgents = self.request.getfixturevalue(fixture)
         return agents
 
 
@@ -95,6 +97,19 @@ def kafka_wire(case: Case) -> Table:
         producer.produce("wire", value=f"v{i}".encode(), key=f"k{i % 5}".encode(), headers=[("h", b"x")])
     assert producer.flush(TIMEOUT_S) == 0
     return Table("wire")
+
+
+def two_leaders(case: Case) -> Table:
+    """Partitions led by two brokers: two tables, each read at its own version."""
+    agents = case.broker("two_brokers")
+    create_led_topic(case.cluster, agents, "spread", partitions=4)
+    leaders = {p.leader for p in case.cluster.describe_topic("spread").partitions}
+    assert len(leaders) == 2, leaders
+    producer = Producer({"bootstrap.servers": agents.bootstrap_servers, "linger.ms": 5})
+    for i in range(40):
+        producer.produce("spread", value=f"v{i}".encode(), partition=i % 4)
+    assert producer.flush(TIMEOUT_S) == 0
+    return Table("spread")
 
 
 def compaction(case: Case) -> Table:
@@ -171,6 +186,7 @@ CASES: dict[str, Callable[[Case], Table]] = {
     "light-producer": light_producer,
     "spark-writers": spark_writers,
     "kafka-wire": kafka_wire,
+    "two-leaders": two_leaders,
     "compaction": compaction,
     "retention": retention,
     "transactions": transactions,
@@ -178,6 +194,19 @@ CASES: dict[str, Callable[[Case], Table]] = {
     "vacuum": vacuum,
     "checkpoints": checkpoints,
 }
+
+
+def delta_read(case: Case, topic: str) -> DataFrame:
+    """The topic as delta-spark reads it: each leader's table, its led partitions (a table may
+    hold other replicas too)."""
+    led: dict[str, list[int]] = {}
+    for p in case.cluster.partitions_of(topic):
+        led.setdefault(case.cluster.topic_location(topic, p), []).append(p)
+    frames = [
+        case.spark.read.format("delta").load(root).where(f"`partition` IN ({', '.join(map(str, parts))})")
+        for root, parts in led.items()
+    ]
+    return reduce(DataFrame.unionByName, frames).selectExpr("*", f"'{topic}' AS topic").select(COLUMNS)
 
 
 def sparklog_read(case: Case, topic: str, level: str) -> DataFrame:
@@ -211,8 +240,7 @@ def test_delta_spark_reads_what_sparklog_reads(
 ) -> None:
     case = Case(cluster, spark, cluster_options, request)
     table = build(case)
-    plain = spark.read.format("delta").load(cluster.topic_location(table.topic))
-    plain = plain.selectExpr("*", f"'{table.topic}' AS topic").select(COLUMNS)
+    plain = delta_read(case, table.topic)
     assert plain.where(table.hidden).count() == table.hidden_rows
     same(plain.where(f"NOT ({table.hidden})"), sparklog_read(case, table.topic, "read_uncommitted").select(COLUMNS))
 
