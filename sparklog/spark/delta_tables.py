@@ -46,6 +46,7 @@ __all__ = ["catalog_table_name", "committed_view", "create_catalog_tables"]
 _BOUNDS_DDL = "partition int, log_start bigint, stable_end bigint"
 _ABORTED_DDL = "aborted_partition int, aborted_start bigint, aborted_end bigint"
 _NOT_A_CATALOG_NAME = re.compile(r"[.-]")
+_CATALOG_NAME = re.compile(r"[A-Za-z0-9_]+")
 
 
 def catalog_table_name(topic: str) -> str:
@@ -125,6 +126,8 @@ def create_catalog_tables(
     over its leader's table (created with the database when missing; an existing table of
     that name is kept); returns topic -> qualified table name. Refuses, before creating
     anything, topics whose table names meet, and a database name Spark's catalog would."""
+    if not _CATALOG_NAME.fullmatch(database):
+        raise ConfigError(f"Database name {database!r} is not a Spark catalog name: use letters, digits and _")
     topics = list(topics)
     names: dict[str, list[str]] = {}
     for topic in topics:
@@ -136,8 +139,6 @@ def create_catalog_tables(
             "takes letters, digits and _ only, and ignores case); register without a database and read those "
             "topics as delta.`<path>` (Cluster.topic_location) instead"
         )
-    if not database or _NOT_A_CATALOG_NAME.search(database) or not database.replace("_", "").isalnum():
-        raise ConfigError(f"Database name {database!r} is not a Spark catalog name: use letters, digits and _")
     roots = {topic: _delta_root(replicas.leader_table(topic), topic) for topic in topics}
     spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
     created = {}

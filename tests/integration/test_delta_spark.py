@@ -144,6 +144,8 @@ def test_topics_sharing_a_catalog_name_are_refused_before_any_table(
 ) -> None:
     cluster.create_topic("a.b", partitions=1)
     cluster.create_topic("A-b", partitions=1)
+    with pytest.raises(ConfigError, match="Database name 'my-db' is not a Spark catalog name"):
+        register_topics(spark, native=True, database="my-db", **cluster_options)
     with pytest.raises(ConfigError, match=r"Topics A-b, a\.b would share a catalog table name"):
         register_topics(spark, native=True, database=database, **cluster_options)
     assert not spark.catalog.databaseExists(database)
