@@ -6,6 +6,9 @@
 table); ``register_topics`` also registers it as the ``consumer_lag`` view.
 ``consume``/``consume_into`` read by consumer group, the latter exactly-once into a topic or
 a Delta table (:mod:`sparklog.spark.group_batch`, :mod:`sparklog.spark.exactly_once`).
+``committed_view`` reads a topic table with delta-spark as a read_committed consumer sees it,
+and ``register_topics(database=...)`` makes topics catalog tables
+(:mod:`sparklog.spark.delta_tables`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sparklog.spark.delta_tables import catalog_table_name, committed_view
 from sparklog.spark.format_hooks import install as _install_format_hooks
 from sparklog.spark.options import cluster_config_from_options, connect_replicas, session_options
 from sparklog.spark.session import get_or_create_session
@@ -32,6 +36,8 @@ __all__ = [
     "ConsumeIntoResult",
     "GroupBatch",
     "ProduceResult",
+    "catalog_table_name",
+    "committed_view",
     "consume",
     "consume_into",
     "consumer_lag",
@@ -103,7 +109,9 @@ def consumer_lag(spark: SparkSession, **options: Any) -> DataFrame:
         return lag_frame(spark, GroupCoordinator(replicas))
 
 
-def register_topics(spark: SparkSession, native: bool = True, **options: Any) -> list[str]:
+def register_topics(
+    spark: SparkSession, native: bool = True, *, database: str | None = None, **options: Any
+) -> list[str]:
     """Create a temporary view per topic, named after it, plus ``consumer_lag`` (see
     :func:`consumer_lag`; a topic of that name keeps the name); returns the topics' view names.
 
@@ -112,14 +120,23 @@ def register_topics(spark: SparkSession, native: bool = True, **options: Any) ->
     records and lag. ``native=True`` (default) reads with Spark's Parquet reader (Parquet
     speed); ``native=False`` makes ``CREATE TEMPORARY VIEW ... USING sparklog`` views, which
     move rows through the Python data source.
+
+    ``database``: also make each topic the catalog table ``<database>.<catalog_table_name(topic)>``
+    (``CREATE TABLE IF NOT EXISTS ... USING delta LOCATION`` over its leader's table, the
+    database created when missing): delta-spark's SQL (``DESCRIBE HISTORY``, time travel)
+    by name, and every row of the table, control rows and aborted records included
+    (:func:`committed_view` hides them). Nothing is written to the topics' logs.
     """
     from sparklog.group.coordinator import GroupCoordinator
     from sparklog.model.topic import is_internal
+    from sparklog.spark.delta_tables import create_catalog_tables
     from sparklog.spark.native import LAG_VIEW, lag_frame, read_topics
 
     opts = session_options(spark, **options)
     with connect_replicas(opts) as replicas:
         topics = [t for t in replicas.list_topics() if not is_internal(t)]
+        if database is not None:
+            create_catalog_tables(spark, database, topics, replicas)
         if LAG_VIEW not in topics:
             lag_frame(spark, GroupCoordinator(replicas)).createOrReplaceTempView(LAG_VIEW)
         for topic in topics:
