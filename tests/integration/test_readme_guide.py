@@ -132,6 +132,7 @@ def test_the_user_guide_runs_top_to_bottom(spark: SparkSession, guide_env: dict[
     assert re.search(r"broker 0 at 127\.0\.0\.1:\d+ \(controller\)|broker \d at 127\.0\.0\.1:\d+", text), text[-3000:]
     assert "k1=hello (partition" in text and "k2=world (partition" in text, text[-3000:]
     assert 'topic "greetings" with 3 partitions' in text, text[-3000:]
+    assert "Reassignment of partition greetings-0 is completed." in text, text[-3000:]
     assert "to\t2" in text and "be\t2" in text, text[-3000:]  # the Streams word count, committed
     assert "\n100\n" in text and "greetings upper-cased" in text, text[-3000:]
     assert all(f"lake-events\tPartition: {p}\tLeader: 5" in text for p in (0, 1)), text[-3000:]
