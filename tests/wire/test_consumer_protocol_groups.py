@@ -16,18 +16,26 @@ import itertools
 import signal
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.offset_commit.v9.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kio.schema.offset_fetch.v9.request import OffsetFetchRequest, OffsetFetchRequestGroup, OffsetFetchRequestTopics
 from kio.schema.types import GroupId, TopicName
-from kio.static.primitive import i32, i32Timedelta
+from kio.static.primitive import i32, i32Timedelta, i64
 
 import sparklog
+from sparklog.broker.kafka.metadata_api import topic_uuid
 from sparklog.testing import BrokerAgents, KafkaTools
 from tests.helpers import wait_until
 from tests.wire.conftest import GROUP_PROPERTIES, create_led_topic, started_brokers
@@ -75,7 +83,9 @@ class Member:
     records: list[tuple[str, int, str]] = field(default_factory=list)  # partition, offset, value
 
     def lines(self) -> list[list[str]]:
-        return [line.split() for line in self.log.read_text().splitlines() if line[:1].isdigit()]
+        # The member's own lines start with a millisecond count (the client's log lines do not).
+        rows = [line.split() for line in self.log.read_text().splitlines()]
+        return [words for words in rows if len(words) >= 2 and words[0].isdigit()]
 
     def owned(self) -> dict[str, list[Ownership]]:
         held: dict[str, list[Ownership]] = collections.defaultdict(list)
@@ -172,6 +182,7 @@ def test_java_consumers_share_partitions_across_joins_and_a_kill(
         return all(len(h) == 2 for h in held) and len(set().union(*held)) == PARTITIONS
 
     wait_until(balanced, "the partitions spread over three members", timeout_s=90)
+    assert_one_owner_at_a_time(members)
     sent |= produce(bootstrap, 300, 300)
     wait_until(lambda: second.committed_partitions() == second.current(), "member-b commits", timeout_s=60)
     moved = second.current()
@@ -258,3 +269,87 @@ def test_groups_of_both_protocols_are_listed_and_kept_apart(
     rows = {line.split()[0]: line.split() for line in listed.splitlines()[1:] if line.strip()}
     assert rows[GROUP][1].lower() == "consumer" and rows["kip848-classic"][1].lower() == "classic", listed
     classic.close()
+
+
+def commit_at(port: int, group: str, member_id: str, epoch: int, offset: int) -> ErrorCode:
+    """One OffsetCommit v9 of ``TOPIC``-0 by ``member_id`` at ``epoch``; its error code."""
+    request = OffsetCommitRequest(
+        group_id=GroupId(group),
+        generation_id_or_member_epoch=i32(epoch),
+        member_id=member_id,
+        group_instance_id=None,
+        topics=(
+            OffsetCommitRequestTopic(
+                name=TopicName(TOPIC),
+                partitions=(
+                    OffsetCommitRequestPartition(
+                        partition_index=i32(0),
+                        committed_offset=i64(offset),
+                        committed_leader_epoch=i32(-1),
+                        committed_metadata=None,
+                    ),
+                ),
+            ),
+        ),
+    )
+    return call(port, request).topics[0].partitions[0].error_code
+
+
+def fetch_at(port: int, group: str, member_id: str, epoch: int) -> tuple[ErrorCode, int]:
+    """One OffsetFetch v9 of ``TOPIC``-0 by ``member_id`` at ``epoch``: (group error, offset)."""
+    request = OffsetFetchRequest(
+        groups=(
+            OffsetFetchRequestGroup(
+                group_id=GroupId(group),
+                member_id=member_id,
+                member_epoch=i32(epoch),
+                topics=(OffsetFetchRequestTopics(name=TopicName(TOPIC), partition_indexes=(i32(0),)),),
+            ),
+        ),
+    )
+    answer = call(port, request).groups[0]
+    offset = answer.topics[0].partitions[0].committed_offset if answer.topics else -1
+    return answer.error_code, int(offset)
+
+
+def test_offsets_and_describe_follow_member_epochs(cluster: sparklog.Cluster, kip848_broker: BrokerAgents) -> None:
+    """OffsetCommit/OffsetFetch v9 with member ids and epochs, and ConsumerGroupDescribe, for a
+    member that speaks the protocol by hand (raw requests)."""
+    port = int(kip848_broker.bootstrap_servers.rsplit(":", 1)[1])
+    create_led_topic(cluster, kip848_broker, TOPIC, partitions=2)
+    group = "kip848-raw"
+    join = ConsumerGroupHeartbeatRequest(
+        group_id=GroupId(group),
+        member_id="raw-member",
+        member_epoch=i32(0),
+        rebalance_timeout=i32Timedelta.parse(TEN_S),
+        subscribed_topic_names=(TopicName(TOPIC),),
+        server_assignor="range",
+        topic_partitions=(),
+    )
+    joined = call(port, join)
+    assert joined.error_code is ErrorCode.none, joined
+    epoch = int(joined.member_epoch)
+    assert epoch > 0 and joined.heartbeat_interval.total_seconds() == 0.5
+    topic_id = cluster.replicas.topic_id(TOPIC)
+    assert [(str(t.topic_id), sorted(t.partitions)) for t in joined.assignment.topic_partitions] == [
+        (str(topic_uuid(topic_id)), [0, 1])
+    ]
+    assert commit_at(port, group, "raw-member", epoch, 7) is ErrorCode.none
+    assert commit_at(port, group, "raw-member", epoch + 1, 8) is ErrorCode.stale_member_epoch
+    assert commit_at(port, group, "someone-else", epoch, 9) is ErrorCode.unknown_member_id
+    assert fetch_at(port, group, "raw-member", epoch) == (ErrorCode.none, 7)
+    assert fetch_at(port, group, "raw-member", epoch + 1)[0] is ErrorCode.stale_member_epoch
+    described = call(
+        port, ConsumerGroupDescribeRequest(group_ids=(GroupId(group),), include_authorized_operations=False)
+    )
+    (view,) = described.groups
+    assert view.error_code is ErrorCode.none and view.group_state == "Stable" and view.assignor_name == "range"
+    (member,) = view.members
+    assert member.member_id == "raw-member" and member.member_epoch == epoch
+    assert [(t.topic_name, sorted(t.partitions)) for t in member.assignment.topic_partitions] == [(TOPIC, [0, 1])]
+    left = call(port, replace(join, member_epoch=i32(-1), topic_partitions=None))
+    assert left.error_code is ErrorCode.none and left.member_epoch == -1
+    after = call(port, ConsumerGroupDescribeRequest(group_ids=(GroupId(group),), include_authorized_operations=False))
+    assert after.groups[0].error_code is ErrorCode.group_id_not_found
+    assert commit_at(port, group, "", -1, 10) is ErrorCode.none  # a standalone commit: the group is empty

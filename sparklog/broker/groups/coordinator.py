@@ -64,6 +64,7 @@ from sparklog.group.consumer_protocol import (
     encode_subscription,
 )
 from sparklog.group.coordinator import GroupCoordinator
+from sparklog.log.group_offsets import NO_GENERATION
 from sparklog.metadata.group_activity import GroupActivity
 from sparklog.metadata.group_publisher import GroupPublisher
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
@@ -212,13 +213,21 @@ class BrokerGroups:
         generation: int,
         instance_id: str | None,
         partitions: AbstractSet[TopicPartition] = frozenset(),
-    ) -> None:
+    ) -> int:
         """Kafka's OffsetCommit checks (raising ``UnknownMemberError``, ``IllegalGenerationError``,
         ``FencedInstanceIdError``, ``RebalanceInProgressError``; for a consumer-protocol group,
         where the generation is the member epoch, ``StaleMemberEpochError``); generation -1 with
-        no member id is a standalone commit, accepted only while the group has no members."""
+        no member id is a standalone commit, accepted only while the group has no members.
+
+        Returns the generation the offsets log fences the commit with: ``generation``, except
+        for consumer-protocol members, whose epochs differ from member to member (one still
+        reconciling commits below the others' epochs) and are checked here only (NO_GENERATION)."""
         if (generation >= 0 or member_id) and self.consumer.check_offsets(group_id, member_id, generation, partitions):
-            return
+            return NO_GENERATION
+        self._check_classic_member(group_id, member_id, generation, instance_id)
+        return generation
+
+    def _check_classic_member(self, group_id: str, member_id: str, generation: int, instance_id: str | None) -> None:
         entry = self._existing(group_id)
         if generation < 0 and not member_id:
             if self.active(group_id):

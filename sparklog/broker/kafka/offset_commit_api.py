@@ -238,7 +238,8 @@ def offset_commit(request: ApiRequest[OffsetCommitBody], broker: BrokerContext) 
             if generation < 0 and not member_id:
                 _check_standalone(broker, group_id)
             else:
-                _groups(broker).check_member(group_id, member_id, generation, instance_id, set(commits))
+                groups = _groups(broker)
+                generation = groups.check_member(group_id, member_id, generation, instance_id, set(commits))
             refused = _store(broker, group_id, commits, generation, member_id)
             codes.update(dict.fromkeys(refused, ErrorCode.unknown_topic_or_partition))
     except Exception as exc:  # noqa: BLE001 - answered as Kafka error codes
