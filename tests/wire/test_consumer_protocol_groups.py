@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 from kio.schema.errors import ErrorCode
@@ -215,6 +215,16 @@ def test_java_consumers_share_partitions_across_joins_and_a_kill(
         described, "kafka-consumer-groups --describe --members shows member-a and member-c", timeout_s=60
     )
     assert GROUP in shown
+    # sparklog's own tools (``sparklog groups --list/--describe``) see the group and its members.
+    assert GROUP in {g.group_id for g in cluster.list_groups()}
+
+    def published() -> bool:
+        description = cluster.describe_group(GROUP)
+        owners = {m.client_id: {f"{t}-{p}" for t, p in m.partitions} for m in description.members}
+        expected = {"member-a": first.current(), "member-c": third.current()}
+        return description.state == "Stable" and description.protocol == "uniform" and owners == expected
+
+    wait_until(published, "sparklog's describe_group shows member-a and member-c with their partitions")
 
 
 def test_groups_of_both_protocols_are_listed_and_kept_apart(
@@ -353,3 +363,39 @@ def test_offsets_and_describe_follow_member_epochs(cluster: sparklog.Cluster, ki
     after = call(port, ConsumerGroupDescribeRequest(group_ids=(GroupId(group),), include_authorized_operations=False))
     assert after.groups[0].error_code is ErrorCode.group_id_not_found
     assert commit_at(port, group, "", -1, 10) is ErrorCode.none  # a standalone commit: the group is empty
+
+
+def test_librdkafka_consumers_with_the_consumer_protocol(
+    cluster: sparklog.Cluster, kip848_broker: BrokerAgents
+) -> None:
+    """librdkafka (confluent-kafka) with ``group.protocol=consumer``: two members split the
+    partitions, every record is consumed once, and the commits are fetched back."""
+    bootstrap = kip848_broker.bootstrap_servers
+    create_led_topic(cluster, kip848_broker, TOPIC, partitions=4)
+    sent = produce(bootstrap, 0, 200)
+    group = "kip848-librdkafka"
+    settings = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer"}
+    consumers = [Consumer({**settings, "auto.offset.reset": "earliest", "enable.auto.commit": False}) for _ in "ab"]
+    for consumer in consumers:
+        consumer.subscribe([TOPIC])
+    seen: list[tuple[int, str]] = []  # consumer index, value
+
+    def split_and_done() -> bool:
+        for index, consumer in enumerate(consumers):
+            for message in consumer.consume(50, timeout=0.2):
+                assert message.error() is None, message.error()
+                value = message.value()
+                assert value is not None
+                seen.append((index, value.decode()))
+                consumer.commit(message=message, asynchronous=False)
+        owned = [{tp.partition for tp in c.assignment()} for c in consumers]
+        return len(seen) >= len(sent) and all(owned) and not owned[0] & owned[1]
+
+    wait_until(split_and_done, "two librdkafka members share the partitions and consume everything", timeout_s=90)
+    assert sorted(v for _, v in seen) == sorted(sent), "each record consumed exactly once"
+    for consumer in consumers:
+        consumer.close()
+    checker = Consumer({**settings, "group.protocol": "classic"})
+    committed = checker.committed([TopicPartition(TOPIC, p) for p in range(4)], timeout=30)
+    assert sum(tp.offset for tp in committed) == len(sent)
+    checker.close()
