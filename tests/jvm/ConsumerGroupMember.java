@@ -4,7 +4,8 @@
 // It prints, each line flushed at once and stamped with System.currentTimeMillis():
 //   "<ms> ASSIGNED <topic>-<partition>" / "<ms> REVOKED ..." / "<ms> LOST ..." from its rebalance listener,
 //   "<ms> RECORD <topic>-<partition> <offset> <value>" for every record it consumed,
-//   "<ms> COMMITTED" after each synchronous commit (offsets of every record printed before it).
+//   "<ms> COMMITTED" after each synchronous commit (offsets of every record printed before it),
+//   "<ms> COMMIT-FAILED <exception>" for a commit refused (fenced, coordinator moving).
 // It commits after every poll that returned records and in onPartitionsRevoked, and runs until killed
 // (SIGTERM: it closes and leaves the group).
 import java.time.Duration;
@@ -16,6 +17,7 @@ import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.serialization.StringDeserializer;
@@ -24,6 +26,19 @@ public class ConsumerGroupMember {
     static void say(String line) {
         System.out.println(System.currentTimeMillis() + " " + line);
         System.out.flush();
+    }
+
+    // A commit refused while the member is fenced or moving to a new coordinator: what it read
+    // since its last commit is read again by the partitions' next owner (at least once).
+    static void commit(KafkaConsumer<String, String> consumer) {
+        try {
+            consumer.commitSync();
+            say("COMMITTED");
+        } catch (WakeupException e) {
+            throw e;
+        } catch (KafkaException e) {
+            say("COMMIT-FAILED " + e.getClass().getSimpleName());
+        }
     }
 
     static void sayEach(String what, Collection<TopicPartition> partitions) {
@@ -56,8 +71,7 @@ public class ConsumerGroupMember {
         consumer.subscribe(List.of(args[2]), new ConsumerRebalanceListener() {
             @Override
             public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
-                consumer.commitSync();
-                say("COMMITTED");
+                commit(consumer);
                 sayEach("REVOKED", partitions);
             }
 
@@ -78,8 +92,7 @@ public class ConsumerGroupMember {
                     say("RECORD " + r.topic() + "-" + r.partition() + " " + r.offset() + " " + r.value());
                 }
                 if (!records.isEmpty()) {
-                    consumer.commitSync();
-                    say("COMMITTED");
+                    commit(consumer);
                 }
             }
         } catch (WakeupException e) {

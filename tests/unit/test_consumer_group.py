@@ -192,3 +192,25 @@ def test_server_assignors_balance_and_stick() -> None:
     assert sorted(len(v) for v in uniform.values()) == [2, 2]
     assert set(uniform["a"]) <= parts(0, 1, 2, 3)
     assert server_assign("range", members, {"t": 4}) == {"a": [("t", 0), ("t", 1)], "b": [("t", 2), ("t", 3)]}
+
+
+def test_members_of_a_previous_coordinator_hold_their_partitions_until_they_rejoin() -> None:
+    g = group()
+    g.restore(0, {"a": parts(0, 1), "b": parts(2, 3)})
+    assert beat(g, "c", 0).assignment == frozenset(), "everything is still held by the restored members"
+    assert beat(g, "a", 5, parts(0, 1)).error is ErrorCode.fenced_member_epoch
+    assert g.check_offsets("a", 5, parts(0)) is ErrorCode.stale_member_epoch
+    a = beat(g, "a", 0, now_ms=10)  # rejoined: it has released everything
+    c = beat(g, "c", g.members["c"].member_epoch, frozenset(), now_ms=10)
+    a = beat(g, "a", a.member_epoch, frozenset(), now_ms=10)
+    given = (a.assignment or frozenset()) | (c.assignment or frozenset()) | g.members["c"].assigned
+    assert given and not given & parts(2, 3), "b's partitions stay b's while its session lasts"
+    # b never comes back: after its session its partitions are given out.
+    beat(g, "a", g.members["a"].member_epoch, g.members["a"].assigned, now_ms=SESSION_MS)
+    beat(g, "c", g.members["c"].member_epoch, g.members["c"].assigned, now_ms=SESSION_MS)
+    assert g.expire(SESSION_MS + 1) and set(g.members) == {"a", "c"}
+    for _ in range(3):
+        for member in ("a", "c"):
+            beat(g, member, g.members[member].member_epoch, g.members[member].assigned, now_ms=SESSION_MS + 2)
+    assert g.members["a"].assigned | g.members["c"].assigned == parts(0, 1, 2, 3)
+    assert g.state == STABLE

@@ -12,9 +12,11 @@ Invariants:
   (INCONSISTENT_GROUP_PROTOCOL); a group held by sparklog's ZooKeeper membership is refused
   as classic groups are (the group's leader znode is claimed);
 * membership lives in memory: after a coordinator failover the group starts afresh, its epoch
-  above the newest generation marker of the offsets log (so no epoch is handed out twice for a
-  group id); the old members' heartbeats get UNKNOWN_MEMBER_ID and they rejoin with epoch 0
-  (Kafka's clients do so); committed offsets are in the offsets log and intact;
+  above the newest generation marker of the offsets log and the previous coordinator's
+  published epoch (so no epoch is handed out twice for a group id); the members that record
+  names are restored holding their partitions and fenced (FENCED_MEMBER_EPOCH) when they
+  heartbeat, so they release and rejoin with epoch 0 (Kafka's clients do so) before anybody
+  else gets their partitions; committed offsets are in the offsets log and intact;
 * groups are published to ``/consumers`` for sparklog's tools (state, members, assignment) by
   the group publisher thread, as the classic groups are.
 
@@ -34,7 +36,15 @@ from typing import Protocol
 from kio.schema.errors import ErrorCode
 
 from sparklog import clock
-from sparklog.broker.groups.consumer_group import EMPTY, ConsumerGroup, HeartbeatRequest, HeartbeatResult
+from sparklog.broker.groups.consumer_group import (
+    ASSIGNING,
+    EMPTY,
+    RECONCILING,
+    STABLE,
+    ConsumerGroup,
+    HeartbeatRequest,
+    HeartbeatResult,
+)
 from sparklog.config import ClusterConfig
 from sparklog.errors import NotCoordinatorError, SparklogError, StaleMemberEpochError, UnknownMemberError
 from sparklog.group.assignors import SERVER_ASSIGNORS
@@ -59,6 +69,7 @@ class GroupHost(Protocol):
     def check_coordinator(self, key: str) -> int: ...
     def has_classic_members(self, group_id: str) -> bool: ...
     def generation_floor(self, group_id: str) -> int: ...
+    def published_record(self, group_id: str) -> GroupStateRecord | None: ...
     def mark_dirty(self) -> None: ...
 
 
@@ -133,8 +144,15 @@ class ConsumerGroups:
             return group
         floor = self.groups.generation_floor(group_id)
         session_ms = self.groups.config.group_consumer_session_timeout_ms
+        fresh = ConsumerGroup(group_id, session_ms, epoch_floor=floor)
+        record = self.groups.published_record(group_id)
+        if record is not None and _of_consumer_group(record):
+            # A coordinator failover (or move): the previous coordinator's members keep their
+            # partitions until they rejoin or expire.
+            held = {key: frozenset((str(t), int(p)) for t, p in tps) for key, tps in record.assignment.items()}
+            fresh.restore(clock.now_ms(), held)
         with self._lock:
-            return self._groups.setdefault(group_id, ConsumerGroup(group_id, session_ms, epoch_floor=floor))
+            return self._groups.setdefault(group_id, fresh)
 
     # -- what other parts of the coordinator ask -----------------------------------------------
     def has_members(self, group_id: str) -> bool:
@@ -277,6 +295,12 @@ class ConsumerGroups:
             },
         )
         return state, members
+
+
+def _of_consumer_group(record: GroupStateRecord) -> bool:
+    """Whether a published record is a live consumer-protocol group's: its states and no
+    leader (a classic group in these states always has one)."""
+    return record.state in (STABLE, RECONCILING, ASSIGNING) and not record.leader and bool(record.assignment)
 
 
 def _path_safe(member_id: str) -> bool:

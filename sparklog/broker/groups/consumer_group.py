@@ -32,6 +32,11 @@ Invariants:
   carries it is Kafka's lost-response case);
 * a member silent for ``session_timeout_ms``, or holding partitions to revoke for longer than
   its rebalance timeout, is removed (its partitions go to the others);
+* after a coordinator failover the members the previous coordinator published are restored
+  holding their partitions (:meth:`ConsumerGroup.restore`); their heartbeats are fenced
+  (FENCED_MEMBER_EPOCH), so they release everything and rejoin with epoch 0, and their
+  partitions go to others only then or when their session runs out — a failover does not
+  give a partition two owners;
 * a static member (``instance_id``) leaving with epoch -2 keeps its assignment for its session
   timeout; a new member id with the instance id takes it over with its epoch; while the
   instance is held by a live member another member id is refused (UNRELEASED_INSTANCE_ID).
@@ -117,6 +122,7 @@ class ConsumerMember:
     owned: frozenset[TopicPartition] = frozenset()  # as its last heartbeat that listed them said
     sent: frozenset[TopicPartition] | None = None  # the assignment it was last told
     left: bool = False  # a static member that left with epoch -2, its instance kept
+    restored: bool = False  # known from the previous coordinator's record only: must rejoin
 
     def subscribed(self, topics: Mapping[str, int]) -> tuple[str, ...]:
         """The existing topics it subscribes to (by name, or matching its regex)."""
@@ -263,6 +269,11 @@ class ConsumerGroup:
                 ErrorCode.unknown_member_id,
                 message=f"member {request.member_id} is not in group {self.group_id}; rejoin with epoch 0",
             )
+        if member.restored:
+            return HeartbeatResult(
+                ErrorCode.fenced_member_epoch,
+                message=f"group {self.group_id} has a new coordinator: member {member.member_id} rejoins with epoch 0",
+            )
         if request.instance_id is not None and self.static.get(request.instance_id) != member.member_id:
             return HeartbeatResult(ErrorCode.fenced_instance_id, message=f"instance {request.instance_id} moved")
         epoch = request.member_epoch
@@ -357,6 +368,17 @@ class ConsumerGroup:
             member.previous_epoch, member.member_epoch = member.member_epoch, self.assignment_epoch
             self.changes += 1
 
+    def restore(self, now_ms: int, assignments: Mapping[str, frozenset[TopicPartition]]) -> None:
+        """The members a previous coordinator published, each holding what it was assigned:
+        until it rejoins (its first heartbeat is fenced; a member that rejoins has released
+        everything) or its session runs out, nobody else is given its partitions."""
+        for member_id, assigned in assignments.items():
+            if member_id not in self.members:
+                self.members[member_id] = ConsumerMember(
+                    member_id, None, None, "", "", 0, (), None, None, now_ms, -1, -1, set(assigned), restored=True
+                )
+        self.changes += 1
+
     # -- liveness and offsets -----------------------------------------------------------
     def expire(self, now_ms: int) -> bool:
         """Remove members whose session ran out or that did not revoke in time; True if any."""
@@ -385,6 +407,8 @@ class ConsumerGroup:
         member = self.members.get(member_id)
         if member is None or member.left:
             return ErrorCode.unknown_member_id
+        if member.restored:
+            return ErrorCode.stale_member_epoch  # its epoch is the previous coordinator's: it rejoins first
         if member_epoch == member.member_epoch:
             return None
         if member_epoch == member.previous_epoch and partitions <= member.assigned | member.revoking:

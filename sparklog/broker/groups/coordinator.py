@@ -151,8 +151,13 @@ class BrokerGroups:
 
     def generation_floor(self, group_id: str) -> int:
         """The newest generation fenced for the group id, in the offsets log or ZooKeeper's record."""
-        record, _ = self.library.registry.state_record(group_id)
+        record = self.published_record(group_id)
         return max(self.offsets.generation(group_id), record.generation if record is not None else -1)
+
+    def published_record(self, group_id: str) -> GroupStateRecord | None:
+        """The group's state as its last coordinator (or leader member) published it."""
+        record, _ = self.library.registry.state_record(group_id)
+        return record
 
     def has_classic_members(self, group_id: str) -> bool:
         entry = self._existing(group_id)
