@@ -27,7 +27,7 @@ from sparklog.broker.kafka.error_codes import error_code
 from sparklog.broker.kafka.group_api import groups_of, host_of
 from sparklog.broker.kafka.metadata_api import topic_uuid
 from sparklog.errors import SparklogError
-from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition
+from sparklog.model.topic import TopicPartition
 
 __all__ = ["APIS"]
 
@@ -82,7 +82,7 @@ def _topics(broker: BrokerContext) -> tuple[dict[str, int], dict[str, uuid.UUID]
     replicas = broker.replicas
     counts, ids = {}, {}
     for topic in replicas.list_topics():
-        if topic.startswith("__") or topic == OFFSETS_TOPIC:
+        if topic.startswith("__"):
             continue
         try:
             counts[topic] = len(replicas.partitions_of(topic, max_age_ms=_TOPICS_MAX_AGE_MS))
