@@ -1,6 +1,7 @@
 // One member of a consumer group under Kafka's consumer group protocol (KIP-848:
 // group.protocol=consumer), run by tests/wire/test_consumer_protocol_groups.py with
-// `java -cp '<kafka jars>/*' ConsumerGroupMember.java BOOTSTRAP GROUP TOPIC NAME`.
+// `java -cp '<kafka jars>/*' ConsumerGroupMember.java BOOTSTRAP GROUP TOPIC NAME [PROTOCOL]`
+// (PROTOCOL: consumer, the default, or classic).
 // It prints, each line flushed at once and stamped with System.currentTimeMillis():
 //   "<ms> ASSIGNED <topic>-<partition>" / "<ms> REVOKED ..." / "<ms> LOST ..." from its rebalance listener,
 //   "<ms> RECORD <topic>-<partition> <offset> <value>" for every record it consumed,
@@ -51,7 +52,7 @@ public class ConsumerGroupMember {
         Properties props = new Properties();
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
         props.put(ConsumerConfig.GROUP_ID_CONFIG, args[1]);
-        props.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+        props.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, args.length > 4 ? args[4] : "consumer");
         props.put(ConsumerConfig.CLIENT_ID_CONFIG, args[3]);
         props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");

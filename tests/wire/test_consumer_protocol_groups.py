@@ -129,9 +129,11 @@ def members(kip848_broker: BrokerAgents, tmp_path: Path) -> Iterator[list[Member
             member.process.wait(30)
 
 
-def start_member(members: list[Member], bootstrap: str, name: str, tmp_path: Path, group: str = GROUP) -> Member:
+def start_member(
+    members: list[Member], bootstrap: str, name: str, tmp_path: Path, group: str = GROUP, protocol: str = "consumer"
+) -> Member:
     log = tmp_path / f"{name}.log"
-    command = KafkaTools().command(str(MEMBER), bootstrap, group, TOPIC, name)
+    command = KafkaTools().command(str(MEMBER), bootstrap, group, TOPIC, name, protocol)
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     member = Member(name, log, process)
@@ -140,12 +142,18 @@ def start_member(members: list[Member], bootstrap: str, name: str, tmp_path: Pat
 
 
 def produce(bootstrap: str, first: int, count: int) -> set[str]:
+    """Values ``first``.. ``first + count - 1`` written to ``TOPIC``, each delivery confirmed."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
-    values = {str(i) for i in range(first, first + count)}
+    failed: list[str] = []
     for i in range(first, first + count):
-        producer.produce(TOPIC, value=str(i).encode(), key=str(i).encode())
-    assert producer.flush(30) == 0
-    return values
+        producer.produce(
+            TOPIC,
+            value=str(i).encode(),
+            key=str(i).encode(),
+            on_delivery=lambda error, _message: failed.append(str(error)) if error is not None else None,
+        )
+    assert producer.flush(60) == 0 and not failed, f"deliveries failed: {failed[:3]}"
+    return {str(i) for i in range(first, first + count)}
 
 
 def kill(member: Member) -> None:
