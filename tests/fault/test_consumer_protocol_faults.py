@@ -47,7 +47,8 @@ def test_coordinator_killed_members_rejoin_without_two_owners(
     agents = three_brokers
     bootstrap = agents.bootstrap_servers
     # The coordinator is the leader of the group's offsets partition; the topic's partitions
-    # live on the two other brokers, so only the coordinator fails over (not the partitions).
+    # live on the two other brokers, so only the coordinator fails over (not the partitions:
+    # with them, the Java consumers sometimes stop fetching a moved partition, DESIGN §8).
     cluster.groups.offsets_table()
     coordinator = transaction_coordinator(cluster, GROUP)
     others = [b for b in (1, 2, 3) if b != coordinator]
