@@ -25,6 +25,7 @@ from typing import Any, Literal
 from sparklog.discovery import discover
 from sparklog.errors import ConfigError
 from sparklog.model.endpoints import Endpoint, parse_bootstrap_servers, parse_listeners
+from sparklog.model.properties import load_properties
 from sparklog.model.storage_location import STORAGE_SETTINGS, StorageSettings, parse_location
 
 __all__ = [
@@ -273,6 +274,9 @@ CLUSTER_DEFAULTS: dict[str, str | None] = {
     "group.initial.rebalance.delay.ms": "3000",
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
+    # Kafka's consumer group protocol (KIP-848): what the coordinator tells members.
+    "group.consumer.heartbeat.interval.ms": "5000",
+    "group.consumer.session.timeout.ms": "45000",
     "transaction.max.timeout.ms": "900000",
     "transactional.id.expiration.ms": "604800000",
     # How a broker paces its commit rounds when its log dir is an object store
@@ -304,27 +308,6 @@ def with_defaults(configs: Mapping[str, Any], specs: Mapping[str, ConfigSpec]) -
     return {name: configs.get(name, spec.default) for name, spec in specs.items()}
 
 
-def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Read a Java-style ``key=value`` properties file (``#``/``!`` comments, ``:`` also separates)."""
-    props: dict[str, str] = {}
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"Cannot read properties file {path}: {exc.strerror}") from exc
-    for lineno, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#!":
-            continue
-        for sep in ("=", ":"):
-            if sep in stripped:
-                key, value = stripped.split(sep, 1)
-                props[key.strip()] = value.strip()
-                break
-        else:
-            raise ConfigError(f"{path}:{lineno}: expected key=value, got {stripped!r}")
-    return props
-
-
 @dataclass(frozen=True)
 class ClusterConfig:
     """Resolved cluster settings. Paths are absolute so Spark workers in other dirs agree."""
@@ -354,6 +337,8 @@ class ClusterConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_session_timeout_ms: int = 45_000
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 604_800_000
     storage: tuple[tuple[str, str], ...] = ()  # the storage.* settings given (StorageSettings.values)
@@ -387,6 +372,8 @@ class ClusterConfig:
             "group.initial.rebalance.delay.ms": str(self.group_initial_rebalance_delay_ms),
             "group.min.session.timeout.ms": str(self.group_min_session_timeout_ms),
             "group.max.session.timeout.ms": str(self.group_max_session_timeout_ms),
+            "group.consumer.heartbeat.interval.ms": str(self.group_consumer_heartbeat_interval_ms),
+            "group.consumer.session.timeout.ms": str(self.group_consumer_session_timeout_ms),
             "transaction.max.timeout.ms": str(self.transaction_max_timeout_ms),
             "transactional.id.expiration.ms": str(self.transactional_id_expiration_ms),
             "store.round.linger.ms": str(self.store_round_linger_ms),
@@ -490,6 +477,8 @@ def resolve_cluster_config(
         group_initial_rebalance_delay_ms=as_int("group.initial.rebalance.delay.ms", 0),
         group_min_session_timeout_ms=as_int("group.min.session.timeout.ms", 1),
         group_max_session_timeout_ms=as_int("group.max.session.timeout.ms", 1),
+        group_consumer_heartbeat_interval_ms=as_int("group.consumer.heartbeat.interval.ms", 1),
+        group_consumer_session_timeout_ms=as_int("group.consumer.session.timeout.ms", 1),
         transaction_max_timeout_ms=as_int("transaction.max.timeout.ms", 1),
         transactional_id_expiration_ms=as_int("transactional.id.expiration.ms", 1),
         storage=StorageSettings.from_config(merged).values,

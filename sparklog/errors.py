@@ -56,6 +56,7 @@ __all__ = [
     "RetriesExhaustedError",
     "SchemaMismatchError",
     "SparklogError",
+    "StaleMemberEpochError",
     "StorageError",
     "TopicExistsError",
     "TopicNotFoundError",
@@ -245,6 +246,11 @@ class UnknownMemberError(GroupError):
 
 class FencedInstanceIdError(UnknownMemberError):
     """Another process joined with the same ``group.instance.id``; this one is fenced."""
+
+
+class StaleMemberEpochError(GroupError):
+    """A consumer-protocol member (KIP-848) commits or fetches with an epoch that is not its
+    current one (Kafka: STALE_MEMBER_EPOCH); it heartbeats to learn its epoch and retries."""
 
 
 class RebalanceInProgressError(GroupError):

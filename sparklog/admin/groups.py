@@ -89,7 +89,8 @@ __all__ = [
     "reset_scenario",
 ]
 
-GROUP_STATES = (EMPTY, PREPARING, COMPLETING, STABLE, DEAD)
+# Kafka's consumer group protocol (KIP-848) adds its own: the brokers publish them (DESIGN §8).
+GROUP_STATES = (EMPTY, PREPARING, COMPLETING, STABLE, DEAD, "Assigning", "Reconciling")
 LAG_SCHEMA = pa.schema(
     [
         ("group", pa.string()),

@@ -1,4 +1,5 @@
-"""Partition assignors for consumer groups: Kafka's range, round-robin and sticky.
+"""Partition assignors for consumer groups: Kafka's range, round-robin and sticky, and the
+server-side assignors of Kafka's consumer group protocol (KIP-848): ``uniform`` and ``range``.
 
 Pure policy (no I/O; imports neither Spark, kazoo nor deltalake). The group leader calls
 :func:`assign` with the members' subscriptions and the partition count of every topic.
@@ -27,11 +28,13 @@ from sparklog.model.topic import TopicPartition
 
 __all__ = [
     "ASSIGNORS",
+    "SERVER_ASSIGNORS",
     "AssignorName",
     "MemberSubscription",
     "assign",
     "range_assign",
     "roundrobin_assign",
+    "server_assign",
     "sticky_assign",
 ]
 
@@ -214,3 +217,23 @@ def assign(
     if assignor is None:
         raise ConfigError(f"Unknown partition assignment strategy {strategy!r}; allowed values: {', '.join(ASSIGNORS)}")
     return assignor(members, partitions_per_topic, previous)
+
+
+# KIP-848's server-side assignors by Kafka's names (``group.remote.assignor``); the first is the
+# brokers' default, as Kafka's ``group.consumer.assignors``.
+SERVER_ASSIGNORS: tuple[str, ...] = ("uniform", "range")
+
+
+def server_assign(
+    name: str,
+    members: Sequence[MemberSubscription],
+    partitions_per_topic: Mapping[str, int],
+    previous: Previous | None = None,
+) -> dict[str, list[TopicPartition]]:
+    """A consumer-protocol group's target assignment. ``uniform`` is Kafka's UniformAssignor's
+    contract — balanced, and sticky to ``previous`` (the group's current target) — which
+    :func:`sticky_assign` fulfils; ``range`` is :func:`range_assign` (co-partitioned topics get
+    the same partition numbers)."""
+    if name not in SERVER_ASSIGNORS:
+        raise ConfigError(f"Unknown server assignor {name!r}; allowed values: {', '.join(SERVER_ASSIGNORS)}")
+    return assign("sticky" if name == "uniform" else name, members, partitions_per_topic, previous)

@@ -126,6 +126,12 @@ class ReplicaManager:
         assignment, _ = self.metadata.assignment(topic)
         return sorted(int(p) for p in assignment.partitions)
 
+    def topic_id(self, topic: str, max_age_ms: int = 0) -> str:
+        """``topic``'s id (base64url of 16 bytes, as Kafka prints topic ids; Metadata answers it as
+        a UUID). ``max_age_ms``: see :meth:`partitions_of`."""
+        validate_topic_name(topic)
+        return str(self._recent(("id", topic), max_age_ms, lambda: self.metadata.assignment(topic)[0].topic_id))
+
     def topic_incarnation(self, topic: str, max_age_ms: int = 0) -> int:
         """Which topic of this name exists (the zxid that created it; ``TopicNotFoundError`` when
         none does): offset commits carry it, so a commit checked against a topic deleted since

@@ -180,6 +180,7 @@ def test_plan_reset_warns_in_kafkas_words_where_it_clamps() -> None:
 
 def test_group_states_filter() -> None:
     assert parse_group_states("stable, EMPTY") == {"Stable", "Empty"}
+    assert parse_group_states("reconciling") == {"Reconciling"}  # a consumer-protocol group's (KIP-848)
     with pytest.raises(
         argparse.ArgumentTypeError, match=r"Invalid state list 'Stable,Sleepy'. Valid states are: Empty, "
     ):

@@ -1,11 +1,14 @@
 """The broker's group coordinator (DESIGN §8, §14): the groups whose ``__consumer_offsets``
-partition this broker leads, under Kafka's classic group protocol.
+partition this broker leads, under Kafka's classic group protocol (and, through
+:class:`~sparklog.broker.groups.consumer_coordinator.ConsumerGroups`, its consumer protocol).
 
 Invariants:
 
 * a group is coordinated by the leader of its offsets partition only; any other broker
   answers NOT_COORDINATOR, and a broker that stops leading a partition drops its groups
   (their waiting requests get NOT_COORDINATOR; members find the new coordinator and rejoin);
+* one protocol per group: classic members are refused (INCONSISTENT_GROUP_PROTOCOL) while the
+  group has consumer-protocol members, and the other way round;
 * one membership system per group: groups are published to ``/consumers`` for sparklog's
   tools, and a group whose members use sparklog's ZooKeeper membership is refused
   (:mod:`sparklog.metadata.group_publisher`);
@@ -23,12 +26,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from sparklog import clock
+from sparklog.broker.groups.consumer_coordinator import ConsumerGroups
 from sparklog.broker.groups.group import (
     EMPTY,
     STABLE,
@@ -51,13 +56,20 @@ from sparklog.errors import (
     SparklogError,
     UnknownMemberError,
 )
-from sparklog.group.consumer_protocol import decode_assignment, decode_subscription
+from sparklog.group.consumer_protocol import (
+    CONSUMER,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from sparklog.group.coordinator import GroupCoordinator
+from sparklog.log.group_offsets import NO_GENERATION
 from sparklog.metadata.group_activity import GroupActivity
 from sparklog.metadata.group_publisher import GroupPublisher
 from sparklog.metadata.zkdata import GroupStateRecord, MemberRecord
 from sparklog.model.group_ids import validate_instance_id
-from sparklog.model.topic import OFFSETS_TOPIC
+from sparklog.model.topic import OFFSETS_TOPIC, TopicPartition
 from sparklog.runtime.replica_manager import ReplicaManager
 
 __all__ = ["BrokerGroups", "GroupView"]
@@ -85,6 +97,7 @@ class GroupView:
     protocol_type: str
     protocol: str
     members: tuple[tuple[str, str | None, str, str, bytes, bytes], ...]  # id, instance, client, host, meta, assignment
+    group_type: str = "classic"  # Kafka's: "consumer" for the consumer protocol's groups (KIP-848)
 
 
 class BrokerGroups:
@@ -102,6 +115,7 @@ class BrokerGroups:
         self._entries: dict[str, _Entry] = {}
         self._dirty = threading.Event()
         self._last_ownership_check_ms = 0
+        self.consumer = ConsumerGroups(self)
 
     # -- placement -----------------------------------------------------------------------
     def offsets_partition_count(self) -> int:
@@ -135,12 +149,35 @@ class BrokerGroups:
             ) from NotLeaderError(f"{OFFSETS_TOPIC}-{partition}")
         return partition
 
+    def generation_floor(self, group_id: str) -> int:
+        """The newest generation fenced for the group id, in the offsets log or ZooKeeper's record."""
+        record = self.published_record(group_id)
+        return max(self.offsets.generation(group_id), record.generation if record is not None else -1)
+
+    def published_record(self, group_id: str) -> GroupStateRecord | None:
+        """The group's state as its last coordinator (or leader member) published it."""
+        record, _ = self.library.registry.state_record(group_id)
+        return record
+
+    def has_classic_members(self, group_id: str) -> bool:
+        entry = self._existing(group_id)
+        if entry is None:
+            return False
+        with entry.cond:
+            return bool(entry.group.members)
+
+    def mark_dirty(self) -> None:
+        """A group changed: the publisher thread writes it out."""
+        self._dirty.set()
+
     # -- the group protocol ----------------------------------------------------------------
     def join(self, group_id: str, request: JoinRequest) -> JoinResult:
         self.check_coordinator(group_id)
         low, high = self.config.group_min_session_timeout_ms, self.config.group_max_session_timeout_ms
         if not low <= request.session_timeout_ms <= high:
             return JoinResult(ErrorCode.invalid_session_timeout, request.member_id)
+        if self.consumer.has_members(group_id):
+            return JoinResult(ErrorCode.inconsistent_group_protocol, request.member_id)
         # A MEMBER_ID_REQUIRED round adds no member: the group is claimed when one joins.
         claim = bool(request.member_id or request.instance_id is not None or not request.require_known_member_id)
         entry = self._entry(group_id, claim=claim)
@@ -174,10 +211,28 @@ class BrokerGroups:
             self._advance(entry, now)
             return codes
 
-    def check_member(self, group_id: str, member_id: str, generation: int, instance_id: str | None) -> None:
+    def check_member(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        instance_id: str | None,
+        partitions: AbstractSet[TopicPartition] = frozenset(),
+    ) -> int:
         """Kafka's OffsetCommit checks (raising ``UnknownMemberError``, ``IllegalGenerationError``,
-        ``FencedInstanceIdError``, ``RebalanceInProgressError``); generation -1 with no member id
-        is a standalone commit, accepted only while the group has no members."""
+        ``FencedInstanceIdError``, ``RebalanceInProgressError``; for a consumer-protocol group,
+        where the generation is the member epoch, ``StaleMemberEpochError``); generation -1 with
+        no member id is a standalone commit, accepted only while the group has no members.
+
+        Returns the generation the offsets log fences the commit with: ``generation``, except
+        for consumer-protocol members, whose epochs differ from member to member (one still
+        reconciling commits below the others' epochs) and are checked here only (NO_GENERATION)."""
+        if (generation >= 0 or member_id) and self.consumer.check_offsets(group_id, member_id, generation, partitions):
+            return NO_GENERATION
+        self._check_classic_member(group_id, member_id, generation, instance_id)
+        return generation
+
+    def _check_classic_member(self, group_id: str, member_id: str, generation: int, instance_id: str | None) -> None:
         entry = self._existing(group_id)
         if generation < 0 and not member_id:
             if self.active(group_id):
@@ -204,6 +259,8 @@ class BrokerGroups:
     def active(self, group_id: str) -> bool:
         """Whether the group has members, through the protocol or sparklog's ZooKeeper
         membership (a watched cache: no ZooKeeper round trip per standalone commit)."""
+        if self.consumer.has_members(group_id):
+            return True
         entry = self._existing(group_id)
         if entry is not None:
             with entry.cond:
@@ -221,12 +278,32 @@ class BrokerGroups:
         """Topics the group's current members subscribe to (consumer protocol)."""
         entry = self._existing(group_id)
         if entry is None:
-            return set()
+            return self.consumer.subscribed_topics(group_id)
         with entry.cond:
             group = entry.group
             return {t for m in group.members.values() for t in decode_subscription(m.metadata(group.protocol or ""))[0]}
 
     def view(self, group_id: str) -> GroupView | None:
+        consumer = self.consumer.view(group_id)
+        if consumer is not None:
+            return GroupView(
+                group_id,
+                consumer.state,
+                CONSUMER,
+                consumer.assignor,
+                tuple(
+                    (
+                        m.member_id,
+                        m.instance_id,
+                        m.client_id,
+                        m.client_host,
+                        encode_subscription(list(m.topic_names)),
+                        encode_assignment(sorted(m.assigned)),
+                    )
+                    for m in consumer.members
+                ),
+                group_type=CONSUMER,
+            )
         entry = self._existing(group_id)
         if entry is None:
             return None
@@ -240,11 +317,12 @@ class BrokerGroups:
 
     def coordinated(self) -> list[GroupView]:
         with self._lock:
-            ids = sorted(self._entries)
+            ids = sorted(set(self._entries) | set(self.consumer.coordinated()))
         return [v for v in (self.view(g) for g in ids) if v is not None]
 
     def forget(self, group_id: str) -> None:
         """A deleted group: nothing of it stays in memory."""
+        self.consumer.forget(group_id)
         with self._lock:
             self._entries.pop(group_id, None)
 
@@ -263,8 +341,7 @@ class BrokerGroups:
             self.publisher.claim(group_id)
         if entry is not None:
             return entry
-        record, _ = self.library.registry.state_record(group_id)
-        floor = max(self.offsets.generation(group_id), record.generation if record is not None else -1)
+        floor = self.generation_floor(group_id)
         with self._lock:
             entry = self._entries.get(group_id)
             if entry is None:
@@ -300,6 +377,7 @@ class BrokerGroups:
         check = now - self._last_ownership_check_ms >= OWNERSHIP_CHECK_MS
         if check:
             self._last_ownership_check_ms = now
+        self.consumer.tick(now, check)
         for entry in entries:
             if check and not self._still_ours(entry):
                 continue
@@ -327,6 +405,8 @@ class BrokerGroups:
     def publish_changes(self) -> None:
         """Write changed groups to ZooKeeper and fence their new generations (publisher thread)."""
         self._dirty.clear()
+        if not self.consumer.publish():
+            self._dirty.set()
         with self._lock:
             entries = list(self._entries.values())
         for entry in entries:

@@ -3,8 +3,9 @@
 The served APIs and their version ranges are the :class:`~sparklog.broker.kafka.context.Api`
 rows of the API modules (``metadata_api``, ``produce_api``, ``fetch_api``, ``offsets_api``,
 ``producer_id_api``, ``topics_api``, ``delete_records_api``, ``configs_api``,
-``coordinator_api``, ``offset_commit_api``, ``txn_api``, ``txn_markers_api``,
-``txn_offset_commit_api``, ``partitions_api``, ``log_dirs_api``); ApiVersions
+``coordinator_api``, ``group_api``, ``group_admin_api``, ``consumer_group_api``,
+``offset_commit_api``, ``txn_api``, ``txn_markers_api``, ``txn_offset_commit_api``,
+``partitions_api``, ``log_dirs_api``); ApiVersions
 (18) v0..v4 advertises exactly them. An ApiVersions request of a
 version outside that range is answered with UNSUPPORTED_VERSION in a v0 response listing
 what is served (Kafka's rule, so a client can retry with a version both sides know). Any
@@ -31,6 +32,7 @@ from kio.static.constants import EntityType
 
 from sparklog.broker.kafka import (
     configs_api,
+    consumer_group_api,
     coordinator_api,
     delete_records_api,
     fetch_api,
@@ -206,6 +208,7 @@ _APIS: dict[int, Api] = {
         *coordinator_api.APIS,
         *group_api.APIS,
         *group_admin_api.APIS,
+        *consumer_group_api.APIS,
         *offset_commit_api.APIS,
         *txn_api.APIS,
         *txn_markers_api.APIS,

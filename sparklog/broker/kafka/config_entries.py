@@ -137,6 +137,8 @@ _BROKER_TYPES = {
     "group.initial.rebalance.delay.ms": _INT,
     "group.min.session.timeout.ms": _INT,
     "group.max.session.timeout.ms": _INT,
+    "group.consumer.heartbeat.interval.ms": _INT,
+    "group.consumer.session.timeout.ms": _INT,
     "transaction.max.timeout.ms": _INT,
     "transactional.id.expiration.ms": _INT,
     "store.round.linger.ms": _INT,

@@ -52,6 +52,7 @@ CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (errors.FencedInstanceIdError, ErrorCode.fenced_instance_id),
     (errors.UnknownMemberError, ErrorCode.unknown_member_id),
     (errors.IllegalGenerationError, ErrorCode.illegal_generation),
+    (errors.StaleMemberEpochError, ErrorCode.stale_member_epoch),
     (errors.RebalanceInProgressError, ErrorCode.rebalance_in_progress),
     (errors.GroupNotEmptyError, ErrorCode.non_empty_group),
     (errors.GroupIdNotFoundError, ErrorCode.group_id_not_found),

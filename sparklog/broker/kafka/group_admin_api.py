@@ -1,5 +1,8 @@
 """Group administration on the wire (DESIGN §8, §14): DescribeGroups (15) v0–v6, ListGroups (16)
-v0–v5, DeleteGroups (42) v0–v2.
+v0–v5, DeleteGroups (42) v0–v2, for groups of both protocols (classic and KIP-848's consumer
+protocol: ListGroups v5 answers the group type and filters by it; DescribeGroups describes a
+consumer-protocol group as Kafka 4 does, protocol type ``consumer``, the assignor as its
+protocol, subscriptions and assignments in the classic encoding).
 
 One group system: besides the groups this broker coordinates through the protocol, the
 answers include sparklog's other groups whose offsets partition it leads — groups of light
@@ -123,7 +126,7 @@ def list_groups(request: ApiRequest[ListGroupsBody], broker: BrokerContext) -> A
     types = {str(t).lower() for t in getattr(body, "types_filter", ()) or ()}
     code, listed = ErrorCode.none, []
     try:
-        listed = [] if types and _CLASSIC not in types else _coordinated_groups(broker)
+        listed = [g for g in _coordinated_groups(broker) if not types or g[3] in types]
     except Exception as exc:  # noqa: BLE001 - answered as the request's error code
         code = error_code(exc)
     return build(
@@ -131,19 +134,22 @@ def list_groups(request: ApiRequest[ListGroupsBody], broker: BrokerContext) -> A
         throttle_time=NO_THROTTLE,
         error_code=code,
         groups=tuple(
-            build(module.ListedGroup, group_id=g, protocol_type=t, group_state=s, group_type=_CLASSIC)
-            for g, t, s in listed
+            build(module.ListedGroup, group_id=g, protocol_type=t, group_state=s, group_type=kind)
+            for g, t, s, kind in listed
             if not states or s in states
         ),
     )
 
 
-def _coordinated_groups(broker: BrokerContext) -> list[tuple[str, str, str]]:
-    """``(group, protocol type, state)`` of every group whose offsets partition this broker leads."""
+def _coordinated_groups(broker: BrokerContext) -> list[tuple[str, str, str, str]]:
+    """``(group, protocol type, state, group type)`` of every group whose offsets partition this
+    broker leads; the group type is Kafka's: ``consumer`` (KIP-848's protocol) or ``classic``."""
     groups = groups_of(broker)
     if OFFSETS_TOPIC not in broker.replicas.list_topics():
         return []  # listing never creates the offsets topic
-    result = {v.group_id: (v.group_id, v.protocol_type or CONSUMER, v.state) for v in groups.coordinated()}
+    result = {
+        v.group_id: (v.group_id, v.protocol_type or CONSUMER, v.state, v.group_type) for v in groups.coordinated()
+    }
     for group_id in groups.library.registry.list_groups():
         if group_id in result:
             continue
@@ -152,7 +158,7 @@ def _coordinated_groups(broker: BrokerContext) -> list[tuple[str, str, str]]:
         except NotCoordinatorError:
             continue
         snap = groups.library.registry.snapshot(group_id)
-        result[group_id] = (group_id, CONSUMER, snap.state)
+        result[group_id] = (group_id, CONSUMER, snap.state, _CLASSIC)
     return sorted(result.values())
 
 

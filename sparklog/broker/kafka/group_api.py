@@ -30,7 +30,7 @@ from sparklog.broker.kafka.context import (
 from sparklog.broker.kafka.error_codes import error_code
 from sparklog.errors import SparklogError
 
-__all__ = ["APIS", "groups_of"]
+__all__ = ["APIS", "groups_of", "host_of"]
 
 JOIN_GROUP_KEY, HEARTBEAT_KEY, LEAVE_GROUP_KEY, SYNC_GROUP_KEY = 11, 12, 13, 14
 
@@ -131,7 +131,7 @@ def join_group(request: ApiRequest[JoinGroupBody], broker: BrokerContext) -> Any
             member_id=member_id,
             instance_id=getattr(body, "group_instance_id", None),
             client_id=request.client_id or "",
-            client_host=_host(request.peer),
+            client_host=host_of(request.peer),
             session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=_ms(body.rebalance_timeout) if request.api_version >= 1 else session_timeout_ms,
             protocol_type=str(body.protocol_type),
@@ -223,7 +223,7 @@ def leave_group(request: ApiRequest[LeaveGroupBody], broker: BrokerContext) -> A
     return build(module.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=top, members=members)
 
 
-def _host(peer: str) -> str:
+def host_of(peer: str) -> str:
     """Kafka shows a member's host as ``/<address>``."""
     host = peer.rsplit(":", 1)[0] if peer else ""
     return f"/{host.strip('[]')}" if host else ""

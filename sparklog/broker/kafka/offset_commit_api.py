@@ -29,6 +29,11 @@ Validation, as Kafka's classic group coordinator does it:
 * storage errors are answered as Kafka's coordinator maps its append errors: leadership
   moved → NOT_COORDINATOR, too few in-sync replicas or a timeout → COORDINATOR_NOT_AVAILABLE.
 
+Consumer-protocol groups (KIP-848; OffsetCommit v9 carries the member epoch as generation and
+OffsetFetch v9 the member id and epoch): the member's current epoch is accepted, and its previous
+one for partitions it still holds (a heartbeat response with its new epoch may not have reached
+it); else STALE_MEMBER_EPOCH, or UNKNOWN_MEMBER_ID for a member not in the group.
+
 OffsetFetch with ``require_stable`` (v7+, KIP-447; librdkafka's read_committed consumers set
 it) answers UNSTABLE_OFFSET_COMMIT for partitions an open transaction holds offsets of
 (TxnOffsetCommit, :func:`sparklog.broker.transactions.txn_offsets.unstable_partitions`), so
@@ -123,10 +128,16 @@ class OffsetFetchTopic(Protocol):
 
 
 class OffsetFetchGroup(Protocol):
+    """One group of an OffsetFetch v8+; ``member_id`` and ``member_epoch`` are v9's, read only there."""
+
     @property
     def group_id(self) -> str: ...
     @property
     def topics(self) -> tuple[OffsetFetchTopic, ...] | None: ...
+    @property
+    def member_id(self) -> str | None: ...
+    @property
+    def member_epoch(self) -> int: ...
 
 
 class OffsetFetchBody(Protocol):
@@ -200,12 +211,6 @@ def _check_standalone(broker: BrokerContext, group_id: str) -> None:
     groups.record_group(group_id)
 
 
-def _check_member(
-    broker: BrokerContext, group_id: str, member_id: str, generation: int, instance_id: str | None
-) -> None:
-    _groups(broker).check_member(group_id, member_id, generation, instance_id)
-
-
 # -- OffsetCommit ------------------------------------------------------------------------------
 def offset_commit(request: ApiRequest[OffsetCommitBody], broker: BrokerContext) -> Any:
     module = response_module(OFFSET_COMMIT_KEY, request.api_version)
@@ -233,7 +238,8 @@ def offset_commit(request: ApiRequest[OffsetCommitBody], broker: BrokerContext) 
             if generation < 0 and not member_id:
                 _check_standalone(broker, group_id)
             else:
-                _check_member(broker, group_id, member_id, generation, instance_id)
+                groups = _groups(broker)
+                generation = groups.check_member(group_id, member_id, generation, instance_id, set(commits))
             refused = _store(broker, group_id, commits, generation, member_id)
             codes.update(dict.fromkeys(refused, ErrorCode.unknown_topic_or_partition))
     except Exception as exc:  # noqa: BLE001 - answered as Kafka error codes
@@ -315,7 +321,15 @@ def offset_fetch(request: ApiRequest[OffsetFetchBody], broker: BrokerContext) ->
     stable = bool(getattr(body, "require_stable", False))
     if request.api_version >= 8:
         answers = [
-            _fetch_group(broker, str(g.group_id), _wanted(g.topics), module, grouped=True, require_stable=stable)
+            _fetch_group(
+                broker,
+                str(g.group_id),
+                _wanted(g.topics),
+                module,
+                grouped=True,
+                require_stable=stable,
+                member=(str(g.member_id), int(g.member_epoch)) if getattr(g, "member_id", None) else None,
+            )
             for g in body.groups
         ]
         return build(module.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(answers))
@@ -358,6 +372,7 @@ def _fetch_group(
     *,
     grouped: bool,
     require_stable: bool = False,
+    member: tuple[str, int] | None = None,
 ) -> Any:
     topic_type = module.OffsetFetchResponseTopics if grouped else module.OffsetFetchResponseTopic
     partition_type = module.OffsetFetchResponsePartitions if grouped else module.OffsetFetchResponsePartition
@@ -368,6 +383,11 @@ def _fetch_group(
         validate_group_id(group_id)
         groups = _groups(broker)
         groups.check_coordinator(group_id)
+        if member is not None:
+            # v9 (KIP-848): a consumer-protocol member fetches with its member id and epoch.
+            member_id, member_epoch = member
+            asked = {(t, p) for t, ps in wanted or () for p in ps}
+            groups.consumer.check_offsets(group_id, member_id, member_epoch, asked)
         if require_stable:
             unstable = unstable_partitions(broker.replicas.zk, group_id)
         if wanted is None:
