@@ -27,14 +27,18 @@ MALFORMED = [b"not json at all", b'{"id": "seven", "name": "x", "score": 1.0}']
 _TIMEOUT_S = 600
 
 
-def submit(
-    job: str, args: list[str], cluster_options: dict[str, str], cwd: Path, master: str | None = None
-) -> subprocess.CompletedProcess[str]:
+def job_command(job: str, args: list[str], master: str | None = None) -> list[str]:
     """``spark-submit jobs/<job>.py ARGS`` (``--master`` as the job's own flag when given)."""
     command = [str(Path(sys.executable).with_name("spark-submit"))]
     if master is not None:
         command += ["--conf", "spark.executor.cores=1", "--conf", "spark.executor.memory=512m"]
-    command += [str(REPO / "jobs" / f"{job}.py"), *args, *(["--master", master] if master else [])]
+    return [*command, str(REPO / "jobs" / f"{job}.py"), *args, *(["--master", master] if master else [])]
+
+
+def submit(
+    job: str, args: list[str], cluster_options: dict[str, str], cwd: Path, master: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    command = job_command(job, args, master)
     return subprocess.run(
         command, env=job_env(cluster_options), cwd=cwd, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False
     )
