@@ -7,9 +7,9 @@ appends them to the sink (:func:`sparklog.spark.landing.land`). To a Delta sink 
 default) the rows and the group's input offsets commit together, exactly once across
 crashes (:func:`sparklog.spark.consume_into`); to parquet/json files, at least once. The
 group's offsets are committed too, so ``sparklog groups describe`` and consumer lag show its
-progress. A malformed value (not of the schema) goes to ``--dead-letter PATH`` (a Delta
-table: identity, raw key and value, error) or, without it, fails the job with nothing
-committed; it is never dropped. Batch (default): rounds until what is there is landed.
+progress. A malformed value (not of the schema) goes to ``--dead-letter PATH`` (identity,
+raw key and value, error; a Delta table, exactly once, for a Delta sink, else Parquet files)
+or, without it, fails the job with nothing committed; it is never dropped. Batch (default): rounds until what is there is landed.
 ``--stream --trigger 30s``: a round every 30 s until stopped; ``--trigger available-now``
 as batch. Exit code 0 ok, 1 sparklog error, 2 bad arguments.
 """

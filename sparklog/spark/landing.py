@@ -14,8 +14,8 @@ with the sink's ids (``sparklog.input/<group>/<topic>/<partition>`` = next offse
 and trails the sink: before a round it is brought up to the sink's offsets (completing a
 round that crashed between the sink's commit and its own), after the round up to the new
 ones. So every malformed value of a landed range is in it exactly once, and a crash never
-drops one. For parquet/json sinks the dead letters are appended before the rows and the
-offsets (at least once, like the rows).
+drops one. For parquet/json sinks the dead letters are Parquet files appended before the
+rows and the offsets (at least once, like the rows).
 """
 
 from __future__ import annotations

@@ -89,17 +89,23 @@ class ValueFormat:
 
         return F.col("value").isNotNull() & F.col(f"{_PARSED}.{_CORRUPT}").isNotNull()
 
+    def _rows(self, parsed: DataFrame) -> DataFrame:
+        """The landed columns of a parsed frame: key, the schema's fields, the identity."""
+        from pyspark.sql import functions as F
+
+        assert self.schema is not None
+        fields = [F.col(f"{_PARSED}.{f.name}").alias(f.name) for f in self.schema.fields]
+        key = F.col("key").cast("string").alias("key")
+        return parsed.select(key, *fields, *(F.col(c) for c in IDENTITY_COLUMNS))
+
     def landed(self, df: DataFrame) -> DataFrame:
         """The rows to land: the decoded columns, then the record's identity."""
         from pyspark.sql import functions as F
 
-        identity = [F.col(c) for c in IDENTITY_COLUMNS]
-        key = F.col("key").cast("string").alias("key")
         if self.kind == "raw":
-            return df.select(key, F.col("value").cast("string").alias("value"), *identity)
-        assert self.schema is not None
-        fields = [F.col(f"{_PARSED}.{f.name}").alias(f.name) for f in self.schema.fields]
-        return self._parsed(df).where(~self._malformed()).select(key, *fields, *identity)
+            key, value = F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value")
+            return df.select(key, value, *(F.col(c) for c in IDENTITY_COLUMNS))
+        return self._rows(self._parsed(df).where(~self._malformed()))
 
     def dead_letters(self, df: DataFrame) -> DataFrame:
         """The malformed records: identity, raw key and value (binary, as stored) and the error."""
@@ -119,17 +125,11 @@ class ValueFormat:
         if self.kind == "raw":
             return self.landed(df)
         message = F.format_string(
-            f"Malformed %s value at %s-%d offset %d (not {self.kind} of the schema); nothing committed. "
-            "Fix the producer or land with --dead-letter PATH",
-            F.lit(self.kind),
+            f"Malformed {self.kind} value at %s-%d offset %d (not of the schema); nothing committed. "
+            "Fix the producer, or land with --dead-letter PATH",
             F.col("topic"),
             F.col("partition"),
             F.col("offset"),
         )
-        checked = self._parsed(df).withColumn(
-            _PARSED, F.when(self._malformed(), F.raise_error(message)).otherwise(F.col(_PARSED))
-        )
-        assert self.schema is not None
-        fields = [F.col(f"{_PARSED}.{f.name}").alias(f.name) for f in self.schema.fields]
-        identity = [F.col(c) for c in IDENTITY_COLUMNS]
-        return checked.select(F.col("key").cast("string").alias("key"), *fields, *identity)
+        checked = F.when(self._malformed(), F.raise_error(message)).otherwise(F.col(_PARSED))
+        return self._rows(self._parsed(df).withColumn(_PARSED, checked))

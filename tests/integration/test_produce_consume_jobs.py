@@ -2,7 +2,8 @@
 processes against the test's cluster, locally and on a standalone master + worker started by
 the test. A JSON file goes to a topic and comes back as a Delta table equal to it (malformed
 values in the topic land in the dead-letter table, the group's offsets at the end); bad
-input is an ``Error:`` line, exit code 1 (2 for bad arguments) and nothing written."""
+input (and a malformed value without a dead-letter path) is an ``Error:`` line, exit code 1
+(2 for bad arguments) and nothing written."""
 
 from __future__ import annotations
 
@@ -132,6 +133,16 @@ def _no_writes(cluster: sparklog.Cluster, tmp_path: Path) -> None:
             ["is not a valid DDL schema"],
         ),
         ("consume", ["--topic", "peeple", "--group", "lake", "--sink", "{tmp}/lake"], 1, ["'peeple' does not exist"]),
+        (  # a malformed value without --dead-letter fails the job
+            "consume",
+            [
+                *("--topic", "people", "--group", "lake", "--sink", "{tmp}/lake", "--value-format", "json"),
+                "--schema",
+                SCHEMA,
+            ],
+            1,
+            ["Malformed json value at people-0 offset 1", "--dead-letter"],
+        ),
         (
             "consume",
             ["--topic", "people", "--group", "lake", "--sink", "{tmp}/lake", "--value-format", "csv"],
@@ -151,7 +162,8 @@ def test_bad_input_is_an_error_and_nothing_is_written(
 ) -> None:
     cluster.create_topic("people", partitions=1)
     with cluster.producer() as producer:
-        producer.send("people", b'{"id": 1}').result()
+        for value in (b'{"id": 1}', MALFORMED[0]):
+            producer.send("people", value).result()
     write_rows(tmp_path / "in" / "people.json", range(3))
     before = cluster.high_watermarks("people")
     done = submit(job, [a.replace("{tmp}", str(tmp_path)) for a in args], cluster_options, tmp_path)
