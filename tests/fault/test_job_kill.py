@@ -2,8 +2,9 @@
 and ``jobs/consume.py --stream`` into a Delta table, each SIGKILLed (the whole process
 session: spark-submit, its JVM, the Python driver and workers) while it runs on a
 processing-time trigger, then restarted with ``--trigger available-now``. The topic must
-then hold every source row exactly once, the Delta table every record exactly once, and the
-group's committed offsets must be the topic's ends."""
+then hold every source row exactly once, the Delta table every record exactly once, the
+dead-letter table each malformed value (sent between the two jobs, mid-log) exactly once,
+and the group's committed offsets must be the topic's ends."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tests.integration.test_spark_consume import delta_rows
 FILE_ROWS = 50
 FIRST_FILES, LATER_FILES = 12, 4  # files there at the first start, and added before the restart
 TOTAL = (FIRST_FILES + LATER_FILES) * FILE_ROWS
+BAD_VALUES = [f"malformed-{i}".encode() for i in range(5)]
 _TIMEOUT_S = 600
 
 
@@ -77,15 +79,20 @@ def test_streaming_jobs_killed_and_restarted_land_everything_exactly_once(
         if session_pids(running.pid):
             kill_session(running)
     assert 0 < at < FIRST_FILES * FILE_ROWS, f"the produce kill came too late: {at} records produced"
+    with cluster.producer() as producer:  # values the consume job must dead-letter, mid-log
+        for value in BAD_VALUES:
+            producer.send("events", value).result()
     for n in range(FIRST_FILES, FIRST_FILES + LATER_FILES):  # the directory grows meanwhile
         write_rows(incoming / f"part-{n:03d}.json", range(n * FILE_ROWS, (n + 1) * FILE_ROWS))
     finish(job_command("produce", [*produce, "--trigger", "available-now"]), cluster_options, tmp_path)
-    ids = Counter(json.loads(r.value or b"")["id"] for r in stored_records(cluster, "events"))
+    ids = Counter(
+        json.loads(r.value or b"")["id"] for r in stored_records(cluster, "events") if r.value not in BAD_VALUES
+    )
     assert ids == Counter(range(TOTAL)), f"not every row once: {[i for i, n in ids.items() if n > 1][:5]} twice"
 
-    sink = tmp_path / "lake" / "events"
+    sink, dead = tmp_path / "lake" / "events", tmp_path / "lake" / "events-bad"
     consume = ["--topic", "events", "--group", "lake", "--sink", str(sink), "--value-format", "json"]
-    consume += ["--schema", SCHEMA, "--stream"]
+    consume += ["--schema", SCHEMA, "--dead-letter", str(dead), "--stream"]
     running = start(
         job_command("consume", [*consume, "--trigger", "1s", "--max-offsets-per-trigger", "150"]),
         cluster_options,
@@ -106,5 +113,8 @@ def test_streaming_jobs_killed_and_restarted_land_everything_exactly_once(
     places = Counter((r["partition"], r["offset"]) for r in rows)
     assert len(places) == TOTAL and set(places.values()) == {1}, "every record landed exactly once"
     assert Counter(r["id"] for r in rows) == Counter(range(TOTAL))
+    letters = delta_rows(str(dead)).to_pylist()
+    assert Counter(r["value"] for r in letters) == Counter(BAD_VALUES), "every malformed value dead-lettered once"
+    assert not places.keys() & {(r["partition"], r["offset"]) for r in letters}
     hw = cluster.high_watermarks("events")
     assert cluster.committed_offsets("lake") == {("events", p): end for p, end in hw.items()}
