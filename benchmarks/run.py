@@ -48,6 +48,7 @@ from benchmarks import (
     case_replication,
     case_retention,
     case_spark_consume,
+    case_spark_jobs,
     case_spark_produce,
     case_sql_scan,
     case_store_commits,
@@ -88,6 +89,7 @@ CASES: dict[str, ModuleType] = {
     case_wire_cpu.CASE: case_wire_cpu,
     case_store_commits.CASE: case_store_commits,
     case_store_latency.CASE: case_store_latency,
+    case_spark_jobs.CASE: case_spark_jobs,
 }
 DEFAULT_OUTPUT = Path("benchmarks/results/latest.json")
 SPARK_MASTER = "local[2]"

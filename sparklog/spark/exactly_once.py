@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from sparklog.group.coordinator import GroupCoordinator
     from sparklog.runtime.replica_manager import ReplicaManager
 
-__all__ = ["ConsumeIntoResult", "consume_into"]
+__all__ = ["ConsumeIntoResult", "append_once", "consume_into"]
 
 log = logging.getLogger("sparklog.spark")
 
@@ -298,6 +298,28 @@ def consume_into(
             raise
         written, version = _outcome(output)
         return ConsumeIntoResult(group_id, ranges, written, version, _mirror(groups, group_id, ranges))
+
+
+def append_once(
+    spark: SparkSession,
+    df: DataFrame,
+    root: str,
+    transactions: Mapping[str, int],
+    expected: Mapping[str, int | None],
+    metadata: Mapping[str, str],
+) -> None:
+    """Append ``df`` to the Delta table at ``root`` (created if missing) with ``transactions``
+    in one Delta commit, only on a snapshot whose versions of ``expected``'s app ids equal it
+    (:class:`~sparklog.errors.FencedError` otherwise); ``metadata["sparklog.job"]`` names the run."""
+    output = _Output(metadata["sparklog.job"], delta_root=DeltaSink(root).root)
+    output = replace(
+        output,
+        delta_schema=_file_schema(output, df.schema),
+        transactions=dict(transactions),
+        expected=dict(expected),
+        metadata=dict(metadata),
+    )
+    _run_job(spark, df, output)
 
 
 def _stored_bounds(

@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 _TIMEOUT_S = 600
 
 
-def _env(cluster_options: dict[str, str]) -> dict[str, str]:
+def job_env(cluster_options: dict[str, str]) -> dict[str, str]:
+    """A job's environment: the test's cluster as the usual ``SPARKLOG_*`` settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKLOG_", "PYSPARK_SUBMIT_ARGS"))}
     env["SPARKLOG_ZOOKEEPER"] = cluster_options["zookeeper.connect"]
     env["SPARKLOG_HOME"] = cluster_options["sparklog.home"]
@@ -31,7 +32,7 @@ def _env(cluster_options: dict[str, str]) -> dict[str, str]:
 
 def _run(command: list[str], cluster_options: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        command, env=_env(cluster_options), cwd=cwd, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False
+        command, env=job_env(cluster_options), cwd=cwd, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False
     )
 
 

@@ -128,6 +128,7 @@ def test_the_user_guide_runs_top_to_bottom(spark: SparkSession, guide_env: dict[
     assert "records copied" in text and "5 records copied" in text, text[-3000:]
     assert "Processed a total of 2 messages" in text, text[-3000:]
     assert "Processed a total of 3 messages" in text, text[-3000:]
+    assert "Produced 2 records from" in text and "Landed 2 records of page-views" in text, text[-3000:]
     assert "New offset" not in text or "Value will be set to" in text
     assert re.search(r"broker 0 at 127\.0\.0\.1:\d+ \(controller\)|broker \d at 127\.0\.0\.1:\d+", text), text[-3000:]
     assert "k1=hello (partition" in text and "k2=world (partition" in text, text[-3000:]

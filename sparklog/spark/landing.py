@@ -1,0 +1,185 @@
+"""Landing a consumer group's records in a table: one round of ``jobs/consume.py``.
+
+:func:`land` reads the group's next records of its topics, decodes values
+(:class:`~sparklog.spark.value_formats.ValueFormat`) and appends them to the sink:
+
+- ``delta``: through :func:`~sparklog.spark.exactly_once.consume_into`: the landed rows and
+  the group's input end offsets in ONE Delta commit (exactly once; after a crash, run again).
+- ``parquet`` / ``json``: :func:`~sparklog.spark.group_batch.consume`, files appended, then
+  the offsets committed (at least once: a crash between the two lands a range again).
+
+Malformed values go to the dead-letter Delta table when one is given, else fail the round
+(nothing committed). The dead-letter table keeps its own input offsets, as app transactions
+with the sink's ids (``sparklog.input/<group>/<topic>/<partition>`` = next offset covered),
+and trails the sink: before a round it is brought up to the sink's offsets (completing a
+round that crashed between the sink's commit and its own), after the round up to the new
+ones. So every malformed value of a landed range is in it exactly once, and a crash never
+drops one. For parquet/json sinks the dead letters are Parquet files appended before the
+rows and the offsets (at least once, like the rows).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sparklog.errors import ConfigError
+from sparklog.log.delta_sink import DeltaSink, input_app_id
+from sparklog.spark.group_batch import (
+    Ranges,
+    TopicPartition,
+    connect_group,
+    input_partitions,
+    read_ranges_df,
+    resolve_ranges,
+)
+from sparklog.spark.value_formats import ValueFormat
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["SINK_FORMATS", "LandResult", "land"]
+
+SINK_FORMATS = ("delta", "parquet", "json")
+
+
+@dataclass(frozen=True)
+class LandResult:
+    """One round: the input ranges consumed and the malformed values dead-lettered."""
+
+    input_ranges: Ranges
+    dead_letters: int
+
+    @property
+    def records(self) -> int:
+        return sum(end - start for start, end in self.input_ranges.values())
+
+
+def land(
+    spark: SparkSession,
+    group_id: str,
+    topics: Iterable[str],
+    sink: str,
+    sink_format: str,
+    values: ValueFormat,
+    dead_letter: str | None = None,
+    **options: Any,
+) -> LandResult:
+    """One round (see the module's docstring); ``options`` are :func:`consume`'s."""
+    if sink_format not in SINK_FORMATS:
+        raise ConfigError(f"Unknown sink format {sink_format!r}; use one of {', '.join(SINK_FORMATS)}")
+    names = list(topics)
+    if sink_format == "delta":
+        return _land_delta(spark, group_id, names, sink, values, dead_letter, options)
+    return _land_files(spark, group_id, names, sink, sink_format, values, dead_letter, options)
+
+
+def _land_delta(
+    spark: SparkSession,
+    group_id: str,
+    topics: list[str],
+    sink: str,
+    values: ValueFormat,
+    dead_letter: str | None,
+    options: Mapping[str, Any],
+) -> LandResult:
+    from sparklog.spark.exactly_once import consume_into
+
+    if dead_letter is not None:
+        _catch_up_dead_letters(spark, group_id, topics, sink, dead_letter, values, options)
+    transform = values.landed if dead_letter is not None else values.fail_on_malformed
+    result = consume_into(spark, group_id, topics, transform, output_path=sink, **options)
+    dead = 0
+    if dead_letter is not None and result.records:
+        dead = _catch_up_dead_letters(spark, group_id, topics, sink, dead_letter, values, options)
+    return LandResult(result.input_ranges, dead)
+
+
+def _catch_up_dead_letters(
+    spark: SparkSession,
+    group_id: str,
+    topics: list[str],
+    sink: str,
+    dead_letter: str,
+    values: ValueFormat,
+    options: Mapping[str, Any],
+) -> int:
+    """Bring the dead-letter table to the sink's input offsets; returns the rows it wrote.
+    A partition it has no offset for starts where the sink stands, or, before the sink's
+    first round, where that round starts (so its malformed values are covered)."""
+    from sparklog.spark.exactly_once import append_once
+
+    _opts, settings, groups = connect_group(spark, options)
+    with groups.replicas:
+        partitions = input_partitions(groups, group_id, topics)
+        ids = {tp: input_app_id(group_id, *tp) for tp in partitions}
+        landed = DeltaSink(sink).app_versions(ids.values())
+        trailing = DeltaSink(dead_letter).app_versions(ids.values())
+        sink_at: dict[TopicPartition, int | None] = {tp: landed[ids[tp]] for tp in partitions}
+        first = resolve_ranges(groups, group_id, partitions, settings, sink_at)
+        ranges: Ranges = {}
+        for tp in partitions:
+            stored, ahead = trailing[ids[tp]], sink_at[tp]
+            begin = stored if stored is not None else ahead if ahead is not None else first[tp][0]
+            ranges[tp] = (begin, max(begin, ahead if ahead is not None else begin))
+        if all(trailing[ids[tp]] == end for tp, (_start, end) in ranges.items()):
+            return 0
+        letters = values.dead_letters(read_ranges_df(spark, groups, ranges, settings)).cache()
+        try:
+            count = letters.count()
+            run_id = f"dead-letter-{group_id}-{uuid.uuid4().hex[:12]}"
+            append_once(
+                spark,
+                letters,
+                dead_letter,
+                {ids[tp]: end for tp, (_start, end) in ranges.items()},
+                trailing,
+                {"sparklog.job": run_id, "sparklog.operation": "DEAD LETTER", "sparklog.group": group_id},
+            )
+        finally:
+            letters.unpersist()
+        return count
+
+
+def _land_files(
+    spark: SparkSession,
+    group_id: str,
+    topics: list[str],
+    sink: str,
+    sink_format: str,
+    values: ValueFormat,
+    dead_letter: str | None,
+    options: Mapping[str, Any],
+) -> LandResult:
+    from sparklog.spark.group_batch import consume
+
+    batch = consume(spark, group_id, topics, **options)
+    if not batch.records:
+        return LandResult(batch.ranges, 0)
+    records = batch.df.cache()
+    try:
+        dead = 0
+        if dead_letter is not None:
+            letters = values.dead_letters(records)
+            dead = _append(letters, dead_letter, "parquet")
+            rows = values.landed(records)
+        else:
+            rows = values.fail_on_malformed(records)
+        _append(rows, sink, sink_format)
+        batch.commit()
+    finally:
+        records.unpersist()
+    return LandResult(batch.ranges, dead)
+
+
+def _append(df: DataFrame, path: str, fmt: str) -> int:
+    cached = df.cache()
+    try:
+        count = cached.count()
+        if count:
+            cached.write.format(fmt).mode("append").save(path)
+        return count
+    finally:
+        cached.unpersist()

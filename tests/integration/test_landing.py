@@ -1,0 +1,47 @@
+"""The jobs' logic in the test's Spark session (what the spark-submit tests do not each run):
+CSV values landed in Parquet files with their malformed values dead-lettered and the group's
+offsets committed (at least once: files, then offsets), and a Delta table (one the consume
+side wrote) produced back into a topic by the produce job's source reading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import sparklog
+from sparklog.spark import produce
+from sparklog.spark.job_sources import check_source, read_source, to_records
+from sparklog.spark.landing import land
+from sparklog.spark.value_formats import ValueFormat, parse_schema
+from tests.helpers import stored_records
+from tests.integration.test_spark_consume import produce_values
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def test_csv_values_land_in_parquet_and_a_delta_table_produces_back(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
+    cluster.create_topic("rows", partitions=2)
+    produce_values(cluster, "rows", ["1,one", "2,two", "x,bad", "3,three"])
+    values = ValueFormat("csv", parse_schema(spark, "n INT, word STRING"))
+    sink, dead = str(tmp_path / "sink"), str(tmp_path / "dead")
+    first = land(spark, "g", ["rows"], sink, "parquet", values, dead, **cluster_options)
+    assert (first.records, first.dead_letters) == (4, 1)
+    landed = spark.read.parquet(sink)
+    assert landed.columns == ["key", "n", "word", "topic", "partition", "offset", "timestamp"]
+    assert sorted((r.n, r.word) for r in landed.collect()) == [(1, "one"), (2, "two"), (3, "three")]
+    assert [bytes(r.value) for r in spark.read.parquet(dead).collect()] == [b"x,bad"]
+    hw = cluster.high_watermarks("rows")
+    assert cluster.committed_offsets("g") == {("rows", p): end for p, end in hw.items()}
+    assert land(spark, "g", ["rows"], sink, "parquet", values, dead, **cluster_options).records == 0
+
+    lake = str(tmp_path / "lake")
+    land(spark, "g2", ["rows"], lake, "delta", values, str(tmp_path / "lake-dead"), **cluster_options)
+    check_source(lake, "delta")
+    cluster.create_topic("again", partitions=1)
+    records = to_records(read_source(spark, lake, "delta"), key_expr="key", value_expr="word")
+    result = produce(records, "again", **cluster_options)
+    assert result.records == 3
+    assert sorted(r.value or b"" for r in stored_records(cluster, "again")) == [b"one", b"three", b"two"]
