@@ -18,7 +18,7 @@ import pytest
 import sparklog
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
-from tests.wire.conftest import started_brokers, transaction_coordinator
+from tests.wire.conftest import replicated_offsets_brokers, transaction_coordinator
 from tests.wire.test_consumer_protocol_groups import (
     GROUP,
     PROPERTIES,
@@ -34,10 +34,7 @@ PARTITIONS = 6
 
 @pytest.fixture
 def three_brokers(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
-    properties = {**PROPERTIES, "offsets.topic.replication.factor": "3"}
-    with started_brokers(
-        zk_connect, sparklog_home, tmp_path, (1, 2, 3), replica_lag_time_max_ms=3_000, properties=properties
-    ) as agents:
+    with replicated_offsets_brokers(zk_connect, sparklog_home, tmp_path, PROPERTIES) as agents:
         yield agents
 
 

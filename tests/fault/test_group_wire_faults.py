@@ -19,7 +19,7 @@ import pytest
 import sparklog
 from sparklog.testing import BrokerAgents
 from tests.helpers import wait_until
-from tests.wire.conftest import GROUP_PROPERTIES, create_led_topic, started_brokers
+from tests.wire.conftest import GROUP_PROPERTIES, create_led_topic, replicated_offsets_brokers
 from tests.wire.test_consumer_groups import Tracked, consumer, poll_until, produce
 
 TOPIC = "events"
@@ -69,10 +69,7 @@ def test_killed_member_partitions_move_after_its_session_timeout(
 
 @pytest.fixture
 def three_brokers(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Iterator[BrokerAgents]:
-    properties = {**GROUP_PROPERTIES, "offsets.topic.replication.factor": "3"}
-    with started_brokers(
-        zk_connect, sparklog_home, tmp_path, (1, 2, 3), replica_lag_time_max_ms=3_000, properties=properties
-    ) as agents:
+    with replicated_offsets_brokers(zk_connect, sparklog_home, tmp_path, GROUP_PROPERTIES) as agents:
         yield agents
 
 

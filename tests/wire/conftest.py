@@ -39,6 +39,21 @@ def started_brokers(
         yield agents
 
 
+def replicated_offsets_brokers(
+    zk_connect: str, home: Path, tmp_path: Path, properties: Mapping[str, str]
+) -> contextlib.AbstractContextManager[BrokerAgents]:
+    """Brokers 1, 2 and 3 with ``properties``, ``__consumer_offsets`` on all three (a group's
+    coordinator can be killed and another take its groups over) and a short replica lag."""
+    return started_brokers(
+        zk_connect,
+        home,
+        tmp_path,
+        (1, 2, 3),
+        replica_lag_time_max_ms=3_000,
+        properties={**properties, "offsets.topic.replication.factor": "3"},
+    )
+
+
 def shared_store_brokers(
     zk_connect: str, home: Path, tmp_path: Path, log_store: str, session_timeout_ms: int
 ) -> contextlib.AbstractContextManager[BrokerAgents]:
