@@ -49,7 +49,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     topics.add_argument("--topic", action="extend", type=topic_names, help="topics to consume, a or a,b (repeatable)")
     topics.add_argument("--pattern", help="consume every topic whose name matches this regular expression")
     parser.add_argument("--group", required=True, help="the consumer group whose offsets track the progress")
-    parser.add_argument("--sink", required=True, help="where the records land (a path)")
+    parser.add_argument(
+        "--sink",
+        required=True,
+        help="where the records land: a path, or a table name (db.table) in Spark's catalog, made in the "
+        "warehouse dir and registered when missing",
+    )
     parser.add_argument("--format", default="delta", choices=SINK_FORMATS, help="the sink's format (default delta)")
     parser.add_argument("--value-format", default="raw", choices=VALUE_FORMATS, help="how values decode (default raw)")
     parser.add_argument("--schema", metavar="DDL", help="json/csv values' schema, e.g. 'id BIGINT, name STRING'")

@@ -8,6 +8,13 @@
 - ``parquet`` / ``json``: :func:`~sparklog.spark.group_batch.consume`, files appended, then
   the offsets committed (at least once: a crash between the two lands a range again).
 
+The sink is a path, or a table name (``clicks_lake``, ``lake.clicks``: no ``/`` or scheme):
+the catalog's table when it exists (its location), else ``<the database's location>/<table>``
+(the current database for a bare name; Spark puts a database under its warehouse dir unless
+told otherwise), registered in the catalog as an external table of the sink's format by the
+first round that lands rows there
+(:func:`sink_location`, :func:`register_sink_table`).
+
 Malformed values go to the dead-letter Delta table when one is given, else fail the round
 (nothing committed). The dead-letter table keeps its own input offsets, as app transactions
 with the sink's ids (``sparklog.input/<group>/<topic>/<partition>`` = next offset covered),
@@ -20,10 +27,13 @@ rows and the offsets (at least once, like the rows).
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from sparklog.errors import ConfigError
 from sparklog.log.delta_sink import DeltaSink, input_app_id
@@ -40,9 +50,10 @@ from sparklog.spark.value_formats import ValueFormat
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["SINK_FORMATS", "LandResult", "land"]
+__all__ = ["SINK_FORMATS", "LandResult", "land", "register_sink_table", "sink_location"]
 
 SINK_FORMATS = ("delta", "parquet", "json")
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 
 
 @dataclass(frozen=True)
@@ -71,9 +82,46 @@ def land(
     if sink_format not in SINK_FORMATS:
         raise ConfigError(f"Unknown sink format {sink_format!r}; use one of {', '.join(SINK_FORMATS)}")
     names = list(topics)
+    path, table = sink_location(spark, sink)
     if sink_format == "delta":
-        return _land_delta(spark, group_id, names, sink, values, dead_letter, options)
-    return _land_files(spark, group_id, names, sink, sink_format, values, dead_letter, options)
+        result = _land_delta(spark, group_id, names, path, values, dead_letter, options)
+    else:
+        result = _land_files(spark, group_id, names, path, sink_format, values, dead_letter, options)
+    if table is not None and result.records > result.dead_letters:
+        register_sink_table(spark, table, path, sink_format)
+    return result
+
+
+def is_table_name(sink: str) -> bool:
+    """Whether ``sink`` names a catalog table rather than a path."""
+    return _TABLE_NAME.fullmatch(sink) is not None and not Path(sink).exists()
+
+
+def sink_location(spark: SparkSession, sink: str) -> tuple[str, str | None]:
+    """``(path, table name or None)`` of a sink given as a path or a table name (module docstring)."""
+    if not is_table_name(sink):
+        return sink, None
+    if spark.catalog.tableExists(sink):
+        rows = spark.sql(f"DESCRIBE TABLE EXTENDED {sink}").collect()
+        location = next((str(r.data_type) for r in rows if r.col_name == "Location"), None)
+        if location is None:
+            raise ConfigError(f"Table {sink} has no location (a view?); land into a table or a path")
+        return _without_file_scheme(location), sink
+    database, _, name = sink.rpartition(".")
+    database = database or spark.catalog.currentDatabase()
+    if not spark.catalog.databaseExists(database):
+        raise ConfigError(f"Database {database} of sink table {sink} does not exist; create it or name another sink")
+    return f"{_without_file_scheme(spark.catalog.getDatabase(database).locationUri).rstrip('/')}/{name}", sink
+
+
+def _without_file_scheme(location: str) -> str:
+    # Spark writes local locations as file: URIs; delta-rs and the file checks want paths.
+    return urlparse(location).path if location.startswith("file:") else location
+
+
+def register_sink_table(spark: SparkSession, table: str, path: str, sink_format: str) -> None:
+    """The sink at ``path`` as the catalog's external table ``table`` (kept when it exists)."""
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {table} USING {sink_format} LOCATION '{path}'")
 
 
 def _land_delta(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import sparklog
 from sparklog.spark import produce
 from sparklog.spark.job_sources import check_source, read_source, to_records
-from sparklog.spark.landing import land
+from sparklog.spark.landing import land, sink_location
 from sparklog.spark.value_formats import ValueFormat, parse_schema
 from tests.helpers import stored_records
 from tests.integration.test_spark_consume import produce_values
@@ -45,3 +45,25 @@ def test_csv_values_land_in_parquet_and_a_delta_table_produces_back(
     result = produce(records, "again", **cluster_options)
     assert result.records == 3
     assert sorted(r.value or b"" for r in stored_records(cluster, "again")) == [b"one", b"three", b"two"]
+
+
+def test_a_table_name_sink_lands_in_the_warehouse_and_is_registered(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
+    cluster.create_topic("named", partitions=1)
+    produce_values(cluster, "named", ["1,one", "2,two"])
+    values = ValueFormat("csv", parse_schema(spark, "n INT, word STRING"))
+    spark.sql(f"CREATE DATABASE landing_db LOCATION '{tmp_path / 'landing_db'}'")
+    try:
+        path, table = sink_location(spark, "landing_db.named_rows")
+        assert table == "landing_db.named_rows" and path == str(tmp_path / "landing_db" / "named_rows"), path
+        assert land(spark, "g", ["named"], "landing_db.named_rows", "delta", values, **cluster_options).records == 2
+        assert sorted(r.word for r in spark.table("landing_db.named_rows").collect()) == ["one", "two"]
+        # A registered table is found again by name: the next round lands in its location.
+        produce_values(cluster, "named", ["3,three"])
+        assert land(spark, "g", ["named"], "landing_db.named_rows", "delta", values, **cluster_options).records == 1
+        assert spark.table("landing_db.named_rows").count() == 3
+        assert sink_location(spark, "landing_db.named_rows") == (path, "landing_db.named_rows")
+        assert sink_location(spark, str(tmp_path / "plain")) == (str(tmp_path / "plain"), None)
+    finally:
+        spark.sql("DROP DATABASE landing_db CASCADE")
