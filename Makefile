@@ -102,7 +102,7 @@ lint: venv
 	$(BIN)/mypy
 
 test: venv lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=30
 
 # Apache Kafka (pinned in benchmarks/kafka/pom.xml) from Maven Central with `mvn`, once: Maven and
 # Java come from apt-get when missing. The benchmarks never download; without the jars the
