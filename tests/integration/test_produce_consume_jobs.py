@@ -189,3 +189,31 @@ def test_help_shows_a_worked_example(job: str, tmp_path: Path) -> None:
     assert done.returncode == 0, context(done)
     example = done.stdout.split("Example:\n", 1)[1]
     assert f"spark-submit jobs/{job}.py --topic" in example or f"spark-submit jobs/{job}.py --pattern" in example
+
+
+def test_csv_and_text_sources_then_a_pattern_from_explicit_offsets_into_json(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
+    csv_source, text_source = tmp_path / "in" / "people.csv", tmp_path / "in" / "lines.txt"
+    csv_source.parent.mkdir(parents=True)
+    csv_source.write_text("id,name\n" + "".join(f"{i},name-{i}\n" for i in range(10)))
+    text_source.write_text("".join(f"line-{i}\n" for i in range(5)))
+    for topic, source, fmt in (("pat-csv", csv_source, "csv"), ("pat-text", text_source, "text")):
+        value_expr = "name" if fmt == "csv" else "value"
+        args = ["--topic", topic, "--source", str(source), "--format", fmt, "--create-partitions", "1"]
+        produced = submit("produce", [*args, "--value-expr", value_expr], cluster_options, tmp_path)
+        assert produced.returncode == 0, context(produced)
+
+    sink = tmp_path / "lake" / "pattern"
+    starting = json.dumps({"pat-csv": {"0": 4}, "pat-text": {"0": -2}})  # Spark's JSON: -2 earliest
+    args = ["--pattern", "pat-.*", "--group", "pattern", "--sink", str(sink), "--format", "json"]
+    args += ["--value-format", "csv", "--schema", "name STRING", "--starting-offsets", starting]
+    consumed = submit("consume", args, cluster_options, tmp_path)
+    assert consumed.returncode == 0, context(consumed)
+    landed = [json.loads(line) for part in sorted(sink.glob("*.json")) for line in part.read_text().splitlines()]
+    by_topic = {t: sorted(r["name"] for r in landed if r["topic"] == t) for t in ("pat-csv", "pat-text")}
+    assert by_topic == {
+        "pat-csv": sorted(f"name-{i}" for i in range(4, 10)),
+        "pat-text": sorted(f"line-{i}" for i in range(5)),
+    }, context(consumed)
+    assert cluster.committed_offsets("pattern") == {("pat-csv", 0): 10, ("pat-text", 0): 5}
