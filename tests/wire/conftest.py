@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 import sparklog
 from sparklog.metadata.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, TransactionStore
@@ -103,6 +104,24 @@ def create_led_topic(
         return all(p.leader in agents.live() for p in description.partitions)
 
     wait_until(led, f"{topic}: a live leader for every partition")
+
+
+def produce_confirmed(bootstrap: str, topic: str, values: Iterable[str]) -> set[str]:
+    """``values`` written to ``topic`` with acks=all, each its own key, every delivery report
+    checked (``flush()`` alone does not count failed deliveries); -> the values."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    failed: list[str] = []
+    written: set[str] = set()
+    for value in values:
+        written.add(value)
+        producer.produce(
+            topic,
+            value=value.encode(),
+            key=value.encode(),
+            on_delivery=lambda error, _message: failed.append(str(error)) if error is not None else None,
+        )
+    assert producer.flush(60) == 0 and not failed, f"deliveries to {topic} failed: {failed[:3]}"
+    return written
 
 
 def wait_transactions_complete(cluster: sparklog.Cluster, *transactional_ids: str, timeout_s: float = 60.0) -> None:

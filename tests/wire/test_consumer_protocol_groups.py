@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 from kio.schema.errors import ErrorCode
@@ -38,7 +38,7 @@ import sparklog
 from sparklog.broker.kafka.metadata_api import topic_uuid
 from sparklog.testing import BrokerAgents, KafkaTools
 from tests.helpers import wait_until
-from tests.wire.conftest import GROUP_PROPERTIES, create_led_topic, started_brokers
+from tests.wire.conftest import GROUP_PROPERTIES, create_led_topic, produce_confirmed, started_brokers
 from tests.wire.raw import call
 
 TOPIC, GROUP = "kip848-events", "kip848-group"
@@ -142,17 +142,7 @@ def start_member(
 
 def produce(bootstrap: str, first: int, count: int) -> set[str]:
     """Values ``first``.. ``first + count - 1`` written to ``TOPIC``, each delivery confirmed."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
-    failed: list[str] = []
-    for i in range(first, first + count):
-        producer.produce(
-            TOPIC,
-            value=str(i).encode(),
-            key=str(i).encode(),
-            on_delivery=lambda error, _message: failed.append(str(error)) if error is not None else None,
-        )
-    assert producer.flush(60) == 0 and not failed, f"deliveries failed: {failed[:3]}"
-    return {str(i) for i in range(first, first + count)}
+    return produce_confirmed(bootstrap, TOPIC, (str(i) for i in range(first, first + count)))
 
 
 def kill(member: Member) -> None:

@@ -15,14 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 import sparklog
 from sparklog.testing import BrokerAgents, KafkaTools
 from sparklog.testing.kafka_tools import KAFKA39_JARS, KAFKA_JARS
 from sparklog.testing.metrics import scrape
 from tests.helpers import wait_until
-from tests.wire.conftest import create_led_topic
+from tests.wire.conftest import create_led_topic, produce_confirmed
 
 TOPIC, OUTPUT, GROUP = "java-in", "java-out", "java-group"
 TIMEOUT_S = 120.0
@@ -113,12 +112,7 @@ def members(java: KafkaTools, group_broker: BrokerAgents, tmp_path: Path) -> Ite
 
 def produce_values(bootstrap: str, topic: str, count: int, first: int = 0) -> set[str]:
     """``count`` records valued ``value-<i>`` (keys spread over the partitions); -> the values."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
-    values = {f"value-{i}" for i in range(first, first + count)}
-    for value in sorted(values):
-        producer.produce(topic, key=value.encode(), value=value.encode())
-    assert producer.flush(30) == 0
-    return values
+    return produce_confirmed(bootstrap, topic, (f"value-{i}" for i in range(first, first + count)))
 
 
 def stored_values(cluster: sparklog.Cluster, topic: str) -> list[str]:
