@@ -24,14 +24,22 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["SOURCE_FORMATS", "check_source", "read_source", "to_records"]
+__all__ = [
+    "SOURCE_FORMATS",
+    "check_source",
+    "is_table_name",
+    "read_source",
+    "to_records",
+]
 
 SOURCE_FORMATS = ("json", "csv", "parquet", "delta", "text")
 _FILE_OPTIONS: Mapping[str, Mapping[str, str]] = {"csv": {"header": "true", "inferSchema": "true"}}
 
 
-def _is_path(source: str) -> bool:
-    return "/" in source or "://" in source or Path(source).exists()
+def is_table_name(name: str) -> bool:
+    """Whether a job's source or sink names a catalog table rather than a path: no ``/``, no
+    scheme, and nothing of that name in the working directory."""
+    return not ("/" in name or "://" in name or Path(name).exists())
 
 
 def check_source(source: str, fmt: str) -> None:
@@ -39,7 +47,7 @@ def check_source(source: str, fmt: str) -> None:
     (and be a Delta table for ``delta``); a bare name is a table, only for ``delta``."""
     if fmt not in SOURCE_FORMATS:
         raise ConfigError(f"Unknown source format {fmt!r}; use one of {', '.join(SOURCE_FORMATS)}")
-    if not _is_path(source):
+    if is_table_name(source):
         if fmt != "delta":
             raise ConfigError(
                 f"Source {source!r} does not exist (no such file or directory); a table name needs --format delta"
@@ -65,7 +73,7 @@ def read_source(
 ) -> DataFrame:
     """``source`` as a DataFrame (streaming when ``stream``, at most ``max_files`` new files
     per micro-batch); a table name reads the table."""
-    if not _is_path(source):
+    if is_table_name(source):
         return spark.readStream.table(source) if stream else spark.read.table(source)
     options = dict(_FILE_OPTIONS.get(fmt, {}))
     if not stream:

@@ -31,7 +31,6 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -45,6 +44,7 @@ from sparklog.spark.group_batch import (
     read_ranges_df,
     resolve_ranges,
 )
+from sparklog.spark.job_sources import is_table_name
 from sparklog.spark.value_formats import ValueFormat
 
 if TYPE_CHECKING:
@@ -92,15 +92,12 @@ def land(
     return result
 
 
-def is_table_name(sink: str) -> bool:
-    """Whether ``sink`` names a catalog table rather than a path."""
-    return _TABLE_NAME.fullmatch(sink) is not None and not Path(sink).exists()
-
-
 def sink_location(spark: SparkSession, sink: str) -> tuple[str, str | None]:
     """``(path, table name or None)`` of a sink given as a path or a table name (module docstring)."""
     if not is_table_name(sink):
         return sink, None
+    if _TABLE_NAME.fullmatch(sink) is None:
+        raise ConfigError(f"Sink {sink!r} is neither a path (no /) nor a table name (table or db.table)")
     if spark.catalog.tableExists(sink):
         rows = spark.sql(f"DESCRIBE TABLE EXTENDED {sink}").collect()
         location = next((str(r.data_type) for r in rows if r.col_name == "Location"), None)
