@@ -163,8 +163,10 @@ class _LogMirror:
             )
         for name in _checkpoint_files(version, last):
             self.storage.write(f"_delta_log/{name}", (self.log / name).read_bytes(), durable=True)
-        self.storage.write(f"_delta_log/{_LAST_CHECKPOINT}", (self.log / _LAST_CHECKPOINT).read_bytes(), durable=True)
-        self.stamp = self.storage.stamp(f"_delta_log/{_LAST_CHECKPOINT}")
+        last_checkpoint = f"_delta_log/{_LAST_CHECKPOINT}"
+        written = self.storage.write(last_checkpoint, (self.log / _LAST_CHECKPOINT).read_bytes(), durable=True)
+        # The PUT answers the stamp: asking for it after the upload would cost a HEAD.
+        self.stamp = written if written is not None else self.storage.stamp(last_checkpoint)
         self._remove_all_but({_LAST_CHECKPOINT, *_checkpoint_files(version, last)})
 
     def _base(self) -> int:

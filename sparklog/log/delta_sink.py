@@ -301,21 +301,25 @@ class DeltaSink:
             self.discard(files)
             raise
 
-    def discard(self, files: Iterable[DataFile]) -> None:
-        """Delete ``files`` unless a commit carrying them landed (they are live then: an error
-        after the commit, e.g. in a post-commit hook, must not delete committed data)."""
-        pending = list(files)
+    def discard(self, files: Iterable[DataFile], prefix: str | None = None) -> None:
+        """Delete ``files``, and with ``prefix`` every file :func:`write_task_files` named with
+        it (a failed task's files never reach the driver), unless a commit carrying them landed
+        (they are live then: an error after the commit, e.g. in a post-commit hook, must not
+        delete committed data)."""
+        pending = {f.path for f in files}
+        if prefix is not None and os.path.isdir(self.root):
+            pending.update(n for n in os.listdir(self.root) if n.startswith(f"part-{prefix}-"))
         if not pending:
             return
         try:
             live = self.live_paths()
         except StorageError:
             return  # cannot tell: keep them (an orphan file is harmless, a lost one is not)
-        if any(f.path in live for f in pending):
+        if pending & live:
             return
-        for f in pending:
+        for path in pending:
             try:
-                os.remove(os.path.join(self.root, f.path))
+                os.remove(os.path.join(self.root, path))
             except FileNotFoundError:
                 pass
 

@@ -276,8 +276,8 @@ class ObjectTableStorage:
     def create(self, relative: str, data: bytes, durable: bool) -> tuple[object, ...] | None:
         return self._put(relative, data, create=True)
 
-    def write(self, relative: str, data: bytes | pa.Buffer, durable: bool) -> None:
-        self._put(relative, data, create=False)
+    def write(self, relative: str, data: bytes | pa.Buffer, durable: bool) -> tuple[object, ...] | None:
+        return self._put(relative, data, create=False)
 
     def _put(self, relative: str, data: bytes | pa.Buffer, create: bool) -> tuple[object, ...] | None:
         import obstore

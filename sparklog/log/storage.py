@@ -74,8 +74,10 @@ class TableStorage(Protocol):
         """Create ``relative`` with ``data`` unless it exists (None then), atomically; the
         new object's :meth:`stamp` (so its creator need not ask for it)."""
 
-    def write(self, relative: str, data: bytes | pa.Buffer, durable: bool) -> None:
-        """Write ``relative`` whole (a name nobody else writes: a segment's is new each time)."""
+    def write(self, relative: str, data: bytes | pa.Buffer, durable: bool) -> tuple[object, ...] | None:
+        """Write ``relative`` whole (a name nobody else writes: a segment's is new each time);
+        the written object's :meth:`stamp` when the write answers it (a store's PUT does), else
+        None (ask :meth:`stamp`)."""
 
     def read(self, relative: str) -> bytes:
         """The whole object (``FileNotFoundError`` when there is none)."""
@@ -140,7 +142,7 @@ class LocalTableStorage:
             fsync_path(directory)
         return stamp
 
-    def write(self, relative: str, data: bytes | pa.Buffer, durable: bool) -> None:
+    def write(self, relative: str, data: bytes | pa.Buffer, durable: bool) -> tuple[object, ...] | None:
         path = os.path.join(self.root, relative)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
@@ -159,6 +161,7 @@ class LocalTableStorage:
             os.close(fd)
         if durable:
             fsync_path(os.path.dirname(path))
+        return None  # a stat is as cheap as what the write could answer
 
     def read(self, relative: str) -> bytes:
         with open(os.path.join(self.root, relative), "rb") as handle:

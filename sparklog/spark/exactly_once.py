@@ -156,7 +156,7 @@ class _Output(DataSourceArrowWriter):
         # releasing the leases, or at a second leader table): both discards keep live files.
         if self.plan is None:
             DeltaSink(self.delta_root).discard(
-                DataFile.from_dict(d) for m in messages if m is not None for d in m.segments
+                (DataFile.from_dict(d) for m in messages if m is not None for d in m.segments), prefix=self.run_id
             )
         else:
             abort_produce(self.plan, messages)

@@ -112,7 +112,8 @@ def test_file_to_topic_to_delta_round_trip(
 
 def _no_writes(cluster: sparklog.Cluster, tmp_path: Path) -> None:
     assert [t for t in cluster.list_topics() if not is_internal(t)] == ["people"], "no topic created"
-    assert not (tmp_path / "lake").exists(), "no sink written"
+    written = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "lake").rglob("*") if p.is_file())
+    assert not written, f"no sink written, found {written}"
     assert cluster.committed_offsets("lake") == {}, "no offsets committed"
 
 

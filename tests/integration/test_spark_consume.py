@@ -339,6 +339,25 @@ def test_stale_delta_commit_is_fenced_and_its_files_deleted(cluster: sparklog.Cl
     assert sink.app_versions([app]) == {app: 2} and delta_rows(sink.root).num_rows == 2
 
 
+def test_files_of_a_failed_task_are_discarded_by_their_runs_prefix(tmp_path: Path) -> None:
+    """A task that fails after writing a file never reports it to the driver: the abort finds it
+    by the run's name prefix and deletes it, leaving other runs' files and live files alone."""
+    sink = DeltaSink(str(tmp_path / "t"))
+    schema = pa.schema([("v", pa.string())])
+
+    def files(values: list[str], prefix: str) -> list[DataFile]:
+        return write_task_files(sink.root, schema, iter(pa.table({"v": values}, schema=schema).to_batches()), prefix)
+
+    sink.commit(files(["a"], "run-1-0"), schema, {}, {}, {})
+    [failed] = files(["b"], "run-2-1")
+    [other] = files(["c"], "run-20-0")
+    sink.discard([], prefix="run-2")
+    assert not (Path(sink.root) / failed.path).exists()
+    assert (Path(sink.root) / other.path).exists(), "another run's file is not this run's"
+    sink.discard([], prefix="run-1")
+    assert len(sink.live_paths()) == 1 and all((Path(sink.root) / p).exists() for p in sink.live_paths())
+
+
 def test_stale_topic_commit_is_fenced_under_the_leases(
     spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str]
 ) -> None:
