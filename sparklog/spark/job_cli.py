@@ -2,7 +2,10 @@
 common arguments, the Spark session, progress lines and triggers.
 
 Exit codes: 0 ok, 1 a sparklog error (or a Spark job that failed, its first line shown),
-2 bad arguments (argparse's). Errors print one ``Error: ...`` line on stderr. Cluster
+2 bad arguments (argparse's), 130 stopped by Ctrl-C (SIGINT; the shell's code for it): a
+streaming job runs until stopped, and stopping it is no error worth a traceback, since
+every round that finished is committed and a round cut short commits nothing. Errors print
+one ``Error: ...`` line on stderr. Cluster
 settings come from the usual places (``SPARKLOG_*`` environment, ``conf/sparklog.properties``,
 ``spark.sparklog.*`` conf on the spark-submit line).
 """
@@ -10,7 +13,9 @@ settings come from the usual places (``SPARKLOG_*`` environment, ``conf/sparklog
 from __future__ import annotations
 
 import argparse
+import logging
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -26,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
     "Trigger",
@@ -38,7 +44,7 @@ __all__ = [
     "start_spark",
 ]
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?|m|min|minutes?)?\s*$", re.IGNORECASE)
 
 
@@ -113,8 +119,38 @@ def start_spark(app_name: str, master: str | None) -> SparkSession:
     from sparklog.spark import get_or_create_session
 
     spark = get_or_create_session(app_name=app_name, master=master)
+    _stop_quietly_on_ctrl_c()
     progress(f"Spark master {spark.sparkContext.master} (application {spark.sparkContext.applicationId})")
     return spark
+
+
+class _AfterInterrupt(logging.Filter):
+    """Drops what py4j logs (with ``logging.exception``, on the root logger) about the call
+    a Ctrl-C cut short: the job's own line says what happened."""
+
+    interrupted = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.interrupted and record.exc_info)
+
+
+_AFTER_INTERRUPT = _AfterInterrupt()
+
+
+def _stop_quietly_on_ctrl_c() -> None:
+    """Replace PySpark's SIGINT handler, which cancels the running Spark jobs through py4j
+    from inside the interrupted py4j call (a reentrant call that fails with tracebacks; under
+    spark-submit the JVM is going down on the same signal anyway), by a plain
+    KeyboardInterrupt that :func:`run_job` turns into one line and exit code 130."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        _AFTER_INTERRUPT.interrupted = True
+        raise KeyboardInterrupt
+
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # nohup'd jobs keep ignoring it
+        signal.signal(signal.SIGINT, interrupt)
+    if _AFTER_INTERRUPT not in logging.getLogger().filters:
+        logging.getLogger().addFilter(_AFTER_INTERRUPT)
 
 
 def progress(line: str) -> None:
@@ -140,6 +176,14 @@ def run_job(main: Callable[[], str]) -> int:
     """Run ``main`` (returns the summary paragraph); map errors to exit codes."""
     try:
         summary = main()
+    except KeyboardInterrupt:
+        print(
+            "Stopped (interrupted): every round that finished is committed, a round cut short committed "
+            "nothing; run the job again to continue.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_INTERRUPTED
     except SparklogError as exc:
         print(f"Error: {exc}", file=sys.stderr, flush=True)
         return EXIT_ERROR

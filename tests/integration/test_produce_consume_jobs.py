@@ -8,6 +8,8 @@ input (and a malformed value without a dead-letter path) is an ``Error:`` line, 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ import pytest
 import sparklog
 from sparklog.model.topic import is_internal
 from sparklog.testing.spark_standalone import SparkStandalone
+from tests.helpers import wait_for
 from tests.integration.test_cli import Cli
 from tests.integration.test_jobs import REPO, job_env
 from tests.integration.test_spark_consume import delta_rows
@@ -218,3 +221,46 @@ def test_csv_and_text_sources_then_a_pattern_from_explicit_offsets_into_json(
         "pat-text": sorted(f"line-{i}" for i in range(5)),
     }, context(consumed)
     assert cluster.committed_offsets("pattern") == {("pat-csv", 0): 10, ("pat-text", 0): 5}
+
+
+def test_ctrl_c_stops_a_streaming_consume_with_a_line_not_a_traceback(
+    cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
+    """SIGINT to the whole process group, as a terminal's Ctrl-C sends it: exit code 130, one
+    line saying what is committed, and the landed table holds exactly the committed rounds."""
+    cluster.create_topic("people", partitions=1)
+    with cluster.producer() as producer:
+        for i in range(ROWS):
+            producer.send("people", json.dumps({"id": i, "name": f"n{i}", "score": 1.0}).encode())
+    sink = tmp_path / "lake"
+    args = ["--topic", "people", "--group", "lake", "--sink", str(sink), "--value-format", "json", "--schema", SCHEMA]
+    args += ["--stream", "--trigger", "1s", "--max-offsets-per-trigger", "50"]
+    log = tmp_path / "consume.log"
+    with open(log, "wb") as out:
+        running = subprocess.Popen(
+            job_command("consume", args),
+            env=job_env(cluster_options),
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(
+            lambda: sum(cluster.committed_offsets("lake").values()) >= 50 or running.poll() is not None,
+            _TIMEOUT_S,
+            "the first round landed",
+            interval_s=0.2,
+        )
+        os.killpg(running.pid, signal.SIGINT)
+        code = running.wait(timeout=120)
+    finally:
+        if running.poll() is None:
+            os.killpg(running.pid, signal.SIGKILL)
+            running.wait()
+    output = log.read_text()
+    assert code == 130, output[-4000:]
+    assert "Stopped (interrupted): every round that finished is committed" in output, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    [(_, committed)] = cluster.committed_offsets("lake").items()
+    assert sorted(r["offset"] for r in delta_rows(str(sink)).to_pylist()) == list(range(committed))
