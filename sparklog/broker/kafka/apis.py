@@ -5,7 +5,7 @@ rows of the API modules (``metadata_api``, ``produce_api``, ``fetch_api``, ``off
 ``producer_id_api``, ``topics_api``, ``delete_records_api``, ``configs_api``,
 ``coordinator_api``, ``group_api``, ``group_admin_api``, ``consumer_group_api``,
 ``offset_commit_api``, ``txn_api``, ``txn_markers_api``, ``txn_offset_commit_api``,
-``partitions_api``, ``log_dirs_api``); ApiVersions
+``partitions_api``, ``log_dirs_api``, ``leader_epoch_api``); ApiVersions
 (18) v0..v4 advertises exactly them. An ApiVersions request of a
 version outside that range is answered with UNSUPPORTED_VERSION in a v0 response listing
 what is served (Kafka's rule, so a client can retry with a version both sides know). Any
@@ -38,6 +38,7 @@ from sparklog.broker.kafka import (
     fetch_api,
     group_admin_api,
     group_api,
+    leader_epoch_api,
     log_dirs_api,
     metadata_api,
     offset_commit_api,
@@ -215,6 +216,7 @@ _APIS: dict[int, Api] = {
         *txn_offset_commit_api.APIS,
         *partitions_api.APIS,
         *log_dirs_api.APIS,
+        *leader_epoch_api.APIS,
     )
 }
 # api key -> (min version, max version) served.
