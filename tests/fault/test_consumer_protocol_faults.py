@@ -38,20 +38,32 @@ def three_brokers(zk_connect: str, sparklog_home: Path, tmp_path: Path) -> Itera
         yield agents
 
 
+@pytest.mark.parametrize("leaders", ["elsewhere", "with-the-coordinator"])
 def test_coordinator_killed_members_rejoin_without_two_owners(
-    three_brokers: BrokerAgents, cluster: sparklog.Cluster, tmp_path: Path
+    three_brokers: BrokerAgents, cluster: sparklog.Cluster, tmp_path: Path, leaders: str
 ) -> None:
     agents = three_brokers
     bootstrap = agents.bootstrap_servers
-    # The coordinator is the leader of the group's offsets partition; the topic's partitions
-    # live on the two other brokers, so only the coordinator fails over (not the partitions:
-    # with them, the Java consumers sometimes stop fetching a moved partition, DESIGN §8).
+    # The coordinator is the leader of the group's offsets partition. "elsewhere": the topic's
+    # partitions live on the two other brokers, so only the coordinator fails over;
+    # "with-the-coordinator": it leads a third of them too, which move to their second replica
+    # at the same time (the members validate their positions with the new leaders,
+    # OffsetForLeaderEpoch).
     cluster.groups.offsets_table()
     coordinator = transaction_coordinator(cluster, GROUP)
     others = [b for b in (1, 2, 3) if b != coordinator]
-    placement = {p: others if p % 2 else others[::-1] for p in range(PARTITIONS)}
+    if leaders == "elsewhere":
+        placement = {p: others if p % 2 else others[::-1] for p in range(PARTITIONS)}
+    else:
+        brokers = [coordinator, *others]
+        placement = {p: [brokers[p % 3], brokers[(p + 1) % 3]] for p in range(PARTITIONS)}
     cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=2, replica_assignment=placement)
-    wait_until(lambda: all(p.leader in others for p in cluster.describe_topic(TOPIC).partitions), "leaders")
+    wait_until(
+        lambda: (
+            [p.leader for p in cluster.describe_topic(TOPIC).partitions] == [placement[p][0] for p in range(PARTITIONS)]
+        ),
+        "leaders",
+    )
     sent = produce(bootstrap, 0, 300)
     members: list[Member] = []
     try:

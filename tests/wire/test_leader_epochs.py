@@ -50,16 +50,13 @@ def end_of_epoch(port: int, version: int, leader_epoch: int, current_leader_epoc
 
 def consume(consumer: Consumer, count: int) -> list[str]:
     values: list[str] = []
-    wait_until(
-        lambda: (
-            values.extend(
-                (m.value() or b"").decode() for m in consumer.consume(count - len(values), 0.5) if not m.error()
-            )
-            or len(values) >= count
-        ),
-        f"{count} records consumed",
-        timeout_s=_TIMEOUT_S,
-    )
+
+    def received() -> bool:
+        batch = consumer.consume(count - len(values), 0.5)
+        values.extend((m.value() or b"").decode() for m in batch if not m.error())
+        return len(values) >= count
+
+    wait_until(received, f"{count} records consumed", timeout_s=_TIMEOUT_S)
     return values
 
 
