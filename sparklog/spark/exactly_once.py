@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from sparklog.group.coordinator import GroupCoordinator
     from sparklog.runtime.replica_manager import ReplicaManager
 
-__all__ = ["ConsumeIntoResult", "append_once", "consume_into"]
+__all__ = ["ConsumeIntoResult", "append_once", "consume_into", "of_current_topics"]
 
 log = logging.getLogger("sparklog.spark")
 
@@ -255,7 +255,7 @@ def consume_into(
             incarnations = groups.replicas.topic_incarnations({t for t, _p in partitions})
             topic_ids = {t: input_topic_app_id(group_id, t) for t in incarnations}
             stored = output.stored([*ids.values(), *topic_ids.values()])
-            current = _of_current_topics(stored, ids, topic_ids, incarnations)
+            current = of_current_topics(stored, ids, topic_ids, incarnations)
             lowest, highest = _stored_bounds(current, ids)
             ranges = resolve_ranges(groups, group_id, partitions, settings, lowest)
             completing = _completing_ranges(ranges, lowest, highest, current, ids)
@@ -339,7 +339,7 @@ def _stored_bounds(
     return lowest, highest
 
 
-def _of_current_topics(
+def of_current_topics(
     stored: Mapping[str, Mapping[str, int | None]],
     ids: Mapping[TopicPartition, str],
     topic_ids: Mapping[str, str],

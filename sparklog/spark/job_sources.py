@@ -74,6 +74,13 @@ def read_source(
     """``source`` as a DataFrame (streaming when ``stream``, at most ``max_files`` new files
     per micro-batch); a table name reads the table."""
     if is_table_name(source):
+        if not spark.catalog.tableExists(source):
+            implementation = spark.conf.get("spark.sql.catalogImplementation", "in-memory")
+            raise ConfigError(
+                f"Source table {source} is not in the session's catalog ({implementation}); a job's own session "
+                "sees only tables of a persistent catalog (a Hive metastore, spark.sql.catalogImplementation=hive, "
+                "or your platform's), else give the table's path; nothing produced"
+            )
         return spark.readStream.table(source) if stream else spark.read.table(source)
     options = dict(_FILE_OPTIONS.get(fmt, {}))
     if not stream:

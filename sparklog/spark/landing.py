@@ -17,8 +17,9 @@ first round that lands rows there
 
 Malformed values go to the dead-letter Delta table when one is given, else fail the round
 (nothing committed). The dead-letter table keeps its own input offsets, as app transactions
-with the sink's ids (``sparklog.input/<group>/<topic>/<partition>`` = next offset covered),
-and trails the sink: before a round it is brought up to the sink's offsets (completing a
+with the sink's ids (``sparklog.input/<group>/<topic>/<partition>`` = next offset covered,
+``sparklog.inputtopic/<group>/<topic>`` = the topic's incarnation, so offsets of a deleted
+topic position nothing in one created again under its name), and trails the sink: before a round it is brought up to the sink's offsets (completing a
 round that crashed between the sink's commit and its own), after the round up to the new
 ones. So every malformed value of a landed range is in it exactly once, and a crash never
 drops one. For parquet/json sinks the dead letters are Parquet files appended before the
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from sparklog.errors import ConfigError
-from sparklog.log.delta_sink import DeltaSink, input_app_id
+from sparklog.log.delta_sink import DeltaSink, input_app_id, input_topic_app_id
 from sparklog.spark.group_batch import (
     Ranges,
     TopicPartition,
@@ -154,23 +155,29 @@ def _catch_up_dead_letters(
     """Bring the dead-letter table to the sink's input offsets; returns the rows it wrote.
     A partition it has no offset for starts where the sink stands, or, before the sink's
     first round, where that round starts (so its malformed values are covered)."""
-    from sparklog.spark.exactly_once import append_once
+    from sparklog.spark.exactly_once import append_once, of_current_topics
 
     _opts, settings, groups = connect_group(spark, options)
     with groups.replicas:
         partitions = input_partitions(groups, group_id, topics)
         ids = {tp: input_app_id(group_id, *tp) for tp in partitions}
-        landed = DeltaSink(sink).app_versions(ids.values())
-        trailing = DeltaSink(dead_letter).app_versions(ids.values())
-        sink_at: dict[TopicPartition, int | None] = {tp: landed[ids[tp]] for tp in partitions}
+        topic_ids = {t: input_topic_app_id(group_id, t) for t in {t for t, _p in partitions}}
+        incarnations = groups.replicas.topic_incarnations(topic_ids)
+        every = [*ids.values(), *topic_ids.values()]
+        stored = {"sink": DeltaSink(sink).app_versions(every), "dead": DeltaSink(dead_letter).app_versions(every)}
+        # Offsets of an earlier topic of the name (deleted, created again) position nothing.
+        current = of_current_topics(stored, ids, topic_ids, incarnations)
+        sink_at: dict[TopicPartition, int | None] = {tp: current["sink"][ids[tp]] for tp in partitions}
         first = resolve_ranges(groups, group_id, partitions, settings, sink_at)
         ranges: Ranges = {}
         for tp in partitions:
-            stored, ahead = trailing[ids[tp]], sink_at[tp]
-            begin = stored if stored is not None else ahead if ahead is not None else first[tp][0]
+            trailing, ahead = current["dead"][ids[tp]], sink_at[tp]
+            begin = trailing if trailing is not None else ahead if ahead is not None else first[tp][0]
             ranges[tp] = (begin, max(begin, ahead if ahead is not None else begin))
-        if all(trailing[ids[tp]] == end for tp, (_start, end) in ranges.items()):
+        if all(current["dead"][ids[tp]] == end for tp, (_start, end) in ranges.items()):
             return 0
+        transactions = {ids[tp]: end for tp, (_start, end) in ranges.items()}
+        transactions.update({topic_ids[t]: i for t, i in incarnations.items() if stored["dead"][topic_ids[t]] != i})
         letters = values.dead_letters(read_ranges_df(spark, groups, ranges, settings)).cache()
         try:
             count = letters.count()
@@ -179,8 +186,8 @@ def _catch_up_dead_letters(
                 spark,
                 letters,
                 dead_letter,
-                {ids[tp]: end for tp, (_start, end) in ranges.items()},
-                trailing,
+                transactions,
+                {app_id: stored["dead"][app_id] for app_id in ids.values()},
                 {"sparklog.job": run_id, "sparklog.operation": "DEAD LETTER", "sparklog.group": group_id},
             )
         finally:

@@ -8,7 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 import sparklog
+from sparklog.errors import ConfigError
 from sparklog.spark import produce
 from sparklog.spark.job_sources import check_source, read_source, to_records
 from sparklog.spark.landing import land, sink_location
@@ -65,5 +68,31 @@ def test_a_table_name_sink_lands_in_the_warehouse_and_is_registered(
         assert spark.table("landing_db.named_rows").count() == 3
         assert sink_location(spark, "landing_db.named_rows") == (path, "landing_db.named_rows")
         assert sink_location(spark, str(tmp_path / "plain")) == (str(tmp_path / "plain"), None)
+        # A table name is a source too, when the session's catalog has it.
+        check_source("landing_db.named_rows", "delta")
+        assert read_source(spark, "landing_db.named_rows", "delta").count() == 3
+        with pytest.raises(ConfigError, match=r"Source table landing_db.missing is not in the session's catalog"):
+            read_source(spark, "landing_db.missing", "delta")
     finally:
         spark.sql("DROP DATABASE landing_db CASCADE")
+
+
+def test_dead_letters_follow_a_topic_deleted_and_created_again(
+    spark: SparkSession, cluster: sparklog.Cluster, cluster_options: dict[str, str], tmp_path: Path
+) -> None:
+    """The sink and the dead-letter table keep the input offsets of the topic they read; a
+    topic of the same name created again is another topic: its malformed values are
+    dead-lettered from its first offset, not from where the old topic's ended."""
+    values = ValueFormat("csv", parse_schema(spark, "n INT, word STRING"))
+    sink, dead = str(tmp_path / "lake"), str(tmp_path / "lake-dead")
+    cluster.create_topic("reborn", partitions=1)
+    produce_values(cluster, "reborn", ["1,one", "x,bad", "2,two", "y,bad", "3,three"])
+    first = land(spark, "g", ["reborn"], sink, "delta", values, dead, **cluster_options)
+    assert (first.records, first.dead_letters) == (5, 2)
+    cluster.delete_topic("reborn")
+    cluster.create_topic("reborn", partitions=1)
+    produce_values(cluster, "reborn", ["z,worse", "4,four"])
+    again = land(spark, "g", ["reborn"], sink, "delta", values, dead, **cluster_options)
+    assert (again.records, again.dead_letters) == (2, 1)
+    assert sorted(r.value for r in spark.read.format("delta").load(dead).collect()) == [b"x,bad", b"y,bad", b"z,worse"]
+    assert sorted(r.word for r in spark.read.format("delta").load(sink).collect()) == ["four", "one", "three", "two"]
