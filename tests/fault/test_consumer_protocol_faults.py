@@ -1,6 +1,6 @@
 """Kafka's consumer group protocol (KIP-848) across a coordinator failover (DESIGN §8): the
 coordinator's broker killed -9 while two Java consumers (``group.protocol=consumer``) consume
-a topic whose partitions it does not hold.
+a topic whose partitions it does not hold, or a third of which it leads (those move too).
 
 The new leader of the group's ``__consumer_offsets`` partition restores the members the old
 coordinator published, holding their partitions; their heartbeats are fenced, they release

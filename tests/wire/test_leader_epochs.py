@@ -14,6 +14,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 
 import sparklog
+from sparklog.metadata.broker_registration import BrokerRegistration
+from sparklog.metadata.zkdata import BrokerRecord
 from sparklog.testing import BrokerAgents
 from sparklog.testing.metrics import scrape
 from tests.helpers import wait_until
@@ -98,3 +100,54 @@ def test_each_epoch_ends_where_the_next_began_and_a_consumer_validates_across_a_
     )
     raw_calls = 4 * len(served(23))
     assert asked > raw_calls, f"the consumer asked broker 2 for its epoch's end ({asked} requests, {raw_calls} raw)"
+
+
+def test_a_leader_no_node_answers_for_is_no_leader(
+    zk_connect: str, sparklog_home: Path, tmp_path: Path, cluster: sparklog.Cluster
+) -> None:
+    """Metadata never names a leader it lists no node for (a client cannot reach it and, as
+    Kafka's Java consumer does, may wait out metadata.max.age.ms before asking again): as
+    Kafka's metadata cache answers, a leader without this listener is LISTENER_NOT_FOUND and one
+    that is gone LEADER_NOT_AVAILABLE, leader -1 both, a gone broker's replica listed offline."""
+    with started_brokers(zk_connect, sparklog_home, tmp_path, (1,)) as agents:
+        log_dir = str(tmp_path / "broker-7")
+        cluster.replicas.metadata.register_broker(7, log_dir, None)
+        seven = BrokerRegistration(cluster.replicas.zk, 7, BrokerRecord(log_dir=log_dir))  # live, no listener
+        seven.register()
+        try:
+            cluster.create_topic("nodeless", replica_assignment={0: [7], 1: [1]})
+            for v in (1, 9, 12):
+                assert metadata(agents.port(1), v, "nodeless") == {
+                    0: (ErrorCode.listener_not_found, -1, (7,), ()),
+                    1: (ErrorCode.none, 1, (1,), ()),
+                }, f"Metadata v{v}"
+        finally:
+            seven.close()
+        gone = {0: (ErrorCode.leader_not_available, -1, (7,), (7,)), 1: (ErrorCode.none, 1, (1,), ())}
+        wait_until(lambda: metadata(agents.port(1), 12, "nodeless") == gone, "broker 7 gone")
+
+
+def metadata(port: int, version: int, topic: str) -> dict[int, tuple[int, int, tuple[int, ...], tuple[int, ...]]]:
+    """Per partition of ``topic``: (error code, leader, replicas, offline replicas) as answered."""
+    asked = (raw_request(3, version, "MetadataRequestTopic", name=topic, topic_id=None),)
+    response = raw.call(
+        port,
+        raw_request(
+            3,
+            version,
+            topics=asked,
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        ),
+    )
+    [answer] = response.topics
+    return {
+        p.partition_index: (
+            int(p.error_code),
+            p.leader_id,
+            tuple(p.replica_nodes),
+            tuple(getattr(p, "offline_replicas", ())),
+        )  # v5+
+        for p in answer.partitions
+    }

@@ -5,7 +5,10 @@ Brokers are the *live* ones (``/brokers/ids``) with the advertised endpoint of t
 the request arrived on (by listener name, as Kafka; a broker registered without endpoints is
 left out, since a client could not reach it); topics, partitions, leaders, leader epochs,
 replicas and ISR are read fresh from ZooKeeper for each request, so they agree with
-``Cluster.describe_topic``. An unknown topic is created (Kafka's ``auto.create.topics.enable``,
+``Cluster.describe_topic``, except a leader the response names no node of: a broker gone
+(killed, not yet replaced by the controller) or without this listener is answered as Kafka
+answers it, leader -1 with LEADER_NOT_AVAILABLE or LISTENER_NOT_FOUND (so clients refresh
+soon), and replicas on brokers that are gone are listed offline. An unknown topic is created (Kafka's ``auto.create.topics.enable``,
 default true: ``num.partitions``, ``default.replication.factor``) when the request allows it
 (v4+; always before v4, as Kafka) and answered LEADER_NOT_AVAILABLE until its leaders are
 known; otherwise, or for an invalid or internal name, UNKNOWN_TOPIC_OR_PARTITION. The cluster id is
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -28,6 +33,7 @@ from sparklog.broker.kafka.context import NO_THROTTLE, Api, ApiRequest, BrokerCo
 from sparklog.errors import InvalidTopicError, TopicExistsError, TopicNotFoundError
 from sparklog.metadata.broker_registration import live_brokers
 from sparklog.metadata.controller_election import current_controller
+from sparklog.metadata.zkdata import BrokerRecord
 from sparklog.model.topic import is_internal, validate_topic_name
 from sparklog.runtime.replica_manager import ReplicaManager
 from sparklog.runtime.topics import create_topic
@@ -74,10 +80,13 @@ def metadata_response(request: ApiRequest[MetadataBody], cluster: BrokerContext)
     response_type = module.MetadataResponse
     replicas = cluster.replicas
     zk = replicas.zk
+    registered = live_brokers(zk)
+    live = _brokers(cluster, registered)
     brokers = [
         build(module.MetadataResponseBroker, node_id=broker_id, host=host, port=port, rack=rack)
-        for broker_id, host, port, rack in _brokers(cluster)
+        for broker_id, host, port, rack in live
     ]
+    nodes = _Nodes(frozenset(registered), frozenset(broker_id for broker_id, _host, _port, _rack in live))
     controller = current_controller(zk)
     existing = replicas.list_topics()
     names: list[tuple[str | None, uuid.UUID | None]]
@@ -89,7 +98,7 @@ def metadata_response(request: ApiRequest[MetadataBody], cluster: BrokerContext)
     auto_create = replicas.config.auto_create_topics_enable and bool(
         getattr(request.body, "allow_auto_topic_creation", True)
     )
-    topics = [_topic(module, replicas, existing, name, wanted_id, auto_create) for name, wanted_id in names]
+    topics = [_topic(module, replicas, nodes, existing, name, wanted_id, auto_create) for name, wanted_id in names]
     return build(
         response_type,
         throttle_time=NO_THROTTLE,
@@ -101,10 +110,31 @@ def metadata_response(request: ApiRequest[MetadataBody], cluster: BrokerContext)
     )
 
 
-def _brokers(cluster: BrokerContext) -> list[tuple[int, str, int, str | None]]:
+@dataclass(frozen=True)
+class _Nodes:
+    """The brokers a response can name: registered (live) ones, and those of them with an
+    endpoint for the request's listener (the response's nodes)."""
+
+    live: frozenset[int]
+    listed: frozenset[int]
+
+    def leader(self, broker_id: int) -> tuple[int, ErrorCode]:
+        """The leader id to answer and the partition's error, as Kafka's metadata cache:
+        no leader, or one that is gone (killed, not yet replaced by the controller), is
+        LEADER_NOT_AVAILABLE; a live one without this listener LISTENER_NOT_FOUND; either way
+        leader -1, so the client refreshes its metadata soon (a node id it cannot resolve
+        would leave it waiting for metadata.max.age.ms)."""
+        if broker_id in self.listed:
+            return broker_id, ErrorCode.none
+        return -1, ErrorCode.listener_not_found if broker_id in self.live else ErrorCode.leader_not_available
+
+
+def _brokers(
+    cluster: BrokerContext, registered: Mapping[int, BrokerRecord] | None = None
+) -> list[tuple[int, str, int, str | None]]:
     """``(id, host, port, rack)`` of the live brokers with an endpoint for this listener."""
     result = []
-    for broker_id, record in live_brokers(cluster.replicas.zk).items():
+    for broker_id, record in (live_brokers(cluster.replicas.zk) if registered is None else registered).items():
         endpoint = record.endpoint(cluster.listener_name)
         if endpoint is not None:
             result.append((broker_id, endpoint[0], endpoint[1], record.rack))
@@ -148,6 +178,7 @@ def describe_cluster(request: ApiRequest[DescribeClusterBody], cluster: BrokerCo
 def _topic(
     module: Any,
     replicas: ReplicaManager,
+    nodes: _Nodes,
     existing: list[str],
     name: str | None,
     wanted_id: uuid.UUID | None,
@@ -187,16 +218,18 @@ def _topic(
     rows = []
     for p in partitions:
         state = states[p]
+        leader, code = nodes.leader(state.leader)
+        replica_ids = assignment.replicas(p)
         rows.append(
             build(
                 module.MetadataResponsePartition,
-                error_code=ErrorCode.none if state.leader >= 0 else ErrorCode.leader_not_available,
+                error_code=code,
                 partition_index=p,
-                leader_id=state.leader,
+                leader_id=leader,
                 leader_epoch=state.leader_epoch,
-                replica_nodes=tuple(assignment.replicas(p)),
+                replica_nodes=tuple(replica_ids),
                 isr_nodes=tuple(state.isr),
-                offline_replicas=(),
+                offline_replicas=tuple(b for b in replica_ids if b not in nodes.live),
             )
         )
     return build(
