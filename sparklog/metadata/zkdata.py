@@ -232,6 +232,11 @@ class PartitionState:
             epochs=[[int(e), int(o)] for e, o in epochs],
         )
 
+    @property
+    def epoch_history(self) -> tuple[tuple[int, int], ...]:
+        """:attr:`epochs` as ``(epoch, start_offset)`` pairs, the form the epoch policies take."""
+        return tuple((int(epoch), int(start)) for epoch, start in self.epochs)
+
 
 @dataclass(frozen=True)
 class WriterLeaseRecord:

@@ -102,8 +102,7 @@ class ReplicaFetcher:
                 follower = self.replicas.replica_table(topic, self.broker_id)
                 position = follower_position(follower, partition)
                 if position.leader_epoch < state.leader_epoch:
-                    history = [(int(e), int(o)) for e, o in state.epochs]
-                    offset = truncation_offset(position.log_end, position.leader_epoch, history)
+                    offset = truncation_offset(position.log_end, position.leader_epoch, state.epoch_history)
                     truncate(follower, partition, offset, state.leader_epoch)
                     if offset < position.log_end:
                         truncated.append((topic, partition, offset))

@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from sparklog.group.coordinator import GroupCoordinator
     from sparklog.runtime.replica_manager import ReplicaManager
 
-__all__ = ["ConsumeIntoResult", "append_once", "consume_into", "of_current_topics"]
+__all__ = ["ConsumeIntoResult", "append_once", "consume_into", "new_incarnations", "of_current_topics"]
 
 log = logging.getLogger("sparklog.spark")
 
@@ -280,7 +280,7 @@ def consume_into(
                 delta_schema=_file_schema(output, df.schema),
                 transactions={
                     **{ids[tp]: end for tp, end in ends.items()},
-                    **_new_incarnations(stored, topic_ids, incarnations, ids, ends),
+                    **new_incarnations(stored, topic_ids, incarnations, ids, ends),
                 },
                 expected=stored[output.delta_root] if output.plan is None else {},
                 expected_tables={} if output.plan is None else stored,
@@ -355,7 +355,7 @@ def of_current_topics(
     return current
 
 
-def _new_incarnations(
+def new_incarnations(
     stored: Mapping[str, Mapping[str, int | None]],
     topic_ids: Mapping[str, str],
     incarnations: Mapping[str, int],

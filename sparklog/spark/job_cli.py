@@ -5,9 +5,9 @@ Exit codes: 0 ok, 1 a sparklog error (or a Spark job that failed, its first line
 2 bad arguments (argparse's), 130 stopped by Ctrl-C (SIGINT; the shell's code for it): a
 streaming job runs until stopped, and stopping it is no error worth a traceback, since
 every round that finished is committed and a round cut short commits nothing. Errors print
-one ``Error: ...`` line on stderr. Cluster
-settings come from the usual places (``SPARKLOG_*`` environment, ``conf/sparklog.properties``,
-``spark.sparklog.*`` conf on the spark-submit line).
+one ``Error: ...`` line on stderr. Cluster settings come from the usual places
+(``SPARKLOG_*`` environment, ``conf/sparklog.properties``, ``spark.sparklog.*`` conf on the
+spark-submit line).
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ Malformed values go to the dead-letter Delta table when one is given, else fail 
 (nothing committed). The dead-letter table keeps its own input offsets, as app transactions
 with the sink's ids (``sparklog.input/<group>/<topic>/<partition>`` = next offset covered,
 ``sparklog.inputtopic/<group>/<topic>`` = the topic's incarnation, so offsets of a deleted
-topic position nothing in one created again under its name), and trails the sink: before a round it is brought up to the sink's offsets (completing a
-round that crashed between the sink's commit and its own), after the round up to the new
-ones. So every malformed value of a landed range is in it exactly once, and a crash never
+topic position nothing in one created again under its name), and trails the sink: before a
+round it is brought up to the sink's offsets (completing a round that crashed between the
+sink's commit and its own), after the round up to the new ones. So every malformed value of a landed range is in it exactly once, and a crash never
 drops one. For parquet/json sinks the dead letters are Parquet files appended before the
 rows and the offsets (at least once, like the rows).
 """
@@ -155,7 +155,7 @@ def _catch_up_dead_letters(
     """Bring the dead-letter table to the sink's input offsets; returns the rows it wrote.
     A partition it has no offset for starts where the sink stands, or, before the sink's
     first round, where that round starts (so its malformed values are covered)."""
-    from sparklog.spark.exactly_once import append_once, of_current_topics
+    from sparklog.spark.exactly_once import append_once, new_incarnations, of_current_topics
 
     _opts, settings, groups = connect_group(spark, options)
     with groups.replicas:
@@ -176,8 +176,9 @@ def _catch_up_dead_letters(
             ranges[tp] = (begin, max(begin, ahead if ahead is not None else begin))
         if all(current["dead"][ids[tp]] == end for tp, (_start, end) in ranges.items()):
             return 0
-        transactions = {ids[tp]: end for tp, (_start, end) in ranges.items()}
-        transactions.update({topic_ids[t]: i for t, i in incarnations.items() if stored["dead"][topic_ids[t]] != i})
+        ends = {tp: end for tp, (_start, end) in ranges.items()}
+        transactions = {ids[tp]: end for tp, end in ends.items()}
+        transactions.update(new_incarnations({dead_letter: stored["dead"]}, topic_ids, incarnations, ids, ends))
         letters = values.dead_letters(read_ranges_df(spark, groups, ranges, settings)).cache()
         try:
             count = letters.count()

@@ -303,7 +303,7 @@ class Controller:
                 exc,
             )
             return False
-        history = append_epoch([(int(e), int(o)) for e, o in state.epochs], epoch, start)
+        history = append_epoch(state.epoch_history, epoch, start)
         new = PartitionState(
             leader=election.leader, leader_epoch=epoch, isr=list(election.isr), epochs=[list(h) for h in history]
         )

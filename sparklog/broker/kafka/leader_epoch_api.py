@@ -92,8 +92,7 @@ def _end_of_epoch(broker: BrokerContext, topic: str, wanted: EpochPartition) -> 
     if current > state.leader_epoch:
         return ErrorCode.unknown_leader_epoch, _UNDEFINED, _UNDEFINED
     at = broker.replicas.fetch_positions(topic, [partition])[partition]
-    history = [(int(epoch), int(start)) for epoch, start in state.epochs]
-    answer = epoch_end_offset(history, int(wanted.leader_epoch), at.log_end)
+    answer = epoch_end_offset(state.epoch_history, int(wanted.leader_epoch), at.log_end)
     if answer is None:
         return ErrorCode.none, _UNDEFINED, _UNDEFINED
     return ErrorCode.none, answer[0], answer[1]

@@ -8,8 +8,9 @@ replicas and ISR are read fresh from ZooKeeper for each request, so they agree w
 ``Cluster.describe_topic``, except a leader the response names no node of: a broker gone
 (killed, not yet replaced by the controller) or without this listener is answered as Kafka
 answers it, leader -1 with LEADER_NOT_AVAILABLE or LISTENER_NOT_FOUND (so clients refresh
-soon), and replicas on brokers that are gone are listed offline. An unknown topic is created (Kafka's ``auto.create.topics.enable``,
-default true: ``num.partitions``, ``default.replication.factor``) when the request allows it
+soon), and replicas on brokers that are gone are listed offline. An unknown topic is created
+(Kafka's ``auto.create.topics.enable``, default true: ``num.partitions``,
+``default.replication.factor``) when the request allows it
 (v4+; always before v4, as Kafka) and answered LEADER_NOT_AVAILABLE until its leaders are
 known; otherwise, or for an invalid or internal name, UNKNOWN_TOPIC_OR_PARTITION. The cluster id is
 ``/cluster/id`` (created by the first broker that is asked, as Kafka does). DescribeCluster
@@ -129,12 +130,10 @@ class _Nodes:
         return -1, ErrorCode.listener_not_found if broker_id in self.live else ErrorCode.leader_not_available
 
 
-def _brokers(
-    cluster: BrokerContext, registered: Mapping[int, BrokerRecord] | None = None
-) -> list[tuple[int, str, int, str | None]]:
-    """``(id, host, port, rack)`` of the live brokers with an endpoint for this listener."""
+def _brokers(cluster: BrokerContext, registered: Mapping[int, BrokerRecord]) -> list[tuple[int, str, int, str | None]]:
+    """``(id, host, port, rack)`` of the ``registered`` (live) brokers with an endpoint for this listener."""
     result = []
-    for broker_id, record in (live_brokers(cluster.replicas.zk) if registered is None else registered).items():
+    for broker_id, record in registered.items():
         endpoint = record.endpoint(cluster.listener_name)
         if endpoint is not None:
             result.append((broker_id, endpoint[0], endpoint[1], record.rack))
@@ -156,7 +155,7 @@ def describe_cluster(request: ApiRequest[DescribeClusterBody], cluster: BrokerCo
     if code == ErrorCode.none:
         brokers = tuple(
             build(module.DescribeClusterBroker, broker_id=b, host=host, port=port, rack=rack, is_fenced=False)
-            for b, host, port, rack in _brokers(cluster)
+            for b, host, port, rack in _brokers(cluster, live_brokers(cluster.replicas.zk))
         )
         controller = current_controller(cluster.replicas.zk)
         controller_id = -1 if controller is None else controller.broker_id
